@@ -1,0 +1,23 @@
+"""Word count: the classic. Run it with
+
+    rstreams run examples/wordcount.py --input examples/data/corpus.txt
+"""
+
+import re
+
+from rstreams import StreamBuilder
+
+WORD = re.compile(r"\w+")
+
+
+def build() -> StreamBuilder:
+    b = StreamBuilder("wordcount")
+    (
+        b.source("sentences")
+        .flatMap(lambda line: WORD.findall(line.lower()))
+        .keyBy(lambda w: w)
+        .count()
+        .toRStream()
+        .sink("word-counts")
+    )
+    return b

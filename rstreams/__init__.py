@@ -1,0 +1,58 @@
+"""rstreams: stream processing for Python.
+
+Write a pipeline once with the fluent DSL, look at its topology, test it with the
+in-process driver and run it embedded (or, later, on Spark)::
+
+    >>> import re
+    >>> from rstreams import StreamBuilder
+    >>> b = StreamBuilder("wordcount")
+    >>> (b.source("sentences")
+    ...    .flatMap(lambda line: re.findall(r"\\w+", line.lower()))
+    ...    .keyBy(lambda w: w)
+    ...    .count()
+    ...    .toRStream()
+    ...    .sink("word-counts"))
+    >>> topology = b.build()
+    >>> print(topology.describe().splitlines()[1])
+      Sub-topology: 0
+"""
+
+from rstreams.dsl import GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+from rstreams.errors import (
+    ConfigError,
+    DuplicateStepError,
+    InvalidFunctionError,
+    MissingKeyError,
+    PipelineFileError,
+    ProcessingError,
+    RStreamsError,
+    SerdeError,
+    TopologyError,
+    UnsupportedOperation,
+)
+from rstreams.planner.topology import Topology
+from rstreams.serde import Serde, get_serde
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DuplicateStepError",
+    "GroupedStream",
+    "InvalidFunctionError",
+    "JoinedStream",
+    "MissingKeyError",
+    "PipelineFileError",
+    "ProcessingError",
+    "RStream",
+    "RStreamsError",
+    "Serde",
+    "SerdeError",
+    "StreamBuilder",
+    "Topology",
+    "TopologyError",
+    "UnsupportedOperation",
+    "WindowStream",
+    "__version__",
+    "get_serde",
+]

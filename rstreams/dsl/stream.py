@@ -1,0 +1,379 @@
+"""The fluent DSL: StreamBuilder, RStream and GroupedStream.
+
+Each method adds one immutable node to the builder's pipeline and returns a *new*
+wrapper; wrappers never change, so one stream can feed several chains (branching).
+
+    >>> import re
+    >>> from rstreams import StreamBuilder
+    >>> b = StreamBuilder("wordcount")
+    >>> (b.source("sentences")
+    ...    .flatMap(lambda line: re.findall(r"\\w+", line.lower()))
+    ...    .keyBy(lambda w: w)
+    ...    .count()
+    ...    .toRStream()
+    ...    .sink("word-counts"))
+    >>> topology = b.build()
+    >>> [s.name for s in topology.stores.values()]
+    ['wordcount-sentences-count-3-store']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from rstreams.dsl import nodes as n
+from rstreams.errors import InvalidFunctionError, MissingKeyError, TopologyError, UnsupportedOperation
+from rstreams.serde import SerdeLike, get_serde
+
+if TYPE_CHECKING:
+    from rstreams.planner.topology import Topology
+
+__all__ = ["GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"]
+
+
+def describe_fn(fn: Any) -> str:
+    """``module:line`` of a user callback, for error messages."""
+    code = getattr(fn, "__code__", None)
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if code is None:
+        return label
+    return f"{label} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+
+
+def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False) -> Any:
+    if fn is None and optional:
+        return None
+    if not callable(fn):
+        raise InvalidFunctionError(
+            f"{method}() expects a function for {param!r}; got {type(fn).__name__} {fn!r:.60} "
+            f"instead"
+        )
+    return fn
+
+
+def _check_queues(queues: int | None, method: str) -> int | None:
+    if queues is not None and (not isinstance(queues, int) or isinstance(queues, bool) or queues < 1):
+        raise TopologyError(f"{method}(queues=...) must be a positive int; got {queues!r}")
+    return queues
+
+
+class StreamBuilder:
+    """Entry point of the DSL: holds one pipeline (logical graph) for one job.
+
+    Args:
+        job_id: stable id of the job; prefixes every internal topic and state store, so
+            keep it when you redeploy a job whose state you want to keep.
+
+    >>> b = StreamBuilder("clicks")
+    >>> clicks = b.source("clicks", deserializer="json")
+    >>> clicks.filter(lambda c: c["ok"]).sink("good-clicks")
+    >>> print(b.build().describe().splitlines()[0])
+    Topology: clicks
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = n.check_name(job_id, "the job id")
+        self.pipeline = n.Pipeline(job_id)
+
+    def source(
+        self,
+        topic: str,
+        deserializer: SerdeLike | None = None,
+        *,
+        key_deserializer: SerdeLike | None = None,
+        queues: int | None = None,
+    ) -> RStream:
+        """Read a topic. Values are UTF-8 text unless ``deserializer`` says otherwise
+        ("str", "bytes", "json", "msgpack", a Serde, or a function of bytes).
+
+        ``queues`` declares the topic's queue count when known; shuffles default to it.
+        """
+        n.check_name(topic, "a source topic")
+        if topic in self.pipeline.sources:
+            raise TopologyError(
+                f"topic {topic!r} is already read by source step "
+                f"{self.pipeline.sources[topic].name!r}; reuse that stream to branch instead"
+            )
+        node = self.pipeline.add(
+            n.SourceNode,
+            (),
+            None,
+            topic=topic,
+            value_serde=get_serde(deserializer),
+            key_serde=get_serde(key_deserializer),
+            queues=_check_queues(queues, "source"),
+        )
+        self.pipeline.sources[topic] = node
+        return RStream(self, node)
+
+    def build(self) -> Topology:
+        """Compile the pipeline into a :class:`~rstreams.planner.topology.Topology`."""
+        # Resolved at call time so that importing the DSL never imports the planner.
+        from rstreams.planner.compiler import compile_pipeline
+
+        return compile_pipeline(self.pipeline)
+
+    def __repr__(self) -> str:
+        return f"StreamBuilder({self.job_id!r}, steps={len(self.pipeline.nodes)})"
+
+
+class _Stream:
+    __slots__ = ("_builder", "_node", "_repartition")
+
+    def __init__(self, builder: StreamBuilder, node: n.Node, repartition: bool = False) -> None:
+        self._builder = builder
+        self._node = node
+        self._repartition = repartition
+
+    @property
+    def node(self) -> n.Node:
+        """The logical node this stream wraps."""
+        return self._node
+
+    def _add(self, cls: type[n.Node], name: str | None, **fields: Any) -> Any:
+        return self._builder.pipeline.add(cls, (self._node,), name, **fields)
+
+
+class RStream(_Stream):
+    """A stream of records (key, value, timestamp). Immutable; every method returns a new
+    stream (or None for terminal steps)."""
+
+    __slots__ = ()
+
+    def _next(self, cls: type[n.Node], name: str | None, **fields: Any) -> RStream:
+        return RStream(self._builder, self._add(cls, name, **fields), self._repartition)
+
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> RStream:
+        """Replace each value with ``fn(value)``; the key is kept.
+
+        >>> b = StreamBuilder("j"); b.source("in").map(str.upper).sink("out")
+        """
+        return self._next(n.MapNode, name, fn=_check_fn(fn, "map"))
+
+    def flatMap(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> RStream:
+        """Replace each value with zero or more values: the items of ``fn(value)``."""
+        return self._next(n.FlatMapNode, name, fn=_check_fn(fn, "flatMap"))
+
+    def filter(self, fn: Callable[[Any], bool], *, name: str | None = None) -> RStream:
+        """Keep the records whose value makes ``fn(value)`` true."""
+        return self._next(n.FilterNode, name, fn=_check_fn(fn, "filter"))
+
+    def peek(self, fn: Callable[[Any], Any], *, name: str | None = None) -> RStream:
+        """Call ``fn(value)`` for its side effect and pass the record on unchanged."""
+        return self._next(n.PeekNode, name, fn=_check_fn(fn, "peek"))
+
+    def selectTimestamp(self, fn: Callable[[Any], int], *, name: str | None = None) -> RStream:
+        """Set each record's timestamp (epoch milliseconds) to ``fn(value)``."""
+        return self._next(n.SelectTimestampNode, name, fn=_check_fn(fn, "selectTimestamp"))
+
+    def foreach(self, fn: Callable[[Any], Any], *, name: str | None = None) -> None:
+        """Terminal step: call ``fn(value)`` for each record."""
+        self._add(n.ForeachNode, name, fn=_check_fn(fn, "foreach"))
+
+    def print(self, label: str | None = None, *, name: str | None = None) -> None:
+        """Terminal step: print ``[label] key: value`` for each record to stdout."""
+        self._add(n.PrintNode, name, label=label)
+
+    def keyBy(self, fn: Callable[[Any], Any], *, name: str | None = None) -> GroupedStream:
+        """Set each record's key to ``fn(value)`` and group by it.
+
+        The key change only marks the stream as needing a shuffle; the planner puts the
+        shuffle right before the aggregation that needs co-located keys.
+        """
+        node = self._add(n.KeyByNode, name, fn=_check_fn(fn, "keyBy"))
+        return GroupedStream(self._builder, node, repartition=True)
+
+    def groupByKey(self) -> GroupedStream:
+        """Group by the record's existing key (no shuffle unless the key was changed)."""
+        return GroupedStream(self._builder, self._node, repartition=self._repartition)
+
+    def merge(self, *others: RStream, name: str | None = None) -> RStream:
+        """One stream with the records of this stream and of ``others`` (a union)."""
+        if not others:
+            raise TopologyError("merge() needs at least one other stream")
+        for o in others:
+            if not isinstance(o, RStream):
+                raise TopologyError(f"merge() expects RStream arguments; got {type(o).__name__}")
+            if o._builder is not self._builder:
+                raise TopologyError("merge() can only join streams of the same StreamBuilder")
+        parents = (self._node, *(o._node for o in others))
+        if len({p.id for p in parents}) != len(parents):
+            raise TopologyError("merge() was given the same stream twice")
+        node = self._builder.pipeline.add(n.MergeNode, parents, name)
+        return RStream(self._builder, node, any(s._repartition for s in (self, *others)))
+
+    union = merge
+
+    def sink(
+        self,
+        topic: str,
+        serializer: SerdeLike | None = None,
+        *,
+        key_serializer: SerdeLike | None = None,
+        queues: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Terminal step: write records to ``topic`` (values as JSON unless
+        ``serializer`` says otherwise; the queue is mmh3(key) % queues)."""
+        if not topic:
+            raise TopologyError("sink() needs a topic name; got an empty one")
+        n.check_name(topic, "a sink topic")
+        self._add(
+            n.SinkNode,
+            name,
+            topic=topic,
+            value_serde=get_serde(serializer, default="json", role="serializer"),
+            key_serde=get_serde(key_serializer, default="json", role="serializer"),
+            queues=_check_queues(queues, "sink"),
+        )
+
+    def join(self, other: RStream) -> NoReturn:
+        """Stream-stream join (not available yet)."""
+        raise UnsupportedOperation("join() lands with the windows and joins feature")
+
+    leftJoin = join
+    outerJoin = join
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in n.AGGREGATIONS or attr == "window":
+            raise MissingKeyError(
+                f"{attr}() needs a key: call .keyBy(fn) (or .groupByKey()) before .{attr}()"
+            )
+        raise AttributeError(f"'RStream' object has no attribute {attr!r}")
+
+    def __repr__(self) -> str:
+        return f"RStream({self._node.name!r})"
+
+
+class GroupedStream(_Stream):
+    """A keyed stream, or the table of an aggregation's latest value per key.
+
+    Aggregations (count, sum, min, max, reduce, aggregate) keep their state in a store
+    named ``<job>-<step>-store`` and emit an update per input record.
+    """
+
+    __slots__ = ()
+
+    def _agg(
+        self,
+        op: str,
+        name: str | None,
+        queues: int | None,
+        fn: Any = None,
+        initializer: Any = None,
+        serde: SerdeLike | None = None,
+    ) -> GroupedStream:
+        node = self._add(
+            n.AggregateNode,
+            name,
+            op=op,
+            fn=fn,
+            initializer=initializer,
+            repartition=self._repartition,
+            queues=_check_queues(queues, op),
+            state_serde=None if serde is None else get_serde(serde, role="serializer"),
+        )
+        return GroupedStream(self._builder, node, repartition=False)
+
+    def count(self, *, name: str | None = None, queues: int | None = None) -> GroupedStream:
+        """Number of records per key.
+
+        >>> from rstreams.testing import TopologyTestDriver
+        >>> b = StreamBuilder("c")
+        >>> b.source("in").keyBy(lambda v: v).count().sink("out")
+        >>> with TopologyTestDriver(b.build()) as d:
+        ...     for v in ["a", "b", "a"]: d.pipe("in", v)
+        ...     [(r.key, r.value) for r in d.read("out")]
+        [('a', 1), ('b', 1), ('a', 2)]
+        """
+        return self._agg("count", name, queues)
+
+    def sum(
+        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+    ) -> GroupedStream:
+        """Sum of ``fn(value)`` (or of the value) per key."""
+        return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
+
+    def min(
+        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+    ) -> GroupedStream:
+        """Smallest ``fn(value)`` (or value) seen per key."""
+        return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
+
+    def max(
+        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+    ) -> GroupedStream:
+        """Largest ``fn(value)`` (or value) seen per key."""
+        return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
+
+    def reduce(
+        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, queues: int | None = None
+    ) -> GroupedStream:
+        """``acc = fn(acc, value)`` per key, starting from the key's first value."""
+        return self._agg("reduce", name, queues, _check_fn(fn, "reduce"))
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        queues: int | None = None,
+        serde: SerdeLike | None = None,
+    ) -> GroupedStream:
+        """``acc = adder(acc, value)`` per key, starting from ``initializer()``.
+
+        The accumulator is stored with ``serde`` (msgpack by default: plain Python
+        types, tuples included).
+        """
+        return self._agg(
+            "aggregate",
+            name,
+            queues,
+            _check_fn(adder, "aggregate", "adder"),
+            _check_fn(initializer, "aggregate", "initializer"),
+            serde,
+        )
+
+    def toRStream(self, *, name: str | None = None) -> RStream:
+        """The stream of updates of this table (or the keyed records themselves)."""
+        if isinstance(self._node, n.AggregateNode):
+            return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
+        return RStream(self._builder, self._node, self._repartition)
+
+    def sink(
+        self,
+        topic: str,
+        serializer: SerdeLike | None = None,
+        *,
+        key_serializer: SerdeLike | None = None,
+        queues: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Shorthand for ``.toRStream().sink(...)``."""
+        self.toRStream().sink(
+            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
+        )
+
+    def window(self, spec: Any) -> WindowStream:
+        """Windowed aggregation (not available yet)."""
+        raise UnsupportedOperation("window() lands with the windows and joins feature")
+
+    def __repr__(self) -> str:
+        return f"GroupedStream({self._node.name!r})"
+
+
+class WindowStream:
+    """Windowed aggregations; they land with the windows and joins feature."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise UnsupportedOperation("WindowStream lands with the windows and joins feature")
+
+
+class JoinedStream:
+    """Stream-stream joins; they land with the windows and joins feature."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise UnsupportedOperation("JoinedStream lands with the windows and joins feature")
+

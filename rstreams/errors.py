@@ -1,0 +1,74 @@
+"""Exceptions raised by rstreams.
+
+Every exception derives from :class:`RStreamsError` *and* from the builtin that best
+describes it, so ``except ValueError`` keeps working for callers that do not know
+rstreams::
+
+    >>> from rstreams.errors import TopologyError
+    >>> issubclass(TopologyError, ValueError)
+    True
+"""
+
+from __future__ import annotations
+
+
+class RStreamsError(Exception):
+    """Base class of every error rstreams raises on purpose."""
+
+
+class TopologyError(RStreamsError, ValueError):
+    """The pipeline cannot be compiled: a wrong argument, a missing step, a cycle..."""
+
+
+class DuplicateStepError(TopologyError):
+    """Two steps of one pipeline ended up with the same name."""
+
+
+class MissingKeyError(TopologyError, AttributeError):
+    """An operation that needs a key was called on a stream that has none.
+
+    It is also an ``AttributeError`` because it is raised on attribute access
+    (``stream.count``) of a stream that was never keyed.
+    """
+
+
+class InvalidFunctionError(RStreamsError, TypeError):
+    """A step was given something that is not callable where a function was expected."""
+
+
+class UnsupportedOperation(RStreamsError, NotImplementedError):
+    """The operation exists in the DSL but is not supported (yet, or on this backend)."""
+
+
+class SerdeError(RStreamsError, ValueError):
+    """A value could not be serialized or deserialized."""
+
+
+class ProcessingError(RStreamsError, RuntimeError):
+    """A record failed inside a step at run time.
+
+    Carries where it happened so the message (and a dead-letter record) can name it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str | None = None,
+        topic: str | None = None,
+        queue: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.topic = topic
+        self.queue = queue
+        self.offset = offset
+
+
+class PipelineFileError(RStreamsError, RuntimeError):
+    """A pipeline file given to the CLI could not be loaded into a Topology."""
+
+
+class ConfigError(RStreamsError, ValueError):
+    """A runtime option or command-line value is invalid."""

@@ -1,0 +1,45 @@
+"""Text rendering of a Topology (checked against golden files in tests)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rstreams.planner.topology import ProcessorFactory, Topology
+
+
+def _queues(q: int | None) -> str:
+    return "?" if q is None else str(q)
+
+
+def _line(f: ProcessorFactory) -> str:
+    if f.role == "source":
+        return f"Source: {f.name} (topic: {f.topic})"
+    if f.role == "sink":
+        return f"Sink: {f.name} (topic: {f.topic})"
+    stores = f" (stores: [{', '.join(f.stores)}])" if f.stores else ""
+    return f"Processor: {f.name} [{f.label}]{stores}"
+
+
+def describe_text(topology: Topology) -> str:
+    out = [f"Topology: {topology.job_id}"]
+    for st in topology.subtopologies:
+        out.append(f"  Sub-topology: {st.id}")
+        for f in st.factories:
+            out.append(f"    {_line(f)}")
+            if f.children:
+                out.append(f"      --> {', '.join(f.children)}")
+            if f.parents:
+                out.append(f"      <-- {', '.join(f.parents)}")
+    out.append("  Topics:")
+    width = max(len(t) for t in topology.topics)
+    for t in topology.topics.values():
+        out.append(f"    {t.name:<{width}}  {t.role:<9}  queues: {_queues(t.queues)}")
+    if topology.stores:
+        out.append("  Stores:")
+        for s in topology.stores.values():
+            out.append(
+                f"    {s.name}  (processor: {s.processor}, changelog: {s.changelog_topic}, "
+                f"queues: {_queues(s.queues)})"
+            )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,216 @@
+"""The physical topology: plain data describing processors, topics and state stores.
+
+A :class:`Topology` is what ``StreamBuilder.build()`` returns. It is pure description;
+``describe()`` (text) and ``to_dot()``/``render()`` (graphviz) are separate renderers of
+it, and the runtime turns it into live processors per queue through
+:meth:`ProcessorFactory.build` (phase 3 of the build).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rstreams.dsl.nodes import Node
+from rstreams.errors import UnsupportedOperation
+from rstreams.serde import Serde
+
+#: Queue count of shuffle topics whose upstream queue count is not known at build time.
+DEFAULT_SHUFFLE_QUEUES = 8
+
+# Filled by the runtime: factory kind -> function building a fresh processor. The planner
+# only describes; which class executes a kind is the runtime's business.
+_PROCESSOR_BUILDERS: dict[str, Callable[[ProcessorFactory], Any]] = {}
+
+
+def register_processor(kind: str) -> Callable[[Callable[[ProcessorFactory], Any]], Any]:
+    """Decorator used by a runtime to say how to build processors of ``kind``."""
+
+    def deco(builder: Callable[[ProcessorFactory], Any]) -> Any:
+        _PROCESSOR_BUILDERS[kind] = builder
+        return builder
+
+    return deco
+
+
+@attrs.frozen
+class TopicSpec:
+    """A topic the topology reads or writes.
+
+    ``role`` is one of ``source``, ``sink``, ``shuffle`` (internal, written by a shuffle
+    sink and read by a shuffle source) or ``changelog`` (internal, compacted).
+    ``queues`` is None when the queue count is decided by whoever creates the topic.
+    """
+
+    name: str
+    role: str
+    queues: int | None
+    key_serde: Serde
+    value_serde: Serde
+
+    @property
+    def internal(self) -> bool:
+        return self.role in ("shuffle", "changelog")
+
+    @property
+    def compacted(self) -> bool:
+        return self.role == "changelog"
+
+
+@attrs.frozen
+class StoreSpec:
+    """A keyed state store owned by one processor; one instance exists per queue."""
+
+    name: str
+    processor: str
+    changelog_topic: str
+    #: The topic whose queues the store is split by (changelog queue q <-> that queue q).
+    input_topic: str
+    queues: int | None
+    serde: Serde
+
+
+@attrs.define(eq=False)
+class ProcessorFactory:
+    """Builds the processor of one step; the runtime calls :meth:`build` once per queue.
+
+    ``kind`` names the processor type (``source``, ``map``, ``flatMap``, ``filter``,
+    ``foreach``, ``peek``, ``selectTimestamp``, ``keyBy``, ``print``, ``merge``,
+    ``toRStream``, ``aggregate``, ``sink``, ``shuffle-sink``, ``shuffle-source``).
+    """
+
+    name: str
+    kind: str
+    node: Node
+    parents: list[str] = attrs.field(factory=list)
+    children: list[str] = attrs.field(factory=list)
+    topic: str | None = None
+    stores: list[str] = attrs.field(factory=list)
+    subtopology: int = -1
+
+    @property
+    def role(self) -> str:
+        """``source``, ``sink`` or ``processor``, for describe and rendering."""
+        if self.kind in ("source", "shuffle-source"):
+            return "source"
+        if self.kind in ("sink", "shuffle-sink"):
+            return "sink"
+        return "processor"
+
+    @property
+    def label(self) -> str:
+        """What the step does, for people: the aggregation for ``aggregate`` factories."""
+        return self.node.kind if self.kind == "aggregate" else self.kind
+
+    def build(self) -> Any:
+        """A fresh, unlinked processor for this step (a new object on every call)."""
+        if not _PROCESSOR_BUILDERS:
+            # The embedded engine registers its processors on import.
+            import importlib
+
+            importlib.import_module("rstreams.runtime.engine.processors")
+        try:
+            builder = _PROCESSOR_BUILDERS[self.kind]
+        except KeyError:
+            raise UnsupportedOperation(
+                f"no processor for step {self.name!r} of kind {self.kind!r} on the embedded engine"
+            ) from None
+        return builder(self)
+
+
+@attrs.define(eq=False)
+class SubTopology:
+    """Processors connected without crossing a topic; one task per queue runs them."""
+
+    id: int
+    factories: list[ProcessorFactory]
+
+    @property
+    def source_topics(self) -> list[str]:
+        return [f.topic for f in self.factories if f.role == "source" and f.topic]
+
+    @property
+    def sink_topics(self) -> list[str]:
+        return [f.topic for f in self.factories if f.role == "sink" and f.topic]
+
+    @property
+    def stores(self) -> list[str]:
+        return [s for f in self.factories for s in f.stores]
+
+    def build(self) -> dict[str, Any]:
+        """Phase 3: fresh processors for one queue, linked parent -> children.
+
+        Returns the processors by step name; sources are the entry points.
+        """
+        procs = {f.name: f.build() for f in self.factories}
+        for f in self.factories:
+            procs[f.name].link([procs[c] for c in f.children])
+        return procs
+
+
+@attrs.define(eq=False)
+class Topology:
+    """The compiled pipeline: sub-topologies, topics and state stores.
+
+    >>> from rstreams import StreamBuilder
+    >>> b = StreamBuilder("wc")
+    >>> b.source("lines").flatMap(str.split).keyBy(lambda w: w).count().sink("counts")
+    >>> t = b.build()
+    >>> [st.id for st in t.subtopologies]
+    [0, 1]
+    >>> sorted(name for name, spec in t.topics.items() if spec.internal)
+    ['wc-lines-count-3-changelog', 'wc-lines-count-3-shuffle']
+    """
+
+    job_id: str
+    subtopologies: list[SubTopology]
+    topics: dict[str, TopicSpec]
+    stores: dict[str, StoreSpec]
+    factories: dict[str, ProcessorFactory]
+
+    @property
+    def source_topics(self) -> list[str]:
+        """User topics the topology reads (not internal ones)."""
+        return [t.name for t in self.topics.values() if t.role == "source"]
+
+    @property
+    def sink_topics(self) -> list[str]:
+        """User topics the topology writes (not internal ones)."""
+        return [t.name for t in self.topics.values() if t.role == "sink"]
+
+    def subtopology_of_topic(self, topic: str) -> list[SubTopology]:
+        return [st for st in self.subtopologies if topic in st.source_topics]
+
+    def describe(self) -> str:
+        """Text description: sub-topologies with their sources, processors (and their
+        stores) and sinks with edges, then the topics and the stores."""
+        from rstreams.planner.describe import describe_text
+
+        return describe_text(self)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT source of the topology (sub-topologies drawn as clusters)."""
+        from rstreams.planner.render import to_dot
+
+        return to_dot(self)
+
+    def render(self, path: str | Path, format: str | None = None) -> Path:
+        """Write a picture of the topology to ``path`` (``.svg``, ``.png``, ``.pdf`` or
+        ``.dot``) with graphviz; returns the path written."""
+        from rstreams.planner.render import render
+
+        return render(self, path, format)
+
+    def _repr_svg_(self) -> str:
+        from rstreams.planner.render import to_svg
+
+        return to_svg(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.job_id!r}, subtopologies={len(self.subtopologies)}, "
+            f"processors={len(self.factories)}, stores={len(self.stores)})"
+        )

@@ -1,0 +1,1 @@
+"""Runtimes: the embedded engine (queues, groups, tasks) and, later, the Spark backend."""

@@ -1,0 +1,122 @@
+"""StreamContext: what a processor chain of one task (one queue) can reach."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rstreams.errors import ConfigError, ProcessingError
+from rstreams.runtime.engine.record import Record
+from rstreams.state.cache import CachedStore
+
+if TYPE_CHECKING:
+    from rstreams.runtime.engine.producer import Producer
+
+log = logging.getLogger("rstreams.engine")
+
+ON_ERROR = ("fail", "skip", "dead-letter")
+
+
+@attrs.frozen
+class EngineConfig:
+    """Knobs of the embedded engine.
+
+    ``on_error`` decides what happens to a record a user function (or a deserializer)
+    throws on: ``fail`` stops with a :class:`~rstreams.errors.ProcessingError` naming the
+    step, topic, queue and offset (default); ``skip`` logs a warning, counts it in
+    ``metrics["skipped"]`` and goes on; ``dead-letter`` also goes on, after writing the
+    failure as a JSON record to the topic ``<job>-dead-letter``.
+
+    ``coalesce`` keeps only the latest update per key of each aggregation until the next
+    commit (like Kafka Streams' record cache); the test driver turns it off so every
+    update is visible.
+    """
+
+    on_error: str = attrs.field(default="fail")
+    coalesce: bool = False
+    batch_size: int = 1000
+    cache_entries: int = 100_000
+    default_queues: int = 1
+
+    @on_error.validator
+    def _check(self, _attr: Any, value: str) -> None:
+        if value not in ON_ERROR:
+            raise ConfigError(f"on_error must be one of {', '.join(ON_ERROR)}; got {value!r}")
+
+
+def dead_letter_topic(job_id: str) -> str:
+    return f"{job_id}-dead-letter"
+
+
+class StreamContext:
+    """Per task: its queue, its stores, the producer, error policy and metrics."""
+
+    def __init__(
+        self,
+        job_id: str,
+        task_id: str,
+        queue: int,
+        producer: Producer,
+        stores: dict[str, CachedStore],
+        config: EngineConfig,
+    ) -> None:
+        self.job_id = job_id
+        self.task_id = task_id
+        self.queue = queue
+        self.producer = producer
+        self.stores = stores
+        self.config = config
+        self.metrics: Counter[str] = Counter()
+
+    def store(self, name: str) -> CachedStore:
+        try:
+            return self.stores[name]
+        except KeyError:
+            raise ConfigError(
+                f"task {self.task_id} has no state store {name!r}; it has {sorted(self.stores)}"
+            ) from None
+
+    def handle_error(self, step: str, record: Record, exc: BaseException, fn: Any = None) -> None:
+        """Apply the on_error policy to ``record``, which failed in ``step``."""
+        from rstreams.dsl.stream import describe_fn
+
+        where = f"{record.topic}[{record.queue}]@{record.offset}"
+        what = f" in {describe_fn(fn)}" if fn is not None else ""
+        msg = (
+            f"step {step!r} failed on the record at {where} (key={record.key!r}, "
+            f"value={record.value!r:.120}){what}: {type(exc).__name__}: {exc}"
+        )
+        policy = self.config.on_error
+        if policy == "fail":
+            raise ProcessingError(
+                msg + "\n  (set on_error='skip' or 'dead-letter' to keep going)",
+                step=step,
+                topic=record.topic,
+                queue=record.queue,
+                offset=record.offset,
+            ) from exc
+        self.metrics["skipped"] += 1
+        log.warning("%s (%s)", msg, "skipped" if policy == "skip" else "dead-lettered")
+        if policy == "dead-letter":
+            payload = {
+                "step": step,
+                "topic": record.topic,
+                "queue": record.queue,
+                "offset": record.offset,
+                "key": repr(record.key),
+                "value": repr(record.value),
+                "error": f"{type(exc).__name__}: {exc}",
+            }
+            self.producer.send(
+                dead_letter_topic(self.job_id),
+                0,
+                None,
+                json.dumps(payload).encode("utf-8"),
+                record.timestamp,
+                (),
+            )
+            self.metrics["dead_lettered"] += 1

@@ -1,0 +1,53 @@
+"""The record that flows between processors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rstreams.runtime.queues.base import Headers
+
+
+class Record:
+    """A deserialized record plus where it came from (source topic/queue/offset).
+
+    Records are never mutated once forwarded (a parent may fan the same record out to
+    several children); ``with_*`` build a new one.
+    """
+
+    __slots__ = ("headers", "key", "offset", "queue", "timestamp", "topic", "value")
+
+    def __init__(
+        self,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        headers: Headers,
+        topic: str,
+        queue: int,
+        offset: int,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self.headers = headers
+        self.topic = topic
+        self.queue = queue
+        self.offset = offset
+
+    def with_value(self, value: Any) -> Record:
+        return Record(self.key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
+
+    def with_key(self, key: Any) -> Record:
+        return Record(key, self.value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
+
+    def with_timestamp(self, timestamp: int) -> Record:
+        return Record(self.key, self.value, timestamp, self.headers, self.topic, self.queue, self.offset)
+
+    def with_key_value(self, key: Any, value: Any) -> Record:
+        return Record(key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(key={self.key!r}, value={self.value!r:.80}, timestamp={self.timestamp}, "
+            f"from={self.topic}[{self.queue}]@{self.offset})"
+        )

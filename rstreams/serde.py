@@ -1,0 +1,208 @@
+"""Serializers and deserializers (serdes) for record keys, values and state.
+
+Topics and state stores hold bytes; a :class:`Serde` turns Python values into bytes and
+back. rstreams never pickles data: pickles are unsafe to read and tie stored data to
+Python class layouts.
+
+Built-in serdes, also selectable by name wherever a serde is accepted:
+
+========== =====================================================================
+``"str"``     UTF-8 text (the default for source values and keys)
+``"bytes"``   raw bytes, unchanged
+``"json"``    JSON text (the default for user sinks; readable by any tool)
+``"msgpack"`` MessagePack, round-trips tuples too (used for shuffles and state)
+========== =====================================================================
+
+    >>> from rstreams.serde import get_serde
+    >>> s = get_serde("msgpack")
+    >>> s.deserialize(s.serialize({"word": ("a", 1)}))
+    {'word': ('a', 1)}
+    >>> get_serde("json").serialize({"n": 1})
+    b'{"n":1}'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from rstreams.errors import SerdeError
+
+_TUPLE_EXT = 1
+
+
+class Serde:
+    """Turns values into bytes and back. Subclass and override both methods."""
+
+    name = "serde"
+
+    def serialize(self, obj: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class StrSerde(Serde):
+    """UTF-8 text. Non-str values are rejected rather than silently ``str()``-ed."""
+
+    name = "str"
+
+    def serialize(self, obj: Any) -> bytes:
+        if isinstance(obj, str):
+            return obj.encode("utf-8")
+        if isinstance(obj, bytes):
+            return obj
+        raise SerdeError(
+            f"the 'str' serde expects a str value; got {type(obj).__name__} {obj!r:.80}; "
+            "use serializer='json' or 'msgpack' for other types"
+        )
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SerdeError(f"invalid UTF-8 at byte {e.start}: {data[:60]!r}") from None
+
+
+class BytesSerde(Serde):
+    """Bytes in, bytes out."""
+
+    name = "bytes"
+
+    def serialize(self, obj: Any) -> bytes:
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            return bytes(obj)
+        raise SerdeError(f"the 'bytes' serde expects bytes; got {type(obj).__name__}")
+
+    def deserialize(self, data: bytes) -> Any:
+        return data
+
+
+class JsonSerde(Serde):
+    """Compact JSON. Tuples come back as lists, as JSON has no tuple."""
+
+    name = "json"
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise SerdeError(
+                f"value of type {type(obj).__name__} is not JSON-serializable ({e}); "
+                "map it to dict/list/str/number first or pass another serializer"
+            ) from None
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise SerdeError(f"invalid JSON ({e}): {data[:60]!r}") from None
+
+
+def _pack_default(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_TUPLE_EXT, _packb(list(obj)))
+    raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _TUPLE_EXT:
+        return tuple(_unpackb(data))
+    return msgpack.ExtType(code, data)
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_pack_default)  # type: ignore[no-any-return]
+
+
+def _unpackb(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
+
+
+class MsgpackSerde(Serde):
+    """MessagePack with tuples preserved (as an extension type).
+
+    Handles None, bool, int, float, str, bytes, list, tuple and dict.
+    """
+
+    name = "msgpack"
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            return _packb(obj)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise SerdeError(
+                f"value of type {type(obj).__name__} can not be stored ({e}); state and "
+                "shuffles hold None/bool/int/float/str/bytes/list/tuple/dict"
+            ) from None
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return _unpackb(data)
+        except Exception as e:  # msgpack raises several unrelated exception types
+            raise SerdeError(f"invalid msgpack data ({e}): {data[:60]!r}") from None
+
+
+class FunctionSerde(Serde):
+    """Wraps plain functions, e.g. ``source("t", deserializer=lambda b: b.decode())``."""
+
+    def __init__(
+        self,
+        serialize: Callable[[Any], bytes] | None = None,
+        deserialize: Callable[[bytes], Any] | None = None,
+    ) -> None:
+        self._ser = serialize
+        self._de = deserialize
+        self.name = getattr(deserialize or serialize, "__name__", "function")
+
+    def serialize(self, obj: Any) -> bytes:
+        if self._ser is None:
+            raise SerdeError(f"serde {self.name!r} can only deserialize")
+        return self._ser(obj)
+
+    def deserialize(self, data: bytes) -> Any:
+        if self._de is None:
+            raise SerdeError(f"serde {self.name!r} can only serialize")
+        return self._de(data)
+
+
+SERDES: dict[str, Serde] = {
+    s.name: s for s in (StrSerde(), BytesSerde(), JsonSerde(), MsgpackSerde())
+}
+
+SerdeLike = Serde | str | Callable[..., Any]
+
+
+def get_serde(spec: SerdeLike | None, *, default: str = "str", role: str = "deserializer") -> Serde:
+    """Resolve a serde given as an instance, a built-in name, or a plain function.
+
+    A plain function is taken as a deserializer when ``role == "deserializer"`` and as a
+    serializer otherwise.
+    """
+    if spec is None:
+        spec = default
+    if isinstance(spec, Serde):
+        return spec
+    if isinstance(spec, str):
+        try:
+            return SERDES[spec]
+        except KeyError:
+            raise SerdeError(
+                f"unknown serde {spec!r}; expected one of {sorted(SERDES)} or a Serde instance"
+            ) from None
+    if callable(spec):
+        if role == "deserializer":
+            return FunctionSerde(deserialize=spec)
+        return FunctionSerde(serialize=spec)
+    raise SerdeError(f"expected a Serde, a serde name or a function; got {type(spec).__name__}")
+
+
+#: Serde of shuffle topics and state stores: fast and round-trips Python's plain types.
+INTERNAL_SERDE: Serde = SERDES["msgpack"]

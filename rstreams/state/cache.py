@@ -1,0 +1,112 @@
+"""Write-back cache of Python objects in front of a byte store.
+
+Operators read and write plain Python values; serialization happens once per key per
+flush (at commit), not once per record. A flush writes the dirty entries to the store
+in one batch and hands the same batch to the changelog writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from rstreams.errors import SerdeError
+from rstreams.serde import Serde
+from rstreams.state.stores import KeyValueStore
+
+_MISSING = object()
+
+ChangelogWriter = Callable[[Sequence[tuple[bytes, bytes | None]]], None]
+
+
+class CachedStore:
+    """A typed view of a byte store with a bounded write-back cache.
+
+    ``max_entries`` bounds memory: when more keys than that are cached, the cache is
+    flushed and cleared.
+
+    >>> from rstreams.state.stores import MemoryStore
+    >>> from rstreams.serde import get_serde
+    >>> inner = MemoryStore("counts")
+    >>> s = CachedStore(inner, get_serde("msgpack"), get_serde("msgpack"))
+    >>> s.put("a", 1); s.get("a"), len(inner)
+    (1, 0)
+    >>> s.flush(); len(inner)
+    1
+    """
+
+    def __init__(
+        self,
+        inner: KeyValueStore,
+        key_serde: Serde,
+        value_serde: Serde,
+        changelog: ChangelogWriter | None = None,
+        max_entries: int = 100_000,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._kser = key_serde.serialize
+        self._kde = key_serde.deserialize
+        self._vser = value_serde.serialize
+        self._vde = value_serde.deserialize
+        self._changelog = changelog
+        self._max = max_entries
+        self._cache: dict[Any, Any] = {}
+        self._dirty: set[Any] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        v = self._cache.get(key, _MISSING)
+        if v is _MISSING:
+            raw = self.inner.get(self._kser(key))
+            v = None if raw is None else self._decode(raw, key)
+            if len(self._cache) >= self._max:
+                self.flush(evict=True)
+            self._cache[key] = v
+        return default if v is None else v
+
+    def _decode(self, raw: bytes, key: Any) -> Any:
+        try:
+            return self._vde(raw)
+        except SerdeError as e:
+            raise SerdeError(f"store {self.name!r}: can not read the value of key {key!r}: {e}") from None
+
+    def put(self, key: Any, value: Any) -> None:
+        if key not in self._cache and len(self._cache) >= self._max:
+            self.flush(evict=True)
+        self._cache[key] = value
+        self._dirty.add(key)
+
+    def delete(self, key: Any) -> None:
+        self.put(key, None)
+
+    def flush(self, evict: bool = False) -> None:
+        """Write dirty entries to the store (and the changelog) as one batch."""
+        if self._dirty:
+            cache = self._cache
+            batch: list[tuple[bytes, bytes | None]] = []
+            for k in self._dirty:
+                v = cache[k]
+                try:
+                    batch.append((self._kser(k), None if v is None else self._vser(v)))
+                except SerdeError as e:
+                    raise SerdeError(f"store {self.name!r}: can not store key {k!r}: {e}") from None
+            self.inner.write_batch(batch)
+            if self._changelog is not None:
+                self._changelog(batch)
+            self._dirty.clear()
+        if evict:
+            self._cache.clear()
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Current entries (cache included), deserialized, in stored-key order."""
+        self.flush()
+        for k, v in self.inner.items():
+            yield self._kde(k), self._vde(v)
+
+    def __len__(self) -> int:
+        self.flush()
+        return len(self.inner)
+
+    def close(self) -> None:
+        self.flush(evict=True)
+        self.inner.close()
