@@ -1,6 +1,6 @@
 """sum / min / max of word lengths per first letter, over the words of each line.
 
-    rstreams run examples/stats.py --input examples/data/corpus.txt --bind ... (three sinks)
+rstreams run examples/stats.py --input examples/data/corpus.txt --bind ... (three sinks)
 """
 
 import re
@@ -12,8 +12,8 @@ WORD = re.compile(r"[a-z]+")
 
 def build() -> StreamBuilder:
     b = StreamBuilder("stats")
-    by_initial = b.source("lines").flatMap(lambda line: WORD.findall(line.lower())).keyBy(
-        lambda w: w[0]
+    by_initial = (
+        b.source("lines").flatMap(lambda line: WORD.findall(line.lower())).keyBy(lambda w: w[0])
     )
     by_initial.sum(len, name="len-sum").sink("len-sum")
     by_initial.min(len, name="len-min").sink("len-min")

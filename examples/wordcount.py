@@ -1,6 +1,6 @@
 """Word count: the classic. Run it with
 
-    rstreams run examples/wordcount.py --input examples/data/corpus.txt
+rstreams run examples/wordcount.py --input examples/data/corpus.txt
 """
 
 import re

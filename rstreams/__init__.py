@@ -31,6 +31,7 @@ from rstreams.errors import (
     UnsupportedOperation,
 )
 from rstreams.planner.topology import Topology
+from rstreams.runner import RunResult, run
 from rstreams.serde import Serde, get_serde
 
 __version__ = "0.1.0"
@@ -46,6 +47,7 @@ __all__ = [
     "ProcessingError",
     "RStream",
     "RStreamsError",
+    "RunResult",
     "Serde",
     "SerdeError",
     "StreamBuilder",
@@ -55,4 +57,5 @@ __all__ = [
     "WindowStream",
     "__version__",
     "get_serde",
+    "run",
 ]

@@ -119,7 +119,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_pack_default)  # type: ignore[no-any-return]
+    return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_pack_default)
 
 
 def _unpackb(data: bytes) -> Any:

@@ -170,7 +170,9 @@ class Pipeline:
     by_name: dict[str, Node] = attrs.field(factory=dict)
     sources: dict[str, SourceNode] = attrs.field(factory=dict)
 
-    def add(self, cls: type[Node], parents: tuple[Node, ...], name: str | None, **fields: Any) -> Any:
+    def add(
+        self, cls: type[Node], parents: tuple[Node, ...], name: str | None, **fields: Any
+    ) -> Any:
         if name is not None:
             check_name(name, "a step name")
         if parents:

@@ -23,7 +23,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import InvalidFunctionError, MissingKeyError, TopologyError, UnsupportedOperation
+from rstreams.errors import (
+    InvalidFunctionError,
+    MissingKeyError,
+    TopologyError,
+    UnsupportedOperation,
+)
 from rstreams.serde import SerdeLike, get_serde
 
 if TYPE_CHECKING:
@@ -53,7 +58,9 @@ def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False
 
 
 def _check_queues(queues: int | None, method: str) -> int | None:
-    if queues is not None and (not isinstance(queues, int) or isinstance(queues, bool) or queues < 1):
+    if queues is not None and (
+        not isinstance(queues, int) or isinstance(queues, bool) or queues < 1
+    ):
         raise TopologyError(f"{method}(queues=...) must be a positive int; got {queues!r}")
     return queues
 
@@ -290,19 +297,31 @@ class GroupedStream(_Stream):
         return self._agg("count", name, queues)
 
     def sum(
-        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+        self,
+        fn: Callable[[Any], Any] | None = None,
+        *,
+        name: str | None = None,
+        queues: int | None = None,
     ) -> GroupedStream:
         """Sum of ``fn(value)`` (or of the value) per key."""
         return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
 
     def min(
-        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+        self,
+        fn: Callable[[Any], Any] | None = None,
+        *,
+        name: str | None = None,
+        queues: int | None = None,
     ) -> GroupedStream:
         """Smallest ``fn(value)`` (or value) seen per key."""
         return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
 
     def max(
-        self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None, queues: int | None = None
+        self,
+        fn: Callable[[Any], Any] | None = None,
+        *,
+        name: str | None = None,
+        queues: int | None = None,
     ) -> GroupedStream:
         """Largest ``fn(value)`` (or value) seen per key."""
         return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
@@ -376,4 +395,3 @@ class JoinedStream:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise UnsupportedOperation("JoinedStream lands with the windows and joins feature")
-

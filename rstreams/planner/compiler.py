@@ -141,13 +141,19 @@ def _aggregate(node: n.AggregateNode, build: _Build) -> None:
     # Records meet their key's state only if they arrive on the queue that owns the key:
     # after a key change, or when several topics feed the operator, shuffle first.
     repartition = node.repartition or len(upstream) > 1
+    queues: int | None
     if repartition:
         known = [q for t in upstream if (q := build.topics[t].queues) is not None]
         queues = node.queues or (max(known) if known else DEFAULT_SHUFFLE_QUEUES)
         topic = f"{build.job}-{node.name}-shuffle"
         build.add_topic(TopicSpec(topic, "shuffle", queues, INTERNAL_SERDE, INTERNAL_SERDE))
-        build.add(ProcessorFactory(f"{node.name}-shuffle-sink", "shuffle-sink", node, topic=topic), parents)
-        build.add(ProcessorFactory(f"{node.name}-shuffle-source", "shuffle-source", node, topic=topic), [])
+        build.add(
+            ProcessorFactory(f"{node.name}-shuffle-sink", "shuffle-sink", node, topic=topic),
+            parents,
+        )
+        build.add(
+            ProcessorFactory(f"{node.name}-shuffle-source", "shuffle-source", node, topic=topic), []
+        )
         parents = [f"{node.name}-shuffle-source"]
         input_topic = topic
     else:
@@ -156,7 +162,8 @@ def _aggregate(node: n.AggregateNode, build: _Build) -> None:
         if node.queues is not None and queues is not None and node.queues != queues:
             raise TopologyError(
                 f"step {node.name!r} asks for {node.queues} queues but reads topic "
-                f"{input_topic!r} with {queues} queues without a shuffle; drop queues= or keyBy first"
+                f"{input_topic!r} with {queues} queues without a shuffle; "
+                "drop queues= or keyBy first"
             )
         queues = queues or node.queues
     store = f"{build.job}-{node.name}-store"

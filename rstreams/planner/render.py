@@ -67,9 +67,11 @@ def to_dot(topology: Topology) -> str:
             lines.append(f"  {_q('proc:' + f.name)} -> {_q('topic:' + f.topic)};")
         for s in f.stores:
             spec = topology.stores[s]
-            lines.append(f'  {_q("proc:" + f.name)} -> {_q("store:" + s)} [dir=both, style=dashed];')
             lines.append(
-                f'  {_q("store:" + s)} -> {_q("topic:" + spec.changelog_topic)} '
+                f"  {_q('proc:' + f.name)} -> {_q('store:' + s)} [dir=both, style=dashed];"
+            )
+            lines.append(
+                f"  {_q('store:' + s)} -> {_q('topic:' + spec.changelog_topic)} "
                 '[style=dotted, label="changelog"];'
             )
     lines.append("}")

@@ -68,7 +68,9 @@ class CachedStore:
         try:
             return self._vde(raw)
         except SerdeError as e:
-            raise SerdeError(f"store {self.name!r}: can not read the value of key {key!r}: {e}") from None
+            raise SerdeError(
+                f"store {self.name!r}: can not read the value of key {key!r}: {e}"
+            ) from None
 
     def put(self, key: Any, value: Any) -> None:
         if key not in self._cache and len(self._cache) >= self._max:

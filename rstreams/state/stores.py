@@ -32,7 +32,9 @@ class KeyValueStore:
         """All entries in key order."""
         raise NotImplementedError
 
-    def range(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    def range(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < end, in key order."""
         for k, v in self.items():
             if (start is None or k >= start) and (end is None or k < end):
@@ -80,7 +82,9 @@ class MemoryStore(KeyValueStore):
         for k in sorted(self._data):
             yield k, self._data[k]
 
-    def range(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    def range(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
         keys = sorted(self._data)
         lo = 0 if start is None else bisect.bisect_left(keys, start)
         hi = len(keys) if end is None else bisect.bisect_left(keys, end)

@@ -184,9 +184,7 @@ class PrintProcessor(Processor):
 
     def process(self, batch: Batch) -> None:
         p = self.prefix
-        lines = [
-            f"{p}{r.value}" if r.key is None else f"{p}{r.key}: {r.value}" for r in batch
-        ]
+        lines = [f"{p}{r.value}" if r.key is None else f"{p}{r.key}: {r.value}" for r in batch]
         sys.stdout.write("\n".join(lines) + "\n")
 
 

@@ -35,13 +35,19 @@ class Record:
         self.offset = offset
 
     def with_value(self, value: Any) -> Record:
-        return Record(self.key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
+        return Record(
+            self.key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset
+        )
 
     def with_key(self, key: Any) -> Record:
-        return Record(key, self.value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
+        return Record(
+            key, self.value, self.timestamp, self.headers, self.topic, self.queue, self.offset
+        )
 
     def with_timestamp(self, timestamp: int) -> Record:
-        return Record(self.key, self.value, timestamp, self.headers, self.topic, self.queue, self.offset)
+        return Record(
+            self.key, self.value, timestamp, self.headers, self.topic, self.queue, self.offset
+        )
 
     def with_key_value(self, key: Any, value: Any) -> Record:
         return Record(key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset)

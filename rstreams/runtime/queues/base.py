@@ -27,7 +27,10 @@ class LogRecord:
         self.headers = headers
 
     def __repr__(self) -> str:
-        return f"LogRecord(offset={self.offset}, ts={self.timestamp}, key={self.key!r}, value={self.value!r:.60})"
+        return (
+            f"LogRecord(offset={self.offset}, ts={self.timestamp}, key={self.key!r}, "
+            f"value={self.value!r:.60})"
+        )
 
 
 def queue_for_key(key: bytes, queues: int) -> int:

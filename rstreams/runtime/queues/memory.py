@@ -75,8 +75,7 @@ class MemoryBroker:
             raise ConfigError(f"topic {topic!r} does not exist") from None
         except IndexError:
             raise ConfigError(
-                f"topic {topic!r} has no queue {queue} "
-                f"(it has {self.topics[topic].queue_count})"
+                f"topic {topic!r} has no queue {queue} (it has {self.topics[topic].queue_count})"
             ) from None
 
     def append(
@@ -94,7 +93,9 @@ class MemoryBroker:
         )
         return first
 
-    def read(self, topic: str, queue: int, offset: int, max_records: int | None = None) -> list[LogRecord]:
+    def read(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> list[LogRecord]:
         q = self._queue(topic, queue)
         if offset < q.base:
             raise ConfigError(

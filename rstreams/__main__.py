@@ -1,0 +1,7 @@
+"""``python -m rstreams`` is the ``rstreams`` command."""
+
+import sys
+
+from rstreams.cli import main
+
+sys.exit(main())

@@ -1,0 +1,354 @@
+"""The ``rstreams`` command.
+
+Exit codes: 0 success, 1 a record failed processing (or another runtime failure),
+2 bad usage or configuration, 3 the pipeline file could not be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import runpy
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rstreams import __version__
+from rstreams.dsl.stream import StreamBuilder
+from rstreams.errors import (
+    ConfigError,
+    PipelineFileError,
+    ProcessingError,
+    RStreamsError,
+    TopologyError,
+    UnsupportedOperation,
+)
+from rstreams.planner.topology import Topology
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PIPELINE = 0, 1, 2, 3
+
+log = logging.getLogger("rstreams")
+
+
+# -- pipeline files ---------------------------------------------------------------------
+
+
+def load_topology(path: str) -> Topology:
+    """Load a pipeline file: run it and call its ``build()``.
+
+    ``build()`` may return a Topology or a StreamBuilder (which is then built).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise PipelineFileError(
+            f"pipeline file {path!r} " + ("is not a file" if p.exists() else "does not exist")
+        )
+    sys.path.insert(0, str(p.resolve().parent))  # let the pipeline import its neighbours
+    try:
+        try:
+            ns = runpy.run_path(str(p), run_name="__rstreams_pipeline__")
+        except Exception as e:
+            raise PipelineFileError(
+                f"pipeline file {path!r} raised while loading{_where(e, p)}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        build = ns.get("build")
+        if build is None or not callable(build):
+            raise PipelineFileError(
+                f"pipeline file {path!r} defines no build() function; define "
+                "`def build():` returning a Topology or a StreamBuilder"
+            )
+        try:
+            result = build()
+        except Exception as e:
+            raise PipelineFileError(
+                f"build() in {path!r} raised{_where(e, p)}: {type(e).__name__}: {e}"
+            ) from e
+        if isinstance(result, StreamBuilder):
+            try:
+                result = result.build()
+            except TopologyError as e:
+                raise PipelineFileError(f"the pipeline in {path!r} does not compile: {e}") from e
+        if not isinstance(result, Topology):
+            raise PipelineFileError(
+                f"build() in {path!r} must return a Topology or a StreamBuilder; "
+                f"got {type(result).__name__} instead"
+            )
+        return result
+    finally:
+        sys.path.remove(str(p.resolve().parent))
+
+
+def _where(e: BaseException, path: Path) -> str:
+    """' at file:line' of the deepest frame in the pipeline file, if any."""
+    target = str(path.resolve())
+    line = None
+    for frame in traceback.extract_tb(e.__traceback__):
+        if os.path.abspath(frame.filename) == target:
+            line = frame.lineno
+    return f" at {path.name}:{line}" if line else ""
+
+
+# -- run ----------------------------------------------------------------------------------
+
+
+def _parse_binds(binds: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for b in binds:
+        topic, sep, path = b.partition("=")
+        if not sep or not topic or not path:
+            raise ConfigError(f"--bind expects TOPIC=PATH; got {b!r}")
+        if topic in out:
+            raise ConfigError(f"topic {topic!r} is bound twice with --bind")
+        out[topic] = path
+    return out
+
+
+class _ProgressLine:
+    """A single live line on stderr (only when it is a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last = 0.0
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.25:
+            return
+        self.last = now
+        pct = f" {100 * p.bytes_read / p.bytes_total:5.1f}%" if p.bytes_total else ""
+        rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
+        sys.stderr.write(
+            f"\r  {p.records_in:,} records in, {p.records_out:,} out{pct}  {rate:,.0f} records/s "
+        )
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.last:
+            sys.stderr.write("\r\033[K")
+
+
+def _print_top(topic: str, table: dict[Any, Any], top: int) -> None:
+    items = list(table.items())
+    if items and all(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v in items):
+        items.sort(key=lambda kv: (-kv[1], str(kv[0])))
+        title = f"top {min(top, len(items))} of {len(items):,} keys by value"
+    else:
+        title = f"first {min(top, len(items))} of {len(items):,} keys"
+    print(f"{topic}: {title}")
+    shown = items[:top]
+    width = max((len(str(k)) for k, _ in shown), default=3)
+    for k, v in shown:
+        print(f"  {k!s:<{width}}  {json.dumps(v, ensure_ascii=False)}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rstreams.runner import run, write_table
+
+    if args.backend != "embedded":
+        raise UnsupportedOperation(
+            f"--backend {args.backend} is not available in this version; use --backend embedded"
+        )
+    if args.master:
+        raise UnsupportedOperation("--master needs --backend spark, which is not available yet")
+    if args.broker:
+        raise UnsupportedOperation(
+            "--broker is not available in this version; the embedded runtime runs in process"
+        )
+    if args.workers != 1:
+        raise UnsupportedOperation(
+            f"--workers {args.workers}: multi-process workers are not available in this "
+            "version; the in-process runtime uses --workers 1"
+        )
+    topology = load_topology(args.pipeline)
+    inputs = _parse_binds(args.bind)
+    if args.input:
+        sources = topology.source_topics
+        if len(sources) != 1:
+            raise ConfigError(
+                f"--input binds the only source topic, but {topology.job_id!r} reads "
+                f"{len(sources)}: {sources}; use --bind TOPIC=PATH for each"
+            )
+        if sources[0] in inputs:
+            raise ConfigError(f"topic {sources[0]!r} is bound by both --input and --bind")
+        inputs[sources[0]] = args.input
+    if not inputs:
+        raise ConfigError("nothing to read: give --input PATH (or --bind TOPIC=PATH)")
+    sinks = topology.sink_topics
+    if args.output and len(sinks) != 1:
+        raise ConfigError(
+            f"--output writes the only sink topic, but {topology.job_id!r} writes "
+            f"{len(sinks)}: {sinks}"
+        )
+    if args.data_dir:
+        log.info("--data-dir %s is not used by the in-process runtime", args.data_dir)
+
+    progress = _ProgressLine(enabled=not args.quiet and sys.stderr.isatty())
+    try:
+        result = run(topology, inputs, on_error=args.on_error, progress=progress)
+    finally:
+        progress.done()
+    if args.output:
+        write_table(result.tables[sinks[0]], args.output)
+    elif not args.quiet:
+        for topic, table in result.tables.items():
+            _print_top(topic, table, args.top)
+    if not args.quiet:
+        rate = result.records_in / result.elapsed if result.elapsed > 0 else 0.0
+        skipped = result.metrics.get("skipped", 0)
+        extra = f", {skipped:,} skipped" if skipped else ""
+        where = f"; wrote {args.output}" if args.output else ""
+        print(
+            f"done: {result.records_in:,} records in, {result.records_out:,} out{extra} "
+            f"in {result.elapsed:.2f}s ({rate:,.0f} records/s){where}",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    topology = load_topology(args.pipeline)
+    path = topology.render(args.output, args.format)
+    if not args.quiet:
+        print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    sys.stdout.write(load_topology(args.pipeline).describe())
+    return EXIT_OK
+
+
+# -- argument parsing ---------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true", help="print only results and errors")
+    g.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rstreams",
+        description="Run, describe and draw rstreams pipelines.",
+        epilog="A pipeline file defines build() returning a Topology or a StreamBuilder.",
+    )
+    parser.add_argument("--version", action="version", version=f"rstreams {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline over input files",
+        description="Run a pipeline over bounded input and print or write its final table.",
+    )
+    run.add_argument("pipeline", metavar="PIPELINE.py")
+    run.add_argument(
+        "--input", metavar="PATH", help="text file for the only source topic (- for stdin)"
+    )
+    run.add_argument(
+        "--bind",
+        metavar="TOPIC=PATH",
+        action="append",
+        default=[],
+        help="bind a source topic to a text file (repeatable)",
+    )
+    run.add_argument(
+        "--output",
+        metavar="PATH",
+        help="write the final table of the only sink topic as JSON lines "
+        '{"key": ..., "value": ...}',
+    )
+    run.add_argument("--backend", choices=("embedded", "spark"), default="embedded")
+    run.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    run.add_argument("--broker", metavar="URL", help="broker URL (not available yet)")
+    run.add_argument("--master", metavar="URL", help="Spark master URL (with --backend spark)")
+    run.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=None,
+        help="log and state directory of the durable runtime (default ./.rstreams)",
+    )
+    run.add_argument(
+        "--on-error",
+        choices=("fail", "skip", "dead-letter"),
+        default="fail",
+        help="what to do with a record a user function throws on (default: fail)",
+    )
+    run.add_argument(
+        "--top", type=int, default=20, metavar="N", help="rows to print without --output"
+    )
+    _common(run)
+    run.set_defaults(func=cmd_run)
+
+    graph = sub.add_parser(
+        "graph",
+        help="draw a pipeline's topology",
+        description="Render the topology as SVG, PNG, PDF or DOT (format from the extension).",
+    )
+    graph.add_argument("pipeline", metavar="PIPELINE.py")
+    graph.add_argument(
+        "-o", "--output", required=True, metavar="OUT", help="OUT.svg|.png|.pdf|.dot"
+    )
+    graph.add_argument(
+        "--format", choices=("svg", "png", "pdf", "dot"), help="override the extension"
+    )
+    _common(graph)
+    graph.set_defaults(func=cmd_graph)
+
+    describe = sub.add_parser(
+        "describe",
+        help="print a pipeline's topology as text",
+        description="Print sub-topologies, processors, topics and state stores.",
+    )
+    describe.add_argument("pipeline", metavar="PIPELINE.py")
+    _common(describe)
+    describe.set_defaults(func=cmd_describe)
+    return parser
+
+
+def _fail(code: int, msg: str) -> int:
+    print(f"rstreams: error: {msg}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    level = logging.WARNING
+    if args.quiet:
+        level = logging.ERROR
+    elif args.verbose:
+        level = logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+        return code
+    except PipelineFileError as e:
+        if args.verbose and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__)
+        return _fail(EXIT_PIPELINE, str(e))
+    except ProcessingError as e:
+        return _fail(EXIT_FAILED, str(e))
+    except (ConfigError, UnsupportedOperation, TopologyError) as e:
+        return _fail(EXIT_USAGE, str(e))
+    except RStreamsError as e:
+        return _fail(EXIT_FAILED, str(e))
+    except KeyboardInterrupt:
+        return _fail(130, "interrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
