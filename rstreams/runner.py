@@ -136,7 +136,10 @@ def run(
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())
     if any(size is None for _, size in opened.values()):
         total_bytes = None
-    engine = LocalEngine(topology, config=EngineConfig(on_error=on_error, coalesce=True))
+    engine = LocalEngine(
+        topology,
+        config=EngineConfig(on_error=on_error, coalesce=True, batch_size=chunk_lines),
+    )
     producer = engine.producer
     sinks = topology.sink_topics
     tables: dict[str, dict[Any, Any]] = {t: {} for t in sinks}

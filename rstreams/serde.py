@@ -45,6 +45,12 @@ class Serde:
     def deserialize(self, data: bytes) -> Any:
         raise NotImplementedError
 
+    def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        """Deserialize a column of values. Raises on the first bad one; callers then
+        retry one by one to find it. Override with a faster loop where possible."""
+        de = self.deserialize
+        return [de(d) for d in data]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -70,6 +76,12 @@ class StrSerde(Serde):
         except UnicodeDecodeError as e:
             raise SerdeError(f"invalid UTF-8 at byte {e.start}: {data[:60]!r}") from None
 
+    def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        try:
+            return [d.decode("utf-8") for d in data]
+        except UnicodeDecodeError:
+            return [self.deserialize(d) for d in data]  # raises the clear error
+
 
 class BytesSerde(Serde):
     """Bytes in, bytes out."""
@@ -83,6 +95,9 @@ class BytesSerde(Serde):
 
     def deserialize(self, data: bytes) -> Any:
         return data
+
+    def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        return list(data)
 
 
 class JsonSerde(Serde):
@@ -147,7 +162,10 @@ class MsgpackSerde(Serde):
         try:
             return _unpackb(data)
         except Exception as e:  # msgpack raises several unrelated exception types
-            raise SerdeError(f"invalid msgpack data ({e}): {data[:60]!r}") from None
+            # Some (FormatError) carry no message; name the type then.
+            raise SerdeError(
+                f"invalid msgpack data ({e or type(e).__name__}): {data[:60]!r}"
+            ) from None
 
 
 class FunctionSerde(Serde):

@@ -129,6 +129,8 @@ class SinkNode(Node):
 
 
 AGGREGATIONS = ("count", "sum", "min", "max", "reduce", "aggregate")
+#: Aggregations whose partial results merge associatively (map-side combine applies).
+COMBINABLE = frozenset({"count", "sum", "min", "max"})
 
 
 @attrs.frozen(kw_only=True, eq=False, repr=False)

@@ -148,7 +148,13 @@ def _aggregate(node: n.AggregateNode, build: _Build) -> None:
         topic = f"{build.job}-{node.name}-shuffle"
         build.add_topic(TopicSpec(topic, "shuffle", queues, INTERNAL_SERDE, INTERNAL_SERDE))
         build.add(
-            ProcessorFactory(f"{node.name}-shuffle-sink", "shuffle-sink", node, topic=topic),
+            ProcessorFactory(
+                f"{node.name}-shuffle-sink",
+                "shuffle-sink",
+                node,
+                topic=topic,
+                options={"partials": node.op in n.COMBINABLE},
+            ),
             parents,
         )
         build.add(
@@ -172,7 +178,10 @@ def _aggregate(node: n.AggregateNode, build: _Build) -> None:
     build.stores[store] = StoreSpec(
         store, node.name, changelog, input_topic, queues, node.state_serde or INTERNAL_SERDE
     )
-    build.add(ProcessorFactory(node.name, "aggregate", node, stores=[store]), parents)
+    options = {"partials": repartition and node.op in n.COMBINABLE}
+    build.add(
+        ProcessorFactory(node.name, "aggregate", node, stores=[store], options=options), parents
+    )
     build.exit_of[node.id] = node.name
 
 

@@ -90,6 +90,9 @@ class ProcessorFactory:
     topic: str | None = None
     stores: list[str] = attrs.field(factory=list)
     subtopology: int = -1
+    #: Kind-specific settings, e.g. ``partials``: the shuffle in front of a
+    #: count/sum/min/max carries partial aggregates (so it may combine them).
+    options: dict[str, Any] = attrs.field(factory=dict)
 
     @property
     def role(self) -> str:

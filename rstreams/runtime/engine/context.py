@@ -31,6 +31,9 @@ class EngineConfig:
     ``metrics["skipped"]`` and goes on; ``dead-letter`` also goes on, after writing the
     failure as a JSON record to the topic ``<job>-dead-letter``.
 
+    ``combine`` merges, per key, the partial aggregates of one batch before they cross a
+    shuffle (map-side combine for count/sum/min/max).
+
     ``coalesce`` keeps only the latest update per key of each aggregation until the next
     commit (like Kafka Streams' record cache); the test driver turns it off so every
     update is visible.
@@ -38,6 +41,7 @@ class EngineConfig:
 
     on_error: str = attrs.field(default="fail")
     coalesce: bool = False
+    combine: bool = True
     batch_size: int = 1000
     cache_entries: int = 100_000
     default_queues: int = 1

@@ -1,30 +1,39 @@
 """Processors of the embedded engine: phase 3 of the build.
 
-Every processor takes *batches* (lists of :class:`Record`) so that Python's per-call
-overhead is paid per batch where the step allows it; the test driver sends batches of
-one record. Pure steps (map, flatMap, filter, keyBy, selectTimestamp) run a list
-comprehension and, only if it raises, replay the batch record by record to find the
-failing record and apply the ``on_error`` policy. Steps with side effects (foreach,
-peek, print) and aggregations go record by record, so a failure never repeats a side
-effect.
+Processors take columnar :class:`~rstreams.runtime.engine.batch.Batch` es. Pure steps
+(map, flatMap, filter, keyBy, selectTimestamp) call the user function over a whole
+column with ``map()`` and, only if that raises, go again record by record to find the
+failing record and apply the ``on_error`` policy (so user functions of those steps
+should be pure). Steps with side effects (foreach, peek, print) and aggregations go
+record by record, so a failure never repeats a side effect.
+
+Shuffles in front of count/sum/min/max carry *partial aggregates*: the shuffle sink
+turns each value into a partial (1 for count, ``fn(value)`` for the others) and, when
+``EngineConfig.combine`` is on, merges the partials of one batch per key before they
+cross the shuffle (map-side combine); the aggregation merges partials into its state.
+The test driver turns combining off so that every record makes its own update.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+from collections import Counter
 from collections.abc import Callable
+from itertools import chain, repeat
 from typing import Any
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
 from rstreams.planner.topology import ProcessorFactory, register_processor
+from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
-from rstreams.runtime.engine.record import Record
 from rstreams.runtime.queues.base import LogRecord, queue_for_key
 from rstreams.serde import INTERNAL_SERDE, Serde
 
-Batch = list[Record]
+COMBINABLE = n.COMBINABLE
+
+_MISSING = object()
 
 
 class Processor:
@@ -45,7 +54,7 @@ class Processor:
         raise NotImplementedError
 
     def forward(self, batch: Batch) -> None:
-        if batch:
+        if batch.values:
             for child in self.children:
                 child.process(batch)
 
@@ -60,89 +69,84 @@ class Processor:
 
 
 class FnProcessor(Processor):
-    """A pure per-record function step with a fast batch path."""
+    """A step that applies one user function to each value."""
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
         assert isinstance(factory.node, n.FnNode)
         self.fn: Callable[..., Any] = factory.node.fn
 
-    def fast(self, batch: Batch) -> Batch:
-        raise NotImplementedError
-
-    def one(self, record: Record, out: Batch) -> None:
-        raise NotImplementedError
-
-    def process(self, batch: Batch) -> None:
+    def apply(
+        self, batch: Batch, fn: Callable[[Any], Any] | None = None
+    ) -> tuple[list[Any], Batch]:
+        """``[fn(v) for v in values]`` and the batch of the rows that did not fail."""
+        fn = fn or self.fn
         try:
-            out = self.fast(batch)
+            return list(map(fn, batch.values)), batch
         except Exception:
-            out = []
-            for r in batch:
-                try:
-                    self.one(r, out)
-                except Exception as e:
-                    self.ctx.handle_error(self.name, r, e, self.fn)
-        self.forward(out)
+            pass
+        results: list[Any] = []
+        keep: list[int] = []
+        for i, v in enumerate(batch.values):
+            try:
+                results.append(fn(v))
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.fn)
+                continue
+            keep.append(i)
+        return results, batch.take(keep)
 
 
 @register_processor("map")
 class MapProcessor(FnProcessor):
-    def fast(self, batch: Batch) -> Batch:
-        fn = self.fn
-        return [r.with_value(fn(r.value)) for r in batch]
-
-    def one(self, record: Record, out: Batch) -> None:
-        out.append(record.with_value(self.fn(record.value)))
-
-
-@register_processor("flatMap")
-class FlatMapProcessor(FnProcessor):
-    def fast(self, batch: Batch) -> Batch:
-        fn = self.fn
-        return [r.with_value(v) for r in batch for v in fn(r.value)]
-
-    def one(self, record: Record, out: Batch) -> None:
-        # Materialize first so a failure half-way through emits nothing for the record.
-        values = list(self.fn(record.value))
-        out.extend(record.with_value(v) for v in values)
+    def process(self, batch: Batch) -> None:
+        values, batch = self.apply(batch)
+        self.forward(batch.with_values(values))
 
 
 @register_processor("filter")
 class FilterProcessor(FnProcessor):
-    def fast(self, batch: Batch) -> Batch:
-        fn = self.fn
-        return [r for r in batch if fn(r.value)]
-
-    def one(self, record: Record, out: Batch) -> None:
-        if self.fn(record.value):
-            out.append(record)
+    def process(self, batch: Batch) -> None:
+        mask, batch = self.apply(batch)
+        self.forward(batch.select(mask))
 
 
 @register_processor("keyBy")
 class KeyByProcessor(FnProcessor):
-    def fast(self, batch: Batch) -> Batch:
-        fn = self.fn
-        return [r.with_key(fn(r.value)) for r in batch]
-
-    def one(self, record: Record, out: Batch) -> None:
-        out.append(record.with_key(self.fn(record.value)))
+    def process(self, batch: Batch) -> None:
+        keys, batch = self.apply(batch)
+        self.forward(batch.with_keys(keys))
 
 
 def _timestamp(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"a timestamp must be epoch milliseconds (int); got {type(value).__name__}")
+        raise TypeError(
+            f"a timestamp must be epoch milliseconds (int); got {type(value).__name__} {value!r:.40}"
+        )
     return int(value)
 
 
 @register_processor("selectTimestamp")
 class SelectTimestampProcessor(FnProcessor):
-    def fast(self, batch: Batch) -> Batch:
+    def process(self, batch: Batch) -> None:
         fn = self.fn
-        return [r.with_timestamp(_timestamp(fn(r.value))) for r in batch]
+        stamps, batch = self.apply(batch, lambda v: _timestamp(fn(v)))
+        self.forward(batch.with_timestamps(stamps))
 
-    def one(self, record: Record, out: Batch) -> None:
-        out.append(record.with_timestamp(_timestamp(self.fn(record.value))))
+
+@register_processor("flatMap")
+class FlatMapProcessor(FnProcessor):
+    def process(self, batch: Batch) -> None:
+        outs, batch = self.apply(batch, self._materialize)
+        lens = list(map(len, outs))
+        values = list(chain.from_iterable(outs))
+        idx = list(chain.from_iterable(map(repeat, range(len(outs)), lens)))
+        self.forward(batch.take(idx, values))
+
+    def _materialize(self, value: Any) -> Any:
+        # A failure half-way through an iterator must emit nothing for that record.
+        out = self.fn(value)
+        return out if isinstance(out, (list, tuple)) else list(out)
 
 
 @register_processor("foreach")
@@ -151,11 +155,11 @@ class ForeachProcessor(FnProcessor):
 
     def process(self, batch: Batch) -> None:
         fn = self.fn
-        for r in batch:
+        for i, v in enumerate(batch.values):
             try:
-                fn(r.value)
+                fn(v)
             except Exception as e:
-                self.ctx.handle_error(self.name, r, e, fn)
+                self.ctx.handle_error(self.name, batch.row(i), e, fn)
 
 
 @register_processor("peek")
@@ -164,15 +168,17 @@ class PeekProcessor(FnProcessor):
 
     def process(self, batch: Batch) -> None:
         fn = self.fn
-        out: Batch = []
-        for r in batch:
+        failed: list[int] = []
+        for i, v in enumerate(batch.values):
             try:
-                fn(r.value)
+                fn(v)
             except Exception as e:
-                self.ctx.handle_error(self.name, r, e, fn)
-                continue
-            out.append(r)
-        self.forward(out)
+                self.ctx.handle_error(self.name, batch.row(i), e, fn)
+                failed.append(i)
+        if failed:
+            bad = set(failed)
+            batch = batch.take([i for i in range(len(batch)) if i not in bad])
+        self.forward(batch)
 
 
 @register_processor("print")
@@ -184,7 +190,9 @@ class PrintProcessor(Processor):
 
     def process(self, batch: Batch) -> None:
         p = self.prefix
-        lines = [f"{p}{r.value}" if r.key is None else f"{p}{r.key}: {r.value}" for r in batch]
+        lines = [
+            f"{p}{v}" if k is None else f"{p}{k}: {v}" for k, v in zip(batch.keys, batch.values)
+        ]
         sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -195,47 +203,66 @@ class PassThroughProcessor(Processor):
         self.forward(batch)
 
 
-class _Updater:
-    """The per-op update rule of an aggregation: new = update(old_or_None, value)."""
+def _partial_rules(
+    node: n.AggregateNode,
+) -> tuple[Callable[[Any], Any] | None, Callable[[Any, Any], Any]]:
+    """(value -> partial, merge(partial, partial)) of a combinable aggregation."""
+    op, fn = node.op, node.fn
+    if op == "count":
+        return (lambda v: 1), (lambda a, b: a + b)
+    if op == "sum":
+        return fn, (lambda a, b: a + b)
+    if op == "min":
+        return fn, min
+    if op == "max":
+        return fn, max
+    raise AssertionError(op)
 
-    @staticmethod
-    def make(node: n.AggregateNode) -> tuple[Callable[[Any, Any], Any], Any]:
-        fn = node.fn
-        op = node.op
+
+def _update_rule(node: n.AggregateNode) -> Callable[[Any, Any], Any]:
+    """new = update(old or None, value): the aggregation over raw values."""
+    fn = node.fn
+    op = node.op
+    if op in COMBINABLE:
+        to_partial, merge = _partial_rules(node)
         if op == "count":
-            return (lambda old, v: 1 if old is None else old + 1), None
-        if op == "sum":
-            if fn is None:
-                return (lambda old, v: v if old is None else old + v), None
-            return (lambda old, v: fn(v) if old is None else old + fn(v)), fn
-        if op in ("min", "max"):
-            pick = min if op == "min" else max
-            if fn is None:
-                return (lambda old, v: v if old is None else pick(old, v)), None
-            return (lambda old, v: fn(v) if old is None else pick(old, fn(v))), fn
-        if op == "reduce":
-            assert fn is not None
-            return (lambda old, v: v if old is None else fn(old, v)), fn
-        if op == "aggregate":
-            init = node.initializer
-            assert fn is not None and init is not None
-            return (lambda old, v: fn(init() if old is None else old, v)), fn
-        raise AssertionError(op)
+            return lambda old, v: 1 if old is None else old + 1
+        if to_partial is None:
+            return lambda old, v: v if old is None else merge(old, v)
+        tp = to_partial
+        return lambda old, v: tp(v) if old is None else merge(old, tp(v))
+    if op == "reduce":
+        assert fn is not None
+        return lambda old, v: v if old is None else fn(old, v)
+    if op == "aggregate":
+        init = node.initializer
+        assert fn is not None and init is not None
+        return lambda old, v: fn(init() if old is None else old, v)
+    raise AssertionError(op)
 
 
 @register_processor("aggregate")
 class AggregateProcessor(Processor):
-    """Keyed aggregation over a state store; emits (key, new aggregate) per record.
+    """Keyed aggregation over a state store; emits (key, new aggregate) per input record.
 
     With ``coalesce`` on, only the latest update per key is kept and emitted at flush.
     """
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
-        assert isinstance(factory.node, n.AggregateNode)
+        node = factory.node
+        assert isinstance(node, n.AggregateNode)
         self.store_name = factory.stores[0]
-        self.update, self.user_fn = _Updater.make(factory.node)
-        self.pending: dict[Any, Record] = {}
+        self.user_fn = node.fn
+        if factory.options.get("partials"):
+            _, merge = _partial_rules(node)
+            self.update: Callable[[Any, Any], Any] = lambda old, p: (
+                p if old is None else merge(old, p)
+            )
+        else:
+            self.update = _update_rule(node)
+        self.pending: dict[Any, tuple[Any, int, int]] = {}
+        self._origin = ("", 0)
 
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
@@ -244,28 +271,44 @@ class AggregateProcessor(Processor):
 
     def process(self, batch: Batch) -> None:
         get, put, update = self.store.get, self.store.put, self.update
-        out: Batch = []
-        for r in batch:
-            k = r.key
+        out: list[Any] = []
+        failed: list[int] = []
+        for i, (k, v) in enumerate(zip(batch.keys, batch.values)):
             try:
-                new = update(get(k), r.value)
+                new = update(get(k), v)
                 put(k, new)
             except Exception as e:
-                self.ctx.handle_error(self.name, r, e, self.user_fn)
+                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
+                failed.append(i)
                 continue
-            out.append(r.with_value(new))
-        if self.coalesce:
-            pending = self.pending
-            for r in out:
-                pending[r.key] = r
-        else:
-            self.forward(out)
+            out.append(new)
+        if failed:
+            bad = set(failed)
+            batch = batch.take([i for i in range(len(batch)) if i not in bad])
+        if not self.coalesce:
+            self.forward(batch.with_values(out))
+            return
+        pending = self.pending
+        for k, new, ts, off in zip(batch.keys, out, batch.timestamps, batch.offsets):
+            pending[k] = (new, ts, off)
+        self._origin = (batch.topic, batch.queue)
 
     def flush(self) -> None:
         if self.pending:
-            out = list(self.pending.values())
+            keys = list(self.pending)
+            rows = list(self.pending.values())
             self.pending.clear()
-            self.forward(out)
+            topic, queue = self._origin
+            self.forward(
+                Batch(
+                    topic,
+                    queue,
+                    keys,
+                    [r[0] for r in rows],
+                    [r[1] for r in rows],
+                    [r[2] for r in rows],
+                )
+            )
 
 
 class _SinkBase(Processor):
@@ -273,6 +316,9 @@ class _SinkBase(Processor):
 
     key_serde: Serde
     value_serde: Serde
+    #: Spread records with a None key over the queues (user sinks). A shuffle must not:
+    #: None is a key like any other for the aggregation behind it.
+    round_robin_none_keys = True
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -285,18 +331,23 @@ class _SinkBase(Processor):
         self.queues = ctx.producer.queue_count(self.topic)
 
     def process(self, batch: Batch) -> None:
+        self.send(batch)
+
+    def send(self, batch: Batch) -> None:
         kser, vser, nq = self.key_serde.serialize, self.value_serde.serialize, self.queues
-        send = self.ctx.producer.send
+        send, topic = self.ctx.producer.send, self.topic
         rr = next(self._round_robin) % nq  # keyless records of one batch stay together
-        for r in batch:
+        none_rr = self.round_robin_none_keys
+        headers = batch.headers or repeat(())
+        rows = zip(batch.keys, batch.values, batch.timestamps, headers)
+        for i, (k, v, ts, h) in enumerate(rows):
             try:
-                kb = None if r.key is None else kser(r.key)
-                vb = None if r.value is None else vser(r.value)
+                kb = None if k is None and none_rr else kser(k)
+                vb = None if v is None else vser(v)
             except SerdeError as e:
-                self.ctx.handle_error(self.name, r, e)
+                self.ctx.handle_error(self.name, batch.row(i), e)
                 continue
-            q = rr if kb is None else queue_for_key(kb, nq)
-            send(self.topic, q, kb, vb, r.timestamp, r.headers)
+            send(topic, rr if kb is None else queue_for_key(kb, nq), kb, vb, ts, h)
 
 
 @register_processor("sink")
@@ -310,12 +361,100 @@ class SinkProcessor(_SinkBase):
 
 @register_processor("shuffle-sink")
 class ShuffleSinkProcessor(_SinkBase):
+    """Writes to a shuffle topic; for count/sum/min/max, writes partial aggregates and
+    merges them per key within the batch when combining is on."""
+
     key_serde = INTERNAL_SERDE
     value_serde = INTERNAL_SERDE
+    # A None key is serialized (msgpack b"\xc0") and hashed like any other key, so all
+    # its records meet the same state store whatever the queue count.
+    round_robin_none_keys = False
+
+    def __init__(self, factory: ProcessorFactory) -> None:
+        super().__init__(factory)
+        node = factory.node
+        assert isinstance(node, n.AggregateNode)
+        self.partials = bool(factory.options.get("partials"))
+        if self.partials:
+            self.op = node.op
+            self.to_partial, self.merge = _partial_rules(node)
+            self.user_fn = node.fn
+
+    def init(self, ctx: StreamContext) -> None:
+        super().init(ctx)
+        self.combine = ctx.config.combine
+
+    def process(self, batch: Batch) -> None:
+        if not self.partials:
+            self.send(batch)
+            return
+        if self.op == "count":
+            if self.combine:
+                self._send_combined(batch, *self._count(batch))
+            else:
+                self.send(batch.with_values([1] * len(batch)))
+            return
+        if self.to_partial is not None:
+            values, batch = self._apply(batch, self.to_partial)
+            batch = batch.with_values(values)
+        if self.combine:
+            self._send_combined(batch, *self._merge(batch))
+        else:
+            self.send(batch)
+
+    def _apply(self, batch: Batch, fn: Callable[[Any], Any]) -> tuple[list[Any], Batch]:
+        try:
+            return list(map(fn, batch.values)), batch
+        except Exception:
+            pass
+        out, keep = [], []
+        for i, v in enumerate(batch.values):
+            try:
+                out.append(fn(v))
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
+                continue
+            keep.append(i)
+        return out, batch.take(keep)
+
+    def _count(self, batch: Batch) -> tuple[list[Any], list[Any]]:
+        try:
+            c = Counter(batch.keys)
+        except TypeError:
+            return self._merge(batch.with_values([1] * len(batch)))
+        return list(c), list(c.values())
+
+    def _merge(self, batch: Batch) -> tuple[list[Any], list[Any]]:
+        acc: dict[Any, Any] = {}
+        get, merge = acc.get, self.merge
+        for i, (k, v) in enumerate(zip(batch.keys, batch.values)):
+            try:
+                old = get(k, _MISSING)
+                acc[k] = v if old is _MISSING else merge(old, v)
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
+        return list(acc), list(acc.values())
+
+    def _send_combined(self, batch: Batch, keys: list[Any], values: list[Any]) -> None:
+        if not keys:
+            return
+        # A combined record stands for the whole batch: it carries the batch's latest
+        # timestamp and last source offset.
+        n_ = len(keys)
+        self.send(
+            Batch(
+                batch.topic,
+                batch.queue,
+                keys,
+                values,
+                [max(batch.timestamps)] * n_,
+                [batch.offsets[-1]] * n_,
+            )
+        )
 
 
 class SourceProcessor(Processor):
-    """Entry of a chain: deserializes stored records of one topic queue."""
+    """Entry of a chain: deserializes stored records of one topic queue into a batch."""
 
     key_serde: Serde
     value_serde: Serde
@@ -326,18 +465,49 @@ class SourceProcessor(Processor):
         self.topic = factory.topic
 
     def process_log(self, queue: int, records: list[LogRecord]) -> None:
-        kde, vde, topic = self.key_serde.deserialize, self.value_serde.deserialize, self.topic
-        out: Batch = []
-        for lr in records:
+        raw_keys = [lr.key for lr in records]
+        raw_values = [lr.value for lr in records]
+        headers = [lr.headers for lr in records]
+        batch = Batch(
+            self.topic,
+            queue,
+            raw_keys,
+            raw_values,
+            [lr.timestamp for lr in records],
+            [lr.offset for lr in records],
+            headers if any(headers) else None,
+        )
+        try:
+            keys = (
+                raw_keys
+                if raw_keys.count(None) == len(raw_keys)
+                else [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
+            )
+            values = (
+                self.value_serde.deserialize_many(raw_values)  # type: ignore[arg-type]
+                if None not in raw_values
+                else [None if v is None else self.value_serde.deserialize(v) for v in raw_values]
+            )
+        except Exception:
+            keys, values, batch = self._one_by_one(batch)
+        self.forward(
+            Batch(batch.topic, queue, keys, values, batch.timestamps, batch.offsets, batch.headers)
+        )
+
+    def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
+        kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
+        keys, values, keep = [], [], []
+        for i, (k, v) in enumerate(zip(batch.keys, batch.values)):
             try:
-                key = None if lr.key is None else kde(lr.key)
-                value = None if lr.value is None else vde(lr.value)
+                key = None if k is None else kde(k)
+                value = None if v is None else vde(v)
             except Exception as e:
-                raw = Record(lr.key, lr.value, lr.timestamp, lr.headers, topic, queue, lr.offset)
-                self.ctx.handle_error(self.name, raw, e)
+                self.ctx.handle_error(self.name, batch.row(i), e)
                 continue
-            out.append(Record(key, value, lr.timestamp, lr.headers, topic, queue, lr.offset))
-        self.forward(out)
+            keys.append(key)
+            values.append(value)
+            keep.append(i)
+        return keys, values, batch.take(keep)
 
     def process(self, batch: Batch) -> None:
         self.forward(batch)

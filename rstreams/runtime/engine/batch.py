@@ -1,0 +1,130 @@
+"""Columnar batches: the unit that flows between processors.
+
+A :class:`Batch` holds the records read from one queue as parallel lists (keys, values,
+timestamps, source offsets, headers). Steps work a column at a time with C-level
+helpers (``map``, ``itertools.compress``, ``operator.itemgetter``), so Python's
+per-record cost is paid once per step call, not once per record per step.
+
+Batches are never mutated after they are forwarded (a parent may hand the same batch
+to several children); each step builds new column lists.
+"""
+
+from __future__ import annotations
+
+from itertools import compress
+from operator import itemgetter
+from typing import Any
+
+from rstreams.runtime.engine.record import Record
+from rstreams.runtime.queues.base import Headers
+
+
+def gather(column: list[Any], idx: list[int]) -> list[Any]:
+    """``[column[i] for i in idx]`` at C speed."""
+    if len(idx) > 1:
+        return list(itemgetter(*idx)(column))
+    return [column[idx[0]]] if idx else []
+
+
+class Batch:
+    """Records of one source queue, column by column (all lists of equal length).
+
+    ``offsets`` are the source offsets of the records each row derives from (repeated
+    after a flatMap), so an error can always name the input record that caused it.
+    ``headers`` is None when no record of the batch has headers.
+    """
+
+    __slots__ = ("headers", "keys", "offsets", "queue", "timestamps", "topic", "values")
+
+    def __init__(
+        self,
+        topic: str,
+        queue: int,
+        keys: list[Any],
+        values: list[Any],
+        timestamps: list[int],
+        offsets: list[int],
+        headers: list[Headers] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.queue = queue
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.offsets = offsets
+        self.headers = headers
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def row(self, i: int) -> Record:
+        """Row ``i`` as a Record (for error messages and dead letters)."""
+        return Record(
+            self.keys[i],
+            self.values[i],
+            self.timestamps[i],
+            () if self.headers is None else self.headers[i],
+            self.topic,
+            self.queue,
+            self.offsets[i],
+        )
+
+    def rows(self) -> list[Record]:
+        return [self.row(i) for i in range(len(self))]
+
+    def with_values(self, values: list[Any]) -> Batch:
+        return Batch(
+            self.topic, self.queue, self.keys, values, self.timestamps, self.offsets, self.headers
+        )
+
+    def with_keys(self, keys: list[Any]) -> Batch:
+        return Batch(
+            self.topic, self.queue, keys, self.values, self.timestamps, self.offsets, self.headers
+        )
+
+    def with_timestamps(self, timestamps: list[int]) -> Batch:
+        return Batch(
+            self.topic, self.queue, self.keys, self.values, timestamps, self.offsets, self.headers
+        )
+
+    def take(self, idx: list[int], values: list[Any] | None = None) -> Batch:
+        """Rows ``idx`` (in that order, repeats allowed), optionally with new values."""
+        return Batch(
+            self.topic,
+            self.queue,
+            gather(self.keys, idx),
+            gather(self.values, idx) if values is None else values,
+            gather(self.timestamps, idx),
+            gather(self.offsets, idx),
+            None if self.headers is None else gather(self.headers, idx),
+        )
+
+    def select(self, mask: list[Any]) -> Batch:
+        """Rows whose ``mask`` entry is truthy."""
+        return Batch(
+            self.topic,
+            self.queue,
+            list(compress(self.keys, mask)),
+            list(compress(self.values, mask)),
+            list(compress(self.timestamps, mask)),
+            list(compress(self.offsets, mask)),
+            None if self.headers is None else list(compress(self.headers, mask)),
+        )
+
+    @classmethod
+    def from_records(cls, records: list[Record]) -> Batch:
+        """Build a batch from rows (all from the same topic and queue)."""
+        first = records[0]
+        headers = [r.headers for r in records]
+        return cls(
+            first.topic,
+            first.queue,
+            [r.key for r in records],
+            [r.value for r in records],
+            [r.timestamp for r in records],
+            [r.offset for r in records],
+            headers if any(headers) else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Batch {self.topic}[{self.queue}] {len(self)} records>"
