@@ -257,4 +257,6 @@ def compile_pipeline(pipeline: n.Pipeline) -> Topology:
         translate(node, build)
     subs = _subtopologies(build.factories)
     _check_cycles(subs)
-    return Topology(pipeline.job_id, subs, build.topics, build.stores, build.factories)
+    return Topology(
+        pipeline.job_id, subs, build.topics, build.stores, build.factories, pipeline
+    )

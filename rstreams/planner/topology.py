@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from rstreams.dsl.nodes import Node
+from rstreams.dsl.nodes import Node, Pipeline
 from rstreams.errors import UnsupportedOperation
 from rstreams.serde import Serde
 
@@ -173,6 +173,8 @@ class Topology:
     topics: dict[str, TopicSpec]
     stores: dict[str, StoreSpec]
     factories: dict[str, ProcessorFactory]
+    #: The logical graph it was compiled from (other backends compile that instead).
+    pipeline: Pipeline | None = None
 
     @property
     def source_topics(self) -> list[str]:
