@@ -124,6 +124,8 @@ class JsonSerde(Serde):
 def _pack_default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return msgpack.ExtType(_TUPLE_EXT, _packb(list(obj)))
+    if isinstance(obj, int):  # msgpack hands over only the ints it can not encode
+        raise OverflowError(f"int {obj} is outside msgpack's range -2**63 .. 2**64-1")
     raise TypeError(f"can not serialize {type(obj).__name__!r} object")
 
 
@@ -164,7 +166,7 @@ class MsgpackSerde(Serde):
         except Exception as e:  # msgpack raises several unrelated exception types
             # Some (FormatError) carry no message; name the type then.
             raise SerdeError(
-                f"invalid msgpack data ({e or type(e).__name__}): {data[:60]!r}"
+                f"invalid msgpack data ({str(e) or type(e).__name__}): {data[:60]!r}"
             ) from None
 
 

@@ -257,6 +257,4 @@ def compile_pipeline(pipeline: n.Pipeline) -> Topology:
         translate(node, build)
     subs = _subtopologies(build.factories)
     _check_cycles(subs)
-    return Topology(
-        pipeline.job_id, subs, build.topics, build.stores, build.factories, pipeline
-    )
+    return Topology(pipeline.job_id, subs, build.topics, build.stores, build.factories, pipeline)

@@ -109,6 +109,11 @@ class CachedStore:
         self.flush()
         return len(self.inner)
 
-    def close(self) -> None:
-        self.flush(evict=True)
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless told not to: a failed task drops what it did not commit)."""
+        if flush:
+            self.flush(evict=True)
+        else:
+            self._cache.clear()
+            self._dirty.clear()
         self.inner.close()

@@ -121,7 +121,8 @@ class KeyByProcessor(FnProcessor):
 def _timestamp(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(
-            f"a timestamp must be epoch milliseconds (int); got {type(value).__name__} {value!r:.40}"
+            "a timestamp must be epoch milliseconds (int); "
+            f"got {type(value).__name__} {value!r:.40}"
         )
     return int(value)
 
@@ -375,6 +376,9 @@ class ShuffleSinkProcessor(_SinkBase):
         node = factory.node
         assert isinstance(node, n.AggregateNode)
         self.partials = bool(factory.options.get("partials"))
+        # The partial is computed here with the aggregation's function: report its
+        # failures under the aggregation's step name, which is what the user wrote.
+        self.fn_step = node.name
         if self.partials:
             self.op = node.op
             self.to_partial, self.merge = _partial_rules(node)
@@ -412,7 +416,7 @@ class ShuffleSinkProcessor(_SinkBase):
             try:
                 out.append(fn(v))
             except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
+                self.ctx.handle_error(self.fn_step, batch.row(i), e, self.user_fn)
                 continue
             keep.append(i)
         return out, batch.take(keep)
@@ -432,7 +436,7 @@ class ShuffleSinkProcessor(_SinkBase):
                 old = get(k, _MISSING)
                 acc[k] = v if old is _MISSING else merge(old, v)
             except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
+                self.ctx.handle_error(self.fn_step, batch.row(i), e, self.user_fn)
         return list(acc), list(acc.values())
 
     def _send_combined(self, batch: Batch, keys: list[Any], values: list[Any]) -> None:

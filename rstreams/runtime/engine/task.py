@@ -8,10 +8,13 @@ from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.queues.base import LogRecord
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
 from rstreams.state.stores import MemoryStore
+
+Fetch = Callable[[str, int, int, int], list[LogRecord]]
 
 
 class Task:
@@ -32,6 +35,7 @@ class Task:
         config: EngineConfig,
         group: str,
         clock: Callable[[], int],
+        fetch: Fetch | None = None,
     ) -> None:
         self.id = f"{sub.id}_{queue}"
         self.sub = sub
@@ -58,10 +62,33 @@ class Task:
                 changelog=self._changelog_writer(spec.changelog_topic, clock),
                 max_entries=config.cache_entries,
             )
+        self.changelogs = {name: topology.stores[name].changelog_topic for name in self.stores}
         self.ctx = StreamContext(topology.job_id, self.id, queue, producer, self.stores, config)
         for p in self.processors:
             p.init(self.ctx)
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
+        self.fetch: Fetch = fetch or broker.read
+        #: Set when processing raised: nothing of this task is committed after that, so
+        #: the failed record (and everything after it) is read again on restart.
+        self.failed = False
+        self.restored = self.restore()
+
+    def restore(self) -> int:
+        """Rebuild this queue's state from the changelogs (latest value per key wins,
+        tombstones delete); returns the number of changelog records replayed."""
+        n = 0
+        for name, topic in self.changelogs.items():
+            inner = self.stores[name].inner
+            pos = self.broker.start_offset(topic, self.queue)
+            end = self.broker.end_offset(topic, self.queue)
+            while pos < end:
+                records = self.broker.read(topic, self.queue, pos, 10_000)
+                if not records:
+                    break
+                inner.write_batch([(r.key, r.value) for r in records if r.key is not None])
+                n += len(records)
+                pos = records[-1].offset + 1
+        return n
 
     def _changelog_writer(
         self, topic: str, clock: Callable[[], int]
@@ -79,21 +106,30 @@ class Task:
         """Process up to ``max_records`` new records of each input queue."""
         n = 0
         for topic, pos in self.positions.items():
-            records = self.broker.read(topic, self.queue, pos, max_records)
+            records = self.fetch(topic, self.queue, pos, max_records)
             if records:
-                self.positions[topic] = pos + len(records)
-                self.sources[topic].process_log(self.queue, records)
+                self.positions[topic] = records[-1].offset + 1
+                self._process(topic, records)
                 n += len(records)
         return n
+
+    def _process(self, topic: str, records: list[LogRecord]) -> None:
+        try:
+            self.sources[topic].process_log(self.queue, records)
+        except BaseException:
+            self.failed = True
+            raise
 
     def process_next(self, topic: str) -> None:
         """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
         pos = self.positions[topic]
         records = self.broker.read(topic, self.queue, pos, 1)
         self.positions[topic] = pos + len(records)
-        self.sources[topic].process_log(self.queue, records)
+        self._process(topic, records)
 
     def commit(self) -> None:
+        if self.failed:
+            return
         for p in self.processors:
             p.flush()
         for s in self.stores.values():
@@ -107,4 +143,4 @@ class Task:
         for p in self.processors:
             p.close()
         for s in self.stores.values():
-            s.close()
+            s.close(flush=not self.failed)

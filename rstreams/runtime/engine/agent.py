@@ -1,0 +1,180 @@
+"""Pulling agents and the queue cache (after Orleans' persistent stream pulling agents).
+
+One :class:`PullingAgent` per assigned queue pulls record batches from the broker into
+a bounded :class:`QueueCache`. Consumers of the queue each have a cursor in the cache: a
+fast consumer reads as soon as records are in, a slow one lags, and an entry is purged
+once every cursor has passed it. When the cache is full the agent stops pulling until
+there is room (backpressure); it never drops a record nobody has read.
+
+Agents are driven by one :class:`AgentPool` thread per worker: an agent pulls when its
+timer is due (``pull_interval``, default 100 ms) or at once while data keeps coming
+(the last pull was full), and never when its cache has no room.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from typing import Protocol
+
+from rstreams.runtime.queues.base import LogRecord
+
+
+class Readable(Protocol):
+    def read(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> list[LogRecord]: ...
+
+
+def _offset(r: LogRecord) -> int:
+    return r.offset
+
+
+class QueueCache:
+    """A bounded window of one queue's records with one cursor per consumer.
+
+    Cursors are offsets (the next offset the consumer wants). ``capacity`` bounds the
+    number of cached records; :meth:`room` says how many more fit.
+
+    >>> c = QueueCache(capacity=3, start=0, consumers=["a", "b"])
+    >>> c.add([LogRecord(i, 0, None, b"x") for i in range(3)])
+    >>> c.room()
+    0
+    >>> [r.offset for r in c.take("a", 10)]
+    [0, 1, 2]
+    >>> c.room()  # b has not read them yet: nothing can be purged
+    0
+    >>> [r.offset for r in c.take("b", 2)], c.room()
+    ([0, 1], 2)
+    """
+
+    def __init__(self, capacity: int, start: int, consumers: list[str]) -> None:
+        if capacity < 1:
+            raise ValueError(f"cache capacity must be >= 1; got {capacity}")
+        self.capacity = capacity
+        self._records: list[LogRecord] = []
+        self._cursors = dict.fromkeys(consumers, start)
+        self.next_offset = start  # where the agent pulls next
+        self._lock = threading.Lock()
+
+    def room(self) -> int:
+        with self._lock:
+            return self.capacity - len(self._records)
+
+    def add(self, records: list[LogRecord]) -> None:
+        if not records:
+            return
+        with self._lock:
+            if len(records) > self.capacity - len(self._records):
+                raise OverflowError("the agent must not pull more than the cache has room for")
+            self._records.extend(records)
+            self.next_offset = records[-1].offset + 1
+
+    def take(self, consumer: str, max_records: int) -> list[LogRecord]:
+        """Up to ``max_records`` records at and after ``consumer``'s cursor."""
+        with self._lock:
+            cursor = self._cursors[consumer]
+            recs = self._records
+            if not recs or cursor >= self.next_offset:
+                return []
+            i = max(0, cursor - recs[0].offset)
+            if i >= len(recs) or recs[i].offset != cursor:
+                # Offsets have gaps (a compacted topic): find the first one >= cursor.
+                i = bisect.bisect_left(recs, cursor, key=_offset)
+            out = recs[i : i + max_records]
+            if out:
+                self._cursors[consumer] = out[-1].offset + 1
+                self._purge()
+            return out
+
+    def _purge(self) -> None:
+        n = bisect.bisect_left(self._records, min(self._cursors.values()), key=_offset)
+        if n:
+            del self._records[:n]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class PullingAgent:
+    """Pulls one queue of one topic into its cache."""
+
+    def __init__(
+        self,
+        broker: Readable,
+        topic: str,
+        queue: int,
+        cache: QueueCache,
+        *,
+        batch: int = 1000,
+        pull_interval: float = 0.1,
+    ) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.queue = queue
+        self.cache = cache
+        self.batch = batch
+        self.pull_interval = pull_interval
+        self.due = 0.0
+        self.pulled = 0
+
+    def pull(self, now: float) -> int:
+        """Pull once if due and there is room; returns records pulled."""
+        if now < self.due:
+            return 0
+        room = self.cache.room()
+        if room <= 0:
+            self.due = now  # backpressure: retry as soon as a consumer makes room
+            return 0
+        records = self.broker.read(
+            self.topic, self.queue, self.cache.next_offset, min(room, self.batch)
+        )
+        self.cache.add(records)
+        self.pulled += len(records)
+        # Data keeps coming (a full pull): go again at once; else wait for the timer.
+        self.due = now if len(records) == min(room, self.batch) else now + self.pull_interval
+        return len(records)
+
+
+class AgentPool:
+    """Runs the pulling agents of one worker on a background thread."""
+
+    def __init__(self, idle_sleep: float = 0.005) -> None:
+        self._agents: dict[tuple[str, int], PullingAgent] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._idle_sleep = idle_sleep
+        self.error: BaseException | None = None
+
+    def add(self, agent: PullingAgent) -> None:
+        with self._lock:
+            self._agents[(agent.topic, agent.queue)] = agent
+
+    def remove(self, topic: str, queue: int) -> None:
+        with self._lock:
+            self._agents.pop((topic, queue), None)
+
+    def pull_all(self) -> int:
+        with self._lock:
+            agents = list(self._agents.values())
+        now = time.monotonic()
+        return sum(a.pull(now) for a in agents)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rstreams-agents", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self.pull_all() == 0:
+                    self._stop.wait(self._idle_sleep)
+        except BaseException as e:  # surfaced by the worker loop
+            self.error = e
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,235 @@
+"""State: byte stores and the write-back CachedStore with its changelog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from rstreams import SerdeError
+from rstreams.serde import get_serde
+from rstreams.state import CachedStore, KeyValueStore, MemoryStore
+
+MSGPACK = get_serde("msgpack")
+
+
+class DictStore(KeyValueStore):
+    """The least a store must implement; range/prefix/write_batch come from the base."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.data: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.data[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.data.pop(key, None)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(sorted(self.data.items()))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@pytest.fixture(params=[MemoryStore, DictStore], ids=["memory", "base-class"])
+def store(request: pytest.FixtureRequest) -> KeyValueStore:
+    return request.param("s")
+
+
+# -- byte stores ------------------------------------------------------------------------
+
+
+def test_get_put_delete(store: KeyValueStore) -> None:
+    assert store.get(b"a") is None
+    store.put(b"a", b"1")
+    store.put(b"a", b"2")
+    assert store.get(b"a") == b"2"
+    assert len(store) == 1
+    store.delete(b"a")
+    store.delete(b"never-there")  # deleting a missing key is fine
+    assert store.get(b"a") is None
+    assert len(store) == 0
+
+
+def test_write_batch_applies_puts_and_tombstones(store: KeyValueStore) -> None:
+    store.put(b"gone", b"x")
+    store.write_batch([(b"b", b"2"), (b"a", b"1"), (b"gone", None), (b"c", None)])
+    assert list(store.items()) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_items_are_in_key_order(store: KeyValueStore) -> None:
+    for k in [b"b", b"\x00", b"ab", b"a", b"\xff"]:
+        store.put(k, k)
+    assert [k for k, _ in store.items()] == [b"\x00", b"a", b"ab", b"b", b"\xff"]
+
+
+def test_range_is_start_inclusive_end_exclusive(store: KeyValueStore) -> None:
+    store.write_batch([(bytes([c]), bytes([c])) for c in b"abcdef"])
+    keys = lambda it: b"".join(k for k, _ in it)  # noqa: E731
+    assert keys(store.range(b"b", b"e")) == b"bcd"
+    assert keys(store.range(b"bb", b"dd")) == b"cd"
+    assert keys(store.range(None, b"c")) == b"ab"
+    assert keys(store.range(b"e")) == b"ef"
+    assert keys(store.range()) == b"abcdef"
+    assert keys(store.range(b"x", b"z")) == b""
+    assert keys(store.range(b"d", b"b")) == b""
+
+
+def test_prefix(store: KeyValueStore) -> None:
+    for k in [b"user:1", b"user:2", b"usex", b"use", b"user", b"video:1"]:
+        store.put(k, b"v")
+    assert [k for k, _ in store.prefix(b"user")] == [b"user", b"user:1", b"user:2"]
+    assert [k for k, _ in store.prefix(b"video:")] == [b"video:1"]
+    assert list(store.prefix(b"zzz")) == []
+    assert len(list(store.prefix(b""))) == 6
+
+
+# -- CachedStore ------------------------------------------------------------------------
+
+
+class Changelog:
+    """Records the batches a CachedStore hands to its changelog writer."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[bytes, bytes | None]]] = []
+
+    def __call__(self, batch: Sequence[tuple[bytes, bytes | None]]) -> None:
+        self.batches.append(list(batch))
+
+    def decoded(self, i: int) -> dict[object, object]:
+        return {
+            MSGPACK.deserialize(k): None if v is None else MSGPACK.deserialize(v)
+            for k, v in self.batches[i]
+        }
+
+
+def cached(max_entries: int = 100) -> tuple[CachedStore, MemoryStore, Changelog]:
+    inner = MemoryStore("counts")
+    log = Changelog()
+    return CachedStore(inner, MSGPACK, MSGPACK, log, max_entries=max_entries), inner, log
+
+
+def test_writes_stay_in_the_cache_until_flush() -> None:
+    s, inner, log = cached()
+    s.put("a", 1)
+    s.put(("t", 2), [1, 2])
+    assert s.get("a") == 1
+    assert s.get(("t", 2)) == [1, 2]
+    assert len(inner) == 0 and log.batches == []
+
+    s.flush()
+    assert dict(inner.items()) == {
+        MSGPACK.serialize("a"): MSGPACK.serialize(1),
+        MSGPACK.serialize(("t", 2)): MSGPACK.serialize([1, 2]),
+    }
+    assert log.decoded(0) == {"a": 1, ("t", 2): [1, 2]}
+
+
+def test_flush_writes_only_what_changed_since_the_last_flush() -> None:
+    s, _, log = cached()
+    s.put("a", 1)
+    s.put("b", 1)
+    s.flush()
+    s.get("a")  # a read is not a change
+    s.put("b", 2)
+    s.put("b", 3)  # several writes of one key: one changelog entry with the last value
+    s.flush()
+    s.flush()  # nothing dirty: no empty batch
+    assert len(log.batches) == 2
+    assert log.batches[1] == [(MSGPACK.serialize("b"), MSGPACK.serialize(3))]
+
+
+def test_delete_writes_a_tombstone() -> None:
+    s, inner, log = cached()
+    s.put("a", 1)
+    s.put("b", 2)
+    s.flush()
+    s.delete("a")
+    assert s.get("a") is None
+    assert s.get("a", "default") == "default"
+    s.flush()
+    assert log.batches[1] == [(MSGPACK.serialize("a"), None)]
+    assert dict(s.items()) == {"b": 2}
+    assert len(inner) == 1
+
+
+def test_falsy_values_are_values_not_missing() -> None:
+    s, _, _ = cached()
+    for k, v in [("zero", 0), ("empty", ""), ("f", False), ("list", [])]:
+        s.put(k, v)
+    s.flush(evict=True)
+    assert [s.get(k, "MISSING") for k in ("zero", "empty", "f", "list")] == [0, "", False, []]
+
+
+def test_reads_fall_through_to_the_inner_store() -> None:
+    inner = MemoryStore("pre")
+    inner.put(MSGPACK.serialize("k"), MSGPACK.serialize((1, 2)))
+    s = CachedStore(inner, MSGPACK, MSGPACK)
+    assert s.get("k") == (1, 2)
+    assert s.get("missing", 0) == 0
+
+
+def test_eviction_keeps_data_correct_and_memory_bounded() -> None:
+    s, inner, log = cached(max_entries=3)
+    expected = {}
+    for i in range(20):
+        s.put(f"k{i % 7}", i)
+        expected[f"k{i % 7}"] = i
+        assert len(s._cache) <= 3
+    # Read back everything, which also goes through the cache limit.
+    for k, v in expected.items():
+        assert s.get(k) == v
+        assert len(s._cache) <= 3
+    assert dict(s.items()) == expected
+    assert len(s) == 7
+    # Each eviction flushed a batch: replaying the changelog gives the same content.
+    replay: dict[bytes, bytes] = {}
+    for batch in log.batches:
+        for k, v in batch:
+            if v is None:
+                replay.pop(k, None)
+            else:
+                replay[k] = v
+    assert replay == dict(inner.items())
+    assert len(log.batches) > 1
+
+
+def test_unstorable_value_names_the_store_and_key() -> None:
+    s, inner, log = cached()
+    s.put("ok", 1)
+    s.put("bad", {1, 2})
+    with pytest.raises(
+        SerdeError, match=r"store 'counts': can not store key 'bad': value of type set"
+    ):
+        s.flush()
+    # Nothing half-written: neither the store nor the changelog saw the batch.
+    assert len(inner) == 0 and log.batches == []
+
+
+def test_corrupt_stored_value_names_the_store_and_key() -> None:
+    inner = MemoryStore("st")
+    inner.put(MSGPACK.serialize("k"), b"\xc1")
+    s = CachedStore(inner, MSGPACK, MSGPACK)
+    with pytest.raises(SerdeError, match=r"store 'st': can not read the value of key 'k'"):
+        s.get("k")
+
+
+def test_close_flushes() -> None:
+    s, inner, log = cached()
+    s.put("a", 1)
+    s.close()
+    assert dict(inner.items()) == {MSGPACK.serialize("a"): MSGPACK.serialize(1)}
+    assert len(log.batches) == 1
+
+
+def test_without_changelog_writer() -> None:
+    inner = MemoryStore("plain")
+    s = CachedStore(inner, MSGPACK, MSGPACK)
+    s.put("a", 1)
+    s.flush()
+    assert len(inner) == 1
