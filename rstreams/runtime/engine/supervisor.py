@@ -1,0 +1,315 @@
+"""``rstreams run`` on the durable embedded runtime: ingest, supervise workers, collect.
+
+The supervisor (the ``rstreams run`` process itself):
+
+1. opens the job's directory ``<data-dir>/<job-id>/`` (file log, offsets, group files)
+   and creates the topology's topics;
+2. starts N worker processes (one consumer group: the job id);
+3. appends the input files to their source topics in chunks, remembering how far each
+   file was ingested (in the last record of every chunk, so a crash between the append
+   and any bookkeeping can not ingest a chunk twice). Running again with the same data
+   directory resumes: only what was not ingested yet is read (a file that grew is
+   tailed, a file that shrank is read again from the start, with a warning);
+4. restarts a worker that dies unexpectedly (it rejoins the group; the others take its
+   tasks over meanwhile), and gives up only on a crash loop;
+5. when everything is ingested and every input queue of every sub-topology is committed
+   up to its end (checked upstream first), stops the workers (they commit and leave)
+   and reads the final table of each sink topic (last value per key).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rstreams.errors import ConfigError, ProcessingError, RStreamsError
+from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker
+
+log = logging.getLogger("rstreams.supervisor")
+
+INGEST_HEADER = "rstreams-ingest"
+
+
+class _Input:
+    """One input file being appended to its source topic."""
+
+    def __init__(self, topic: str, path: str, queues: int, start: int) -> None:
+        self.topic = topic
+        self.path = path
+        self.id = os.path.realpath(path)
+        self.queues = queues
+        self.position = start
+        self.lines = 0
+        self._chunks: Iterator[tuple[list[bytes], int]] | None = None
+        self.size = os.path.getsize(path)
+
+    def chunks(self, chunk_lines: int) -> Iterator[tuple[list[bytes], int]]:
+        with open(self.path, "rb") as f:
+            f.seek(self.position)
+            pos = self.position
+            chunk: list[bytes] = []
+            for raw in f:
+                pos += len(raw)
+                if not raw.endswith(b"\n"):
+                    break  # a partial last line: wait until it is complete (or run ends)
+                chunk.append(raw.rstrip(b"\r\n"))
+                if len(chunk) >= chunk_lines:
+                    yield chunk, pos
+                    chunk = []
+            else:
+                if chunk:
+                    yield chunk, pos
+                return
+            # The last line has no newline: ingest it as a line of its own.
+            chunk.append(raw)
+            yield chunk, pos
+
+
+def _ingested_position(broker: Any, topic: str, queues: int, file_id: str) -> int:
+    """How far ``file_id`` was ingested into ``topic``: from the chunks' last records."""
+    best = 0
+    for q in range(queues):
+        end = broker.end_offset(topic, q)
+        start = broker.start_offset(topic, q)
+        # The last record of each queue carries the position of its chunk's end.
+        if end > start:
+            (last,) = broker.read(topic, q, end - 1, 1)
+            for name, value in last.headers:
+                if name == INGEST_HEADER:
+                    fid, _, pos = value.decode().rpartition("@")
+                    if fid == file_id:
+                        best = max(best, int(pos))
+    return best
+
+
+class Supervisor:
+    """Runs a pipeline file on N worker processes until bounded input is processed."""
+
+    def __init__(
+        self,
+        pipeline_path: str,
+        topology: Topology,
+        inputs: dict[str, str],
+        *,
+        data_dir: str | os.PathLike[str] = ".rstreams",
+        workers: int = 2,
+        on_error: str = "fail",
+        fresh: bool = False,
+        chunk_lines: int = 20_000,
+        max_restarts: int = 5,
+        restart_window: float = 60.0,
+        worker_args: list[str] | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ConfigError(f"--workers must be >= 1; got {workers}")
+        self.pipeline_path = pipeline_path
+        self.topology = topology
+        self.root = Path(data_dir) / topology.job_id
+        if fresh and self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(exist_ok=True)
+        self.broker = open_broker(self.root)
+        self.engine = EngineConfig(on_error=on_error)
+        self.queue_counts = create_topics(topology, self.broker, self.engine)
+        self.on_error = on_error
+        self.n_workers = workers
+        self.chunk_lines = chunk_lines
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        self.worker_args = worker_args or []
+        self.progress = progress
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts: list[float] = []
+        self.spawned = 0
+        self.inputs = []
+        for topic, path in inputs.items():
+            if not os.path.isfile(path):
+                raise ConfigError(f"input file {path!r} does not exist or is not a file")
+            qn = self.queue_counts[topic]
+            pos = _ingested_position(self.broker, topic, qn, os.path.realpath(path))
+            if pos > os.path.getsize(path):
+                log.warning("%s is shorter than what was ingested before: reading it again", path)
+                pos = 0
+            self.inputs.append(_Input(topic, path, qn, pos))
+
+    # -- workers -------------------------------------------------------------------------
+
+    def _spawn(self, slot: int) -> None:
+        self.spawned += 1
+        member = f"w{slot}-{self.spawned}"
+        logfile = open(self.root / "logs" / f"worker-{slot}.log", "ab")  # noqa: SIM115
+        cmd = [
+            sys.executable, "-m", "rstreams.runtime.engine.worker", self.pipeline_path,
+            "--data-dir", str(self.root), "--member", member, "--on-error", self.on_error,
+            *self.worker_args,
+        ]  # fmt: skip
+        self.procs[slot] = subprocess.Popen(cmd, stderr=logfile, stdout=logfile)
+        logfile.close()
+
+    def _check_workers(self) -> None:
+        for slot, p in list(self.procs.items()):
+            code = p.poll()
+            if code is None:
+                continue
+            tail = self._log_tail(slot)
+            if code == EXIT_PROCESSING_ERROR:
+                raise ProcessingError(
+                    tail.strip().removeprefix("rstreams worker: ") or "a worker failed"
+                )
+            now = time.monotonic()
+            self.restarts = [t for t in self.restarts if now - t < self.restart_window]
+            self.restarts.append(now)
+            if len(self.restarts) > self.max_restarts:
+                raise RStreamsError(
+                    f"workers keep dying ({len(self.restarts)} exits within "
+                    f"{self.restart_window:.0f}s; last exit code {code}); giving up. "
+                    f"Last log lines of worker {slot}:\n{tail}"
+                )
+            log.warning("worker %d exited with code %s; starting a replacement", slot, code)
+            self._spawn(slot)
+
+    def _log_tail(self, slot: int, lines: int = 15) -> str:
+        try:
+            text = (self.root / "logs" / f"worker-{slot}.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill_worker(self, slot: int, sig: int = signal.SIGKILL) -> None:
+        """For fault-injection tests: signal one worker."""
+        self.procs[slot].send_signal(sig)
+
+    def _stop_workers(self, timeout: float = 30.0) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    # -- progress ------------------------------------------------------------------------
+
+    def lag(self) -> int:
+        """Records not yet committed, over every input queue of every sub-topology."""
+        total = 0
+        group = self.topology.job_id
+        for sub in self.topology.subtopologies:  # upstream first
+            for topic in sub.source_topics:
+                for q in range(self.queue_counts[topic]):
+                    total += self.broker.end_offset(topic, q) - self.broker.committed(
+                        group, topic, q
+                    )
+        return total
+
+    def _done(self) -> bool:
+        # Upstream first: once a sub-topology has committed all its input, everything it
+        # will ever write downstream is already in the log (it flushes before committing).
+        group = self.topology.job_id
+        for sub in self.topology.subtopologies:
+            for topic in sub.source_topics:
+                for q in range(self.queue_counts[topic]):
+                    if self.broker.committed(group, topic, q) < self.broker.end_offset(topic, q):
+                        return False
+        return True
+
+    def _records_out(self) -> int:
+        return sum(
+            self.broker.end_offset(t, q)
+            for t in self.topology.sink_topics
+            for q in range(self.queue_counts[t])
+        )
+
+    # -- run -----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        start = time.monotonic()
+        for slot in range(self.n_workers):
+            self._spawn(slot)
+        pending = [(inp, inp.chunks(self.chunk_lines)) for inp in self.inputs]
+        rr = 0
+        try:
+            while True:
+                self._check_workers()
+                ingested = False
+                for inp, chunks in list(pending):
+                    item = next(chunks, None)
+                    if item is None:
+                        pending.remove((inp, chunks))
+                        continue
+                    lines, pos = item
+                    ts = wall_clock_ms()
+                    rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
+                    rows = [(ts, None, line, ()) for line in lines]
+                    mark = ((INGEST_HEADER, f"{inp.id}@{pos}".encode()),)
+                    rows[-1] = (ts, None, lines[-1], mark)
+                    q = rr % inp.queues
+                    rr += 1
+                    # Chunks go round-robin over the queues, so the newest marker is the
+                    # largest one among the queues' last records (what resume looks for).
+                    self.broker.append(inp.topic, q, rows)
+                    self.broker.flush()
+                    inp.position = pos
+                    inp.lines += len(lines)
+                    ingested = True
+                if self.progress is not None:
+                    self.progress(self.status(start))
+                if not pending and self._done():
+                    break
+                if not ingested:
+                    time.sleep(0.05)
+        finally:
+            self._stop_workers()
+        return self.status(start)
+
+    def status(self, start: float) -> dict[str, Any]:
+        return {
+            "records_in": sum(i.lines for i in self.inputs),
+            "bytes_read": sum(i.position for i in self.inputs),
+            "bytes_total": sum(i.size for i in self.inputs),
+            "records_out": self._records_out(),
+            "lag": self.lag(),
+            "elapsed": time.monotonic() - start,
+            "workers": sum(p.poll() is None for p in self.procs.values()),
+        }
+
+    def tables(self) -> dict[str, dict[Any, Any]]:
+        """Final table (last value per key) of every sink topic, read from the log."""
+        from rstreams.runner import _hashable
+
+        out: dict[str, dict[Any, Any]] = {}
+        for topic in self.topology.sink_topics:
+            spec = self.topology.topics[topic]
+            kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
+            table: dict[Any, Any] = {}
+            for q in range(self.queue_counts[topic]):
+                pos = self.broker.start_offset(topic, q)
+                while True:
+                    records = self.broker.read(topic, q, pos, 50_000)
+                    if not records:
+                        break
+                    for r in records:
+                        key = None if r.key is None else kde(r.key)
+                        table[_hashable(key)] = None if r.value is None else vde(r.value)
+                    pos = records[-1].offset + 1
+            out[topic] = table
+        return out
+
+    def close(self) -> None:
+        self.broker.close()

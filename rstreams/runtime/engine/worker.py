@@ -1,0 +1,278 @@
+"""A worker process of the embedded runtime.
+
+A worker joins the job's consumer group, gets a share of the tasks (one task per
+sub-topology per queue) from the allocation strategy, and for each task it owns: takes
+the task's lock, restores its state from the changelog, starts pulling agents for its
+input queues and runs the processor chain on what they pull. It commits on an interval
+and whenever it gives a task up. Rebalances happen on start, when the group's
+generation moves (a member joined, left or died) and every ``rebalance_interval``.
+
+Run one with ``python -m rstreams.runtime.engine.worker PIPELINE.py --data-dir DIR``;
+``rstreams run`` starts and supervises them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rstreams.errors import ProcessingError, RStreamsError
+from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
+from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.task import Task
+from rstreams.runtime.rebalance import AllocateAveragely, AllocateStrategy, MessageQueue
+from rstreams.runtime.rebalance.membership import FileGroupMembership
+
+log = logging.getLogger("rstreams.worker")
+
+#: Exit code of a worker stopped by a record that failed processing (not restarted).
+EXIT_PROCESSING_ERROR = 3
+
+
+@attrs.frozen
+class WorkerConfig:
+    """Timing and sizing of a worker. Defaults suit a small machine."""
+
+    session_timeout: float = 5.0
+    heartbeat_interval: float = 0.5
+    rebalance_interval: float = 20.0
+    commit_interval: float = 1.0
+    cache_records: int = 20_000
+    pull_batch: int = 5_000
+    pull_interval: float = 0.1
+    batch_size: int = 5_000
+    idle_sleep: float = 0.01
+
+    def __attrs_post_init__(self) -> None:
+        if self.rebalance_interval < 1:
+            raise ValueError(f"rebalance_interval must be >= 1 s; got {self.rebalance_interval}")
+
+
+def task_ids(topology: Topology, queue_counts: dict[str, int]) -> list[MessageQueue]:
+    """Every task of the topology as a MessageQueue(topic=job-subtopology, queue_id)."""
+    out: list[MessageQueue] = []
+    for sub in topology.subtopologies:
+        n = max(queue_counts[t] for t in sub.source_topics)
+        out.extend(MessageQueue(f"{topology.job_id}-{sub.id}", "local", q) for q in range(n))
+    return out
+
+
+class Worker:
+    """Runs its share of a topology's tasks until stopped."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        broker: Any,
+        root: str | os.PathLike[str],
+        *,
+        member_id: str | None = None,
+        engine: EngineConfig | None = None,
+        config: WorkerConfig | None = None,
+        strategy: AllocateStrategy | None = None,
+    ) -> None:
+        self.topology = topology
+        self.broker = broker
+        self.engine = engine or EngineConfig(coalesce=True, combine=True)
+        self.config = config or WorkerConfig()
+        self.strategy = strategy or AllocateAveragely()
+        self.group = topology.job_id
+        self.member_id = member_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.membership = FileGroupMembership(
+            root, self.group, self.member_id, self.config.session_timeout
+        )
+        self.queue_counts = create_topics(topology, broker, self.engine)
+        self.all_tasks = task_ids(topology, self.queue_counts)
+        self.producer = Producer(broker)
+        self.pool = AgentPool()
+        self.tasks: dict[str, Task] = {}
+        self.wanted: list[str] = []
+        self.stop_event = threading.Event()
+        self._generation = -1
+        self.processed = 0
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def _task_name(self, mq: MessageQueue) -> str:
+        return f"{mq.topic.rsplit('-', 1)[1]}_{mq.queue_id}"
+
+    def _start_task(self, name: str) -> None:
+        sub_id, queue = (int(x) for x in name.split("_"))
+        sub = self.topology.subtopologies[sub_id]
+        caches: dict[str, QueueCache] = {}
+
+        def fetch(topic: str, q: int, offset: int, max_records: int) -> list[Any]:
+            return caches[topic].take(name, max_records)
+
+        task = Task(
+            self.topology, sub, queue, self.broker, self.producer, self.engine, self.group,
+            wall_clock_ms, fetch=fetch,
+        )  # fmt: skip
+        for topic, pos in task.positions.items():
+            cache = QueueCache(self.config.cache_records, pos, [name])
+            caches[topic] = cache
+            agent = PullingAgent(
+                self.broker,
+                topic,
+                queue,
+                cache,
+                batch=self.config.pull_batch,
+                pull_interval=self.config.pull_interval,
+            )
+            self.pool.add(agent)
+        self.tasks[name] = task
+        log.info(
+            "%s: started task %s (restored %d changelog records)",
+            self.member_id,
+            name,
+            task.restored,
+        )
+
+    def _stop_task(self, name: str) -> None:
+        task = self.tasks.pop(name)
+        for topic in task.positions:
+            self.pool.remove(topic, task.queue)
+        task.close()  # flush + commit before the lock goes
+        self.broker.flush()
+        self.membership.release_task(name)
+        log.info("%s: gave up task %s", self.member_id, name)
+
+    def rebalance(self) -> None:
+        members = self.membership.members()
+        self._generation = self.membership.generation()
+        mine = self.strategy.allocate(self.group, self.member_id, self.all_tasks, members)
+        self.wanted = sorted(self._task_name(mq) for mq in mine)
+        for name in [t for t in self.tasks if t not in self.wanted]:
+            self._stop_task(name)
+        for name in self.membership.held_tasks:
+            if name not in self.wanted and name not in self.tasks:
+                self.membership.release_task(name)
+        log.debug(
+            "%s: generation %d, members %s, tasks %s",
+            self.member_id,
+            self._generation,
+            members,
+            self.wanted,
+        )
+
+    def _claim_tasks(self) -> None:
+        for name in self.wanted:
+            if name not in self.tasks and self.membership.acquire_task(name):
+                self._start_task(name)
+
+    def commit(self) -> None:
+        for task in self.tasks.values():
+            task.commit()
+        self.broker.flush()
+
+    # -- main loop -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Join, work until :meth:`stop`, then commit and leave."""
+        cfg = self.config
+        self.membership.join()
+        self.pool.start()
+        now = time.monotonic()
+        next_heartbeat = next_rebalance = next_commit = now
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    self.membership.heartbeat()
+                    next_heartbeat = now + cfg.heartbeat_interval
+                    # Liveness check of the others: a dead member bumps the generation.
+                    self.membership.members()
+                if self.membership.generation() != self._generation or now >= next_rebalance:
+                    self.rebalance()
+                    next_rebalance = now + cfg.rebalance_interval
+                self._claim_tasks()
+                if self.pool.error is not None:
+                    raise self.pool.error
+                progress = 0
+                for task in list(self.tasks.values()):
+                    n = task.poll(cfg.batch_size)
+                    if n:
+                        progress += n
+                        self.producer.flush()
+                self.processed += progress
+                if time.monotonic() >= next_commit:
+                    self.commit()
+                    next_commit = time.monotonic() + cfg.commit_interval
+                if not progress:
+                    self.stop_event.wait(cfg.idle_sleep)
+        finally:
+            self.pool.stop()
+            failed = any(t.failed for t in self.tasks.values())
+            for name in list(self.tasks):
+                self._stop_task(name)
+            if not failed:
+                self.broker.flush()
+            self.membership.leave()
+
+    def stop(self, *_: Any) -> None:
+        self.stop_event.set()
+
+
+def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Any:
+    from rstreams.runtime.queues.filelog import FileBroker
+
+    return FileBroker(Path(root) / "log", **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rstreams.loader import load_topology
+
+    ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
+    ap.add_argument("pipeline")
+    ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
+    ap.add_argument("--member", default=None)
+    ap.add_argument("--on-error", default="fail", choices=("fail", "skip", "dead-letter"))
+    ap.add_argument("--session-timeout", type=float, default=5.0)
+    ap.add_argument("--commit-interval", type=float, default=1.0)
+    ap.add_argument("--rebalance-interval", type=float, default=20.0)
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
+    )
+    topology = load_topology(args.pipeline)
+    worker = Worker(
+        topology,
+        open_broker(args.data_dir),
+        args.data_dir,
+        member_id=args.member,
+        engine=EngineConfig(on_error=args.on_error, coalesce=True, combine=True),
+        config=WorkerConfig(
+            session_timeout=args.session_timeout,
+            commit_interval=args.commit_interval,
+            rebalance_interval=args.rebalance_interval,
+        ),
+    )
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    try:
+        worker.run()
+    except ProcessingError as e:
+        print(f"rstreams worker: {e}", file=sys.stderr)
+        return EXIT_PROCESSING_ERROR
+    except RStreamsError as e:
+        print(f"rstreams worker: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Group membership through files in the data directory (no server needed).
+
+Layout under ``<root>/coordination/<group>/``::
+
+    generation            the group's generation number; bumped on every membership change
+    coordinator.lock      serializes bumps
+    members/<id>.lock     held (flock, exclusive) by the live member <id> for its lifetime
+    members/<id>.json     pid, start time and last heartbeat of member <id>
+    tasks/<task>.lock     held by the member currently running task <task>
+
+A member is alive while it holds its lock: the kernel releases the lock the moment the
+process dies (even on ``kill -9``), so a survivor that can take the lock knows at once.
+A member whose heartbeat is older than the session timeout (a hung process) is treated as
+gone as well. Whoever notices a change bumps the generation; members watch the generation
+and rebalance when it moves (they also rebalance periodically).
+
+Task locks make hand-over safe: the old owner of a task commits before it releases the
+task's lock, and the new owner starts the task only once it holds the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _try_lock(f: IO[str], shared: bool = False) -> bool:
+    try:
+        fcntl.flock(f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class FileGroupMembership:
+    """One member's view of a consumer group kept in files.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> a = FileGroupMembership(root, "g", "a"); b = FileGroupMembership(root, "g", "b")
+    >>> a.join(); b.join()
+    >>> a.members()
+    ['a', 'b']
+    >>> b.leave(); a.members()
+    ['a']
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], group: str, member_id: str, session_timeout: float = 5.0
+    ) -> None:
+        self.dir = Path(root) / "coordination" / group
+        self.members_dir = self.dir / "members"
+        self.tasks_dir = self.dir / "tasks"
+        for d in (self.members_dir, self.tasks_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.group = group
+        self.member_id = member_id
+        self.session_timeout = session_timeout
+        self._lock_file: IO[str] | None = None
+        self._task_locks: dict[str, IO[str]] = {}
+        self.started = time.time()
+
+    # -- generation ----------------------------------------------------------------------
+
+    def generation(self) -> int:
+        try:
+            return int((self.dir / "generation").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def bump(self) -> int:
+        """Increment the generation (tells every member to rebalance)."""
+        with open(self.dir / "coordinator.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            gen = self.generation() + 1
+            _write_atomic(self.dir / "generation", str(gen))
+            return gen
+
+    # -- own membership ------------------------------------------------------------------
+
+    def join(self) -> None:
+        if self._lock_file is not None:
+            return
+        # Lock under a temporary name, then rename: nobody can see the lock file unlocked
+        # (and take us for dead) between its creation and the lock.
+        tmp = self.members_dir / f".{self.member_id}.{os.getpid()}.joining"
+        f = open(tmp, "w")  # noqa: SIM115 (held for the member's lifetime)
+        fcntl.flock(f, fcntl.LOCK_EX)
+        self._lock_file = f
+        self.heartbeat()
+        os.replace(tmp, self.members_dir / f"{self.member_id}.lock")
+        self.bump()
+
+    def heartbeat(self) -> None:
+        info = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time()}
+        _write_atomic(self.members_dir / f"{self.member_id}.json", json.dumps(info))
+
+    def leave(self) -> None:
+        """Release every task, leave the group and tell the others."""
+        for task in list(self._task_locks):
+            self.release_task(task)
+        if self._lock_file is None:
+            return
+        for suffix in (".lock", ".json"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.members_dir / f"{self.member_id}{suffix}").unlink()
+        self._lock_file.close()
+        self._lock_file = None
+        self.bump()
+
+    # -- others --------------------------------------------------------------------------
+
+    def members(self) -> list[str]:
+        """Live members, sorted. Removes dead ones (and bumps the generation if any)."""
+        alive, dead = [], []
+        for lock_path in self.members_dir.glob("*.lock"):
+            member = lock_path.stem
+            if member == self.member_id and self._lock_file is not None:
+                alive.append(member)
+                continue
+            try:
+                with open(lock_path) as f:
+                    if _try_lock(f, shared=True):
+                        dead.append(member)  # nobody holds it: its process is gone
+                        continue
+            except FileNotFoundError:
+                continue  # left meanwhile
+            if self._stale(member):
+                continue  # hung: not counted, but its lock still holds its tasks
+            alive.append(member)
+        for member in dead:
+            for suffix in (".lock", ".json"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.members_dir / f"{member}{suffix}").unlink()
+        if dead:
+            self.bump()
+        return sorted(alive)
+
+    def _stale(self, member: str) -> bool:
+        try:
+            info = json.loads((self.members_dir / f"{member}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return False  # being written; the lock says it is alive
+        return bool(time.time() - info.get("heartbeat", 0) > self.session_timeout)
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        """Members with pid and heartbeat age, plus the tasks each holds."""
+        out: dict[str, dict[str, object]] = {}
+        for member in self.members():
+            try:
+                info = json.loads((self.members_dir / f"{member}.json").read_text())
+            except (FileNotFoundError, ValueError):
+                info = {}
+            out[member] = {
+                "pid": info.get("pid"),
+                "heartbeat_age_s": round(time.time() - info.get("heartbeat", time.time()), 3),
+            }
+        return out
+
+    # -- task ownership ------------------------------------------------------------------
+
+    def acquire_task(self, task: str) -> bool:
+        """Take the lock of ``task``; False while another member still holds it."""
+        if task in self._task_locks:
+            return True
+        f = open(self.tasks_dir / f"{task}.lock", "a")  # noqa: SIM115 (held while owned)
+        if not _try_lock(f):
+            f.close()
+            return False
+        self._task_locks[task] = f
+        return True
+
+    def release_task(self, task: str) -> None:
+        f = self._task_locks.pop(task, None)
+        if f is not None:
+            f.close()
+
+    @property
+    def held_tasks(self) -> list[str]:
+        return sorted(self._task_locks)
