@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -59,9 +60,11 @@ class _ProgressLine:
             return
         self.last = now
         pct = f" {100 * p.bytes_read / p.bytes_total:5.1f}%" if p.bytes_total else ""
+        lag = f", lag {p.lag:,}" if p.lag is not None else ""
         rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
         sys.stderr.write(
-            f"\r  {p.records_in:,} records in, {p.records_out:,} out{pct}  {rate:,.0f} records/s "
+            f"\r  {p.records_in:,} records in, {p.records_out:,} out{lag}{pct}  "
+            f"{rate:,.0f} records/s "
         )
         sys.stderr.flush()
 
@@ -97,11 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UnsupportedOperation(
             "--broker is not available in this version; the embedded runtime runs in process"
         )
-    if args.workers != 1:
-        raise UnsupportedOperation(
-            f"--workers {args.workers}: multi-process workers are not available in this "
-            "version; the in-process runtime uses --workers 1"
-        )
+    if args.in_memory and args.workers not in (None, 1):
+        raise ConfigError("--in-memory runs in this process: it takes no --workers")
     topology = load_topology(args.pipeline)
     inputs = _parse_binds(args.bind)
     if args.input:
@@ -122,12 +122,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"--output writes the only sink topic, but {topology.job_id!r} writes "
             f"{len(sinks)}: {sinks}"
         )
-    if args.data_dir:
-        log.info("--data-dir %s is not used by the in-process runtime", args.data_dir)
-
     progress = _ProgressLine(enabled=not args.quiet and sys.stderr.isatty())
+    durable = {}
+    if not args.in_memory:
+        durable = {
+            "workers": args.workers or os.cpu_count() or 1,
+            "data_dir": args.data_dir,
+            "pipeline": args.pipeline,
+            "fresh": args.fresh,
+        }
+    elif args.fresh:
+        raise ConfigError("--fresh applies to the durable runtime's data; drop --in-memory")
     try:
-        result = run(topology, inputs, on_error=args.on_error, progress=progress)
+        result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
     finally:
         progress.done()
     if args.output:
@@ -205,15 +212,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--backend", choices=("embedded", "spark"), default="embedded")
     run.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="worker processes (default 1)"
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes of the embedded runtime (default: the number of cores)",
     )
     run.add_argument("--broker", metavar="URL", help="broker URL (not available yet)")
     run.add_argument("--master", metavar="URL", help="Spark master URL (with --backend spark)")
     run.add_argument(
         "--data-dir",
         metavar="DIR",
-        default=None,
-        help="log and state directory of the durable runtime (default ./.rstreams)",
+        default=".rstreams",
+        help="log, offsets and state of the embedded runtime; a job lives in DIR/<job-id> "
+        "and a run resumes what an earlier one left (default ./.rstreams)",
+    )
+    run.add_argument(
+        "--fresh", action="store_true", help="start the job over: delete DIR/<job-id> first"
+    )
+    run.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="run in this process on memory queues (fast; nothing is kept or resumable)",
     )
     run.add_argument(
         "--on-error",

@@ -47,6 +47,8 @@ class Progress:
     bytes_read: int
     bytes_total: int | None
     elapsed: float
+    #: Records read but not yet committed (durable runtime only).
+    lag: int | None = None
 
 
 @attrs.frozen
@@ -102,6 +104,10 @@ def run(
     on_error: str = "fail",
     chunk_lines: int = 20_000,
     progress: Callable[[Progress], None] | None = None,
+    workers: int | None = None,
+    data_dir: str | None = None,
+    pipeline: str | None = None,
+    fresh: bool = False,
 ) -> RunResult:
     """Run ``topology`` over bounded input and return the final table of every sink.
 
@@ -113,6 +119,13 @@ def run(
         on_error: ``"fail"``, ``"skip"`` or ``"dead-letter"`` (see EngineConfig).
         chunk_lines: lines read per source before each run-and-commit round.
         progress: called after every chunk with a :class:`Progress`.
+        workers: worker processes of the durable runtime (default 1).
+        data_dir: directory of the durable runtime's log, offsets and state. Without
+            it (and with one worker) everything runs in this process on memory queues:
+            fastest, but nothing survives the run.
+        pipeline: path of the pipeline file (the durable runtime's worker processes
+            load the topology from it); required with ``data_dir`` or ``workers > 1``.
+        fresh: with ``data_dir``, forget what earlier runs of this job left there.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -131,6 +144,24 @@ def run(
         raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
+    if data_dir is not None or (workers or 1) > 1:
+        if pipeline is None:
+            raise ConfigError(
+                "the durable runtime starts worker processes that load the pipeline from its "
+                "file: pass pipeline='path/to/pipeline.py' (or run without data_dir/workers)"
+            )
+        from rstreams.runtime.engine.supervisor import run_durable
+
+        return run_durable(
+            pipeline,
+            topology,
+            inputs,
+            data_dir=data_dir or ".rstreams",
+            workers=workers or 1,
+            on_error=on_error,
+            fresh=fresh,
+            progress=progress,
+        )
 
     opened = {topic: _open(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())

@@ -49,14 +49,14 @@ def write_pipeline(tmp_path: Path, body: str, name: str = "p.py") -> Path:
 
 def test_run_wordcount_output_equals_counter(tmp_path):
     out = tmp_path / "counts.jsonl"
-    r = rstreams("run", WORDCOUNT, "--input", CORPUS, "--output", out)
+    r = rstreams("run", "--in-memory", WORDCOUNT, "--input", CORPUS, "--output", out)
     assert r.returncode == 0, r.stderr
     assert read_jsonl(out) == dict(expected_counts(CORPUS))
     assert "records in" in r.stderr and str(out) in r.stderr
 
 
 def test_run_prints_top_words_without_output():
-    r = rstreams("run", WORDCOUNT, "--input", CORPUS, "--top", "3")
+    r = rstreams("run", "--in-memory", WORDCOUNT, "--input", CORPUS, "--top", "3")
     assert r.returncode == 0, r.stderr
     top = expected_counts(CORPUS).most_common(3)
     lines = r.stdout.splitlines()
@@ -67,14 +67,14 @@ def test_run_prints_top_words_without_output():
 
 def test_run_quiet_prints_nothing_but_writes(tmp_path):
     out = tmp_path / "c.jsonl"
-    r = rstreams("run", WORDCOUNT, "--input", CORPUS, "--output", out, "-q")
+    r = rstreams("run", "--in-memory", WORDCOUNT, "--input", CORPUS, "--output", out, "-q")
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
     assert out.exists()
 
 
 def test_run_reads_stdin(tmp_path):
     out = tmp_path / "c.jsonl"
-    r = rstreams("run", WORDCOUNT, "--input", "-", "--output", out, stdin="b a\na\n")
+    r = rstreams("run", "--in-memory", WORDCOUNT, "--input", "-", "--output", out, stdin="b a\na\n")
     assert r.returncode == 0, r.stderr
     assert read_jsonl(out) == {"a": 2, "b": 1}
 
@@ -96,6 +96,7 @@ def test_bind_two_sources(tmp_path):
     out = tmp_path / "o.jsonl"
     r = rstreams(
         "run",
+        "--in-memory",
         p,
         "--bind",
         f"a={tmp_path / 'a.txt'}",
@@ -174,7 +175,6 @@ def test_missing_pipeline_and_input(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--workers", "2"], "multi-process workers are not available"),
         (["--backend", "spark"], "--backend spark is not available"),
         (["--broker", "redis://localhost"], "--broker is not available"),
     ],
@@ -199,7 +199,7 @@ def test_user_function_failure_exit_1_names_step_and_offset(tmp_path):
     p = write_pipeline(tmp_path, FAILING)
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
-    r = rstreams("run", p, "--input", data)
+    r = rstreams("run", "--in-memory", p, "--input", data)
     assert r.returncode == 1
     assert "step 'numbers-map-1'" in r.stderr
     assert "numbers[0]@2" in r.stderr  # topic[queue]@offset of the bad line
@@ -211,7 +211,7 @@ def test_on_error_skip_keeps_going(tmp_path):
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
     out = tmp_path / "o.jsonl"
-    r = rstreams("run", p, "--input", data, "--output", out, "--on-error", "skip")
+    r = rstreams("run", "--in-memory", p, "--input", data, "--output", out, "--on-error", "skip")
     assert r.returncode == 0, r.stderr
     # 10 // 1 = 10 and 10 // 5 = 2 have key 0, 10 // 2 = 5 has key 1; the "0" line is skipped
     assert read_jsonl(out) == {0: 12, 1: 5}

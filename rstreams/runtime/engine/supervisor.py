@@ -114,6 +114,11 @@ class Supervisor:
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
+        for path in inputs.values():
+            if path == "-":
+                raise ConfigError("standard input can only be read with --in-memory")
+            if not os.path.isfile(path):
+                raise ConfigError(f"input file {path!r} does not exist or is not a file")
         self.pipeline_path = pipeline_path
         self.topology = topology
         self.root = Path(data_dir) / topology.job_id
@@ -136,8 +141,6 @@ class Supervisor:
         self.spawned = 0
         self.inputs = []
         for topic, path in inputs.items():
-            if not os.path.isfile(path):
-                raise ConfigError(f"input file {path!r} does not exist or is not a file")
             qn = self.queue_counts[topic]
             pos = _ingested_position(self.broker, topic, qn, os.path.realpath(path))
             if pos > os.path.getsize(path):
@@ -313,3 +316,50 @@ class Supervisor:
 
     def close(self) -> None:
         self.broker.close()
+
+
+def run_durable(
+    pipeline_path: str,
+    topology: Topology,
+    inputs: dict[str, str],
+    *,
+    data_dir: str | os.PathLike[str],
+    workers: int,
+    on_error: str = "fail",
+    fresh: bool = False,
+    progress: Callable[[Any], None] | None = None,
+    worker_args: list[str] | None = None,
+) -> Any:
+    """Run on worker processes over the file log; returns a :class:`rstreams.runner.RunResult`."""
+    from rstreams.runner import Progress, RunResult
+
+    def report(s: dict[str, Any]) -> None:
+        if progress is not None:
+            progress(
+                Progress(
+                    s["records_in"],
+                    s["records_out"],
+                    s["bytes_read"],
+                    s["bytes_total"],
+                    s["elapsed"],
+                    s["lag"],
+                )
+            )
+
+    sup = Supervisor(
+        pipeline_path,
+        topology,
+        inputs,
+        data_dir=data_dir,
+        workers=workers,
+        on_error=on_error,
+        fresh=fresh,
+        progress=report,
+        worker_args=worker_args,
+    )
+    try:
+        status = sup.run()
+        tables = sup.tables()
+    finally:
+        sup.close()
+    return RunResult(tables, status["records_in"], status["records_out"], status["elapsed"], {})
