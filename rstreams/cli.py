@@ -270,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("pipeline", metavar="PIPELINE.py")
     _common(describe)
     describe.set_defaults(func=cmd_describe)
+
+    from rstreams.admin import add_parsers
+
+    add_parsers(sub, _common)
     return parser
 
 

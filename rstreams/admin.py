@@ -1,0 +1,244 @@
+"""Commands that look at and feed the embedded runtime's log: topics, produce, consume,
+offsets and group. They work on the log of one job: ``DATA_DIR/JOB`` (``--job`` may be
+left out when the data directory holds a single job)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rstreams.errors import ConfigError
+from rstreams.runtime.queues.base import queue_for_key
+
+
+def job_root(data_dir: str, job: str | None) -> Path:
+    base = Path(data_dir)
+    if job:
+        root = base / job
+        if not (root / "log").is_dir():
+            raise ConfigError(f"no job {job!r} in {data_dir} (no {root / 'log'})")
+        return root
+    jobs = sorted(p.name for p in base.glob("*") if (p / "log").is_dir()) if base.is_dir() else []
+    if len(jobs) == 1:
+        return base / jobs[0]
+    if not jobs:
+        raise ConfigError(f"no job has run in {data_dir!r}; run one or give --data-dir")
+    raise ConfigError(f"{data_dir!r} holds several jobs ({', '.join(jobs)}); pick one with --job")
+
+
+def _broker(args: argparse.Namespace, create: bool = False) -> Any:
+    from rstreams.runtime.engine.worker import open_broker
+
+    if create and args.job:
+        root = Path(args.data_dir) / args.job
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        root = job_root(args.data_dir, args.job)
+    return open_broker(root)
+
+
+def _known(broker: Any, topic: str) -> int:
+    n = broker.queue_count(topic)
+    if n is None:
+        known = ", ".join(sorted(broker.topics())) or "none"
+        raise ConfigError(f"topic {topic!r} does not exist (topics: {known})")
+    return int(n)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    broker = _broker(args, create=args.action == "create")
+    try:
+        if args.action == "list":
+            for name, queues in sorted(broker.topics().items()):
+                records = sum(
+                    broker.end_offset(name, q) - broker.start_offset(name, q) for q in range(queues)
+                )
+                print(f"{name}\tqueues={queues}\trecords={records}")
+        elif args.action == "create":
+            if not args.name:
+                raise ConfigError("topics create needs a topic name")
+            broker.create_topic(args.name, args.queues, compacted=args.compacted)
+            if not args.quiet:
+                print(f"created {args.name} ({args.queues} queues)", file=sys.stderr)
+        else:
+            if not args.name:
+                raise ConfigError("topics describe needs a topic name")
+            n = _known(broker, args.name)
+            print(f"topic {args.name}: {n} queues")
+            for q in range(n):
+                start, end = broker.start_offset(args.name, q), broker.end_offset(args.name, q)
+                print(f"  queue {q}: offsets {start}..{end} ({end - start} records)")
+    finally:
+        broker.close()
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    broker = _broker(args, create=True)
+    try:
+        if broker.queue_count(args.topic) is None:
+            broker.create_topic(args.topic, args.queues)
+        n = _known(broker, args.topic)
+        rr = 0
+        count = 0
+        pending: dict[int, list[tuple[int, bytes | None, bytes, tuple[()]]]] = {}
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            key: bytes | None = None
+            if args.key_separator:
+                k, sep, v = line.partition(args.key_separator.encode())
+                key, line = (k, v) if sep else (None, line)
+            q = queue_for_key(key, n) if key is not None else rr % n
+            pending.setdefault(q, []).append((int(time.time() * 1000), key, line, ()))
+            count += 1
+            if count % 10_000 == 0:
+                rr += 1
+                for qq, rows in pending.items():
+                    broker.append(args.topic, qq, rows)
+                pending.clear()
+        for qq, rows in pending.items():
+            broker.append(args.topic, qq, rows)
+        broker.flush()
+        if not args.quiet:
+            print(f"produced {count} records to {args.topic}", file=sys.stderr)
+    finally:
+        broker.close()
+    return 0
+
+
+def _decode(b: bytes | None) -> str | None:
+    if b is None:
+        return None
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return b.hex()
+
+
+def _records(broker: Any, topic: str, queue: int, start: int, limit: int | None) -> Iterator[Any]:
+    pos = start
+    while limit is None or limit > 0:
+        batch = broker.read(topic, queue, pos, 10_000 if limit is None else min(limit, 10_000))
+        if not batch:
+            return
+        yield from batch
+        if limit is not None:
+            limit -= len(batch)
+        pos = batch[-1].offset + 1
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    try:
+        n = _known(broker, args.topic)
+        queues = [args.queue] if args.queue is not None else list(range(n))
+        left = args.max
+        for q in queues:
+            if args.offset is not None:
+                start = args.offset
+            elif args.from_beginning:
+                start = broker.start_offset(args.topic, q)
+            elif args.group:
+                start = broker.committed(args.group, args.topic, q)
+            else:
+                start = broker.end_offset(args.topic, q)
+            pos = start
+            for r in _records(broker, args.topic, q, start, left):
+                if args.format == "json":
+                    row = {"queue": q, "offset": r.offset, "timestamp": r.timestamp,
+                           "key": _decode(r.key), "value": _decode(r.value)}  # fmt: skip
+                    print(json.dumps(row, ensure_ascii=False))
+                else:
+                    key = _decode(r.key)
+                    val = _decode(r.value) or ""
+                    print(val if key is None else f"{key}\t{val}")
+                pos = r.offset + 1
+                if left is not None:
+                    left -= 1
+            if args.group and pos != start:
+                broker.commit(args.group, args.topic, q, pos)
+            if left is not None and left <= 0:
+                break
+        broker.flush()
+    finally:
+        broker.close()
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    try:
+        offsets = broker.group_offsets(args.group)
+        if not offsets:
+            raise ConfigError(f"group {args.group!r} has committed no offsets")
+        print("topic\tqueue\tcommitted\tend\tlag")
+        for (topic, q), off in sorted(offsets.items()):
+            end = broker.end_offset(topic, q)
+            print(f"{topic}\t{q}\t{off}\t{end}\t{end - off}")
+    finally:
+        broker.close()
+    return 0
+
+
+def cmd_group(args: argparse.Namespace) -> int:
+    from rstreams.runtime.rebalance.membership import FileGroupMembership
+
+    root = job_root(args.data_dir, args.job)
+    group = args.group or root.name
+    m = FileGroupMembership(root, group, "rstreams-cli")
+    members = m.describe()
+    tasks = {p.stem for p in m.tasks_dir.glob("*.lock")}
+    print(f"group {group}: generation {m.generation()}, {len(members)} live member(s)")
+    for member, info in members.items():
+        print(f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago")
+    print(f"  tasks: {', '.join(sorted(tasks)) or 'none'}")
+    return 0
+
+
+def add_parsers(sub: Any, common: Any) -> None:
+    def base(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
+        p.add_argument("--job", default=None, help="the job whose log to use (DIR/JOB)")
+        common(p)
+
+    p = sub.add_parser("topics", help="list, create or describe topics of a job's log")
+    p.add_argument("action", choices=("list", "create", "describe"))
+    p.add_argument("name", nargs="?")
+    p.add_argument("--queues", type=int, default=1, help="queues of a new topic (default 1)")
+    p.add_argument("--compacted", action="store_true", help="create a compacted topic")
+    base(p)
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("produce", help="append stdin lines to a topic (one record per line)")
+    p.add_argument("topic")
+    p.add_argument("--key-separator", metavar="SEP", help="split each line into KEY SEP VALUE")
+    p.add_argument("--queues", type=int, default=1, help="queues if the topic is new")
+    base(p)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print records of a topic")
+    p.add_argument("topic")
+    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--group", help="start at the group's committed offsets and commit after")
+    p.add_argument("--offset", type=int, help="start at this offset (of each queue read)")
+    p.add_argument("--queue", type=int, help="read only this queue")
+    p.add_argument("--max", type=int, default=None, metavar="N", help="stop after N records")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    base(p)
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("offsets", help="committed offsets and lag of a consumer group")
+    p.add_argument("group")
+    base(p)
+    p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("group", help="members and tasks of a job's consumer group")
+    p.add_argument("action", choices=("describe",))
+    p.add_argument("group", nargs="?", help="default: the job id")
+    base(p)
+    p.set_defaults(func=cmd_group)
