@@ -1,7 +1,9 @@
 """One source feeding two chains and two sinks: word counts and line lengths by first letter.
 
-    rstreams run examples/branching.py --input examples/data/corpus.txt --output words.jsonl
-(--output needs a single sink; this file has two, so use the Python API or describe/graph.)
+    rstreams run examples/branching.py --input examples/data/corpus.txt
+
+prints the top rows of both sink topics (--output writes a file only for a pipeline
+with a single sink).
 """
 
 import re

@@ -1,6 +1,8 @@
 """sum / min / max of word lengths per first letter, over the words of each line.
 
-rstreams run examples/stats.py --input examples/data/corpus.txt --bind ... (three sinks)
+    rstreams run examples/stats.py --input examples/data/corpus.txt
+
+prints the top rows of the three sink topics.
 """
 
 import re

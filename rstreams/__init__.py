@@ -31,7 +31,6 @@ from rstreams.errors import (
     UnsupportedOperation,
 )
 from rstreams.planner.topology import Topology
-from rstreams.runner import RunResult, run
 from rstreams.serde import Serde, get_serde
 
 __version__ = "0.1.0"
@@ -59,3 +58,12 @@ __all__ = [
     "get_serde",
     "run",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # run/RunResult pull in the engine: load it on first use so `import rstreams` stays light.
+    if name in ("run", "RunResult"):
+        from rstreams import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'rstreams' has no attribute {name!r}")

@@ -137,16 +137,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
     finally:
         progress.done()
-    if args.output:
+    if args.output == "-":
+        write_table(result.tables[sinks[0]], sys.stdout)
+    elif args.output:
         write_table(result.tables[sinks[0]], args.output)
-    elif not args.quiet:
+    else:
         for topic, table in result.tables.items():
             _print_top(topic, table, args.top)
     if not args.quiet:
         rate = result.records_in / result.elapsed if result.elapsed > 0 else 0.0
         skipped = result.metrics.get("skipped", 0)
         extra = f", {skipped:,} skipped" if skipped else ""
-        where = f"; wrote {args.output}" if args.output else ""
+        where = f"; wrote {args.output}" if args.output not in (None, "-") else ""
         print(
             f"done: {result.records_in:,} records in, {result.records_out:,} out{extra} "
             f"in {result.elapsed:.2f}s ({rate:,.0f} records/s){where}",
@@ -208,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         metavar="PATH",
         help="write the final table of the only sink topic as JSON lines "
-        '{"key": ..., "value": ...}',
+        '{"key": ..., "value": ...} (- for stdout)',
     )
     run.add_argument("--backend", choices=("embedded", "spark"), default="embedded")
     run.add_argument(

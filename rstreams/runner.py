@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import attrs
 
@@ -253,10 +253,16 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def write_table(table: dict[Any, Any], path: str) -> None:
-    """Write a final table as JSON lines ``{"key": ..., "value": ...}`` atomically."""
+def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
+    """Write a final table as JSON lines ``{"key": ..., "value": ...}``: to a file
+    atomically (a temp file renamed into place), or to an open text stream."""
     import json
 
+    if not isinstance(path, str):
+        for k, v in table.items():
+            path.write(json.dumps({"key": k, "value": v}, ensure_ascii=False) + "\n")
+        path.flush()
+        return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

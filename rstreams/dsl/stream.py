@@ -236,11 +236,16 @@ class RStream(_Stream):
         )
 
     def join(self, other: RStream) -> NoReturn:
-        """Stream-stream join (not available yet)."""
+        """Stream-stream inner join (not available yet)."""
         raise UnsupportedOperation("join() lands with the windows and joins feature")
 
-    leftJoin = join
-    outerJoin = join
+    def leftJoin(self, other: RStream) -> NoReturn:
+        """Stream-stream left join (not available yet)."""
+        raise UnsupportedOperation("leftJoin() lands with the windows and joins feature")
+
+    def outerJoin(self, other: RStream) -> NoReturn:
+        """Stream-stream outer join (not available yet)."""
+        raise UnsupportedOperation("outerJoin() lands with the windows and joins feature")
 
     def __getattr__(self, attr: str) -> Any:
         if attr in n.AGGREGATIONS or attr == "window":
