@@ -86,8 +86,8 @@ class _RecordingProducer(Producer):
         for ts, k, v, h in items:
             self.send(topic, queue, k, v, ts, h)
 
-    def flush(self) -> None:
-        pass
+    def flush(self) -> list[tuple[str, int]]:
+        return []
 
 
 class TopologyTestDriver:

@@ -156,6 +156,14 @@ class AgentPool:
         with self._lock:
             self._agents.pop((topic, queue), None)
 
+    def wake(self, queues: list[tuple[str, int]]) -> None:
+        """New data was just appended to these queues: pull them now, not at the timer."""
+        with self._lock:
+            for key in queues:
+                agent = self._agents.get(key)
+                if agent is not None:
+                    agent.due = 0.0
+
     def pull_all(self) -> int:
         with self._lock:
             agents = list(self._agents.values())

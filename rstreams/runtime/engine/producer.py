@@ -41,7 +41,9 @@ class Producer:
             raise KeyError(topic)
         return n
 
-    def flush(self) -> None:
+    def flush(self) -> list[tuple[str, int]]:
+        """Append what is pending; returns the (topic, queue)s written to."""
         pending, self._pending = self._pending, defaultdict(list)
         for (topic, queue), items in pending.items():
             self.broker.append(topic, queue, items)
+        return list(pending)

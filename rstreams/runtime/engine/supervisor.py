@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
-from rstreams.planner.topology import Topology
+from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker
@@ -127,7 +127,9 @@ class Supervisor:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(exist_ok=True)
         self.broker = open_broker(self.root)
-        self.engine = EngineConfig(on_error=on_error)
+        # Source topics the job creates get several queues, so that work can spread over
+        # workers (now or in a later run with more of them).
+        self.engine = EngineConfig(on_error=on_error, default_queues=DEFAULT_SHUFFLE_QUEUES)
         self.queue_counts = create_topics(topology, self.broker, self.engine)
         self.on_error = on_error
         self.n_workers = workers

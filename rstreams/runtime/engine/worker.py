@@ -206,7 +206,8 @@ class Worker:
                     n = task.poll(cfg.batch_size)
                     if n:
                         progress += n
-                        self.producer.flush()
+                        # Downstream tasks of this worker need not wait for their timer.
+                        self.pool.wake(self.producer.flush())
                 self.processed += progress
                 if time.monotonic() >= next_commit:
                     self.commit()
