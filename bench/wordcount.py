@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORD = re.compile(r"\w+")
 
 
-def make_corpus(path: Path, mb: float) -> None:
+def make_corpus(path: Path, mb: float, grow_vocabulary: bool = True) -> None:
     base = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
     target = int(mb * 1_000_000)
     size, copy = 0, 0
@@ -39,7 +39,10 @@ def make_corpus(path: Path, mb: float) -> None:
         while size < target:
             for line in base:
                 # Every 4th copy renames some words, so the vocabulary keeps growing.
-                text = line if copy % 4 == 0 else line.replace("e", f"e{copy % 97}", 1)
+                if grow_vocabulary and copy % 4:
+                    text = line.replace("e", f"e{copy % 97}", 1)
+                else:
+                    text = line
                 f.write(text + "\n")
                 size += len(text) + 1
             copy += 1
