@@ -69,6 +69,31 @@ FOREVER = textwrap.dedent(
     """
 )
 
+CHANGELOG_WRITER = textwrap.dedent(
+    """
+    import sys
+    from rstreams.runtime.queues import FileBroker
+
+    with FileBroker(sys.argv[1]) as b:
+        for n in range(0, 7000, 7):
+            b.append("c", 0, [(i, b"k%d" % (i % 37), b"v%d" % i, ()) for i in range(n, n + 7)])
+    """
+)
+
+COMPACTOR = textwrap.dedent(
+    """
+    import os, sys
+    from rstreams.runtime.queues import FileBroker
+
+    with FileBroker(sys.argv[1]) as b:
+        removed = 0
+        while not os.path.exists(sys.argv[2]):
+            removed += b.compact("c", 0)
+        removed += b.compact("c", 0)
+    print(removed)
+    """
+)
+
 
 def spawn(script: str, *args: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
@@ -162,3 +187,29 @@ def test_the_engine_producer_writes_through_a_file_broker(tmp_path: Path) -> Non
         assert producer.queue_count("out") == 2
         producer.flush()
         assert [(r.offset, r.value) for r in broker.read("out", 1, 0)] == [(0, b"v"), (1, b"w")]
+
+
+def test_compaction_in_one_process_while_others_write_and_read(tmp_path: Path) -> None:
+    root, stop = tmp_path / "log", tmp_path / "stop"
+    with FileBroker(root) as b:
+        b.create_topic("c", 1, compacted=True, segment_bytes=3000)
+    writer = spawn(CHANGELOG_WRITER, root)
+    compactor = spawn(COMPACTOR, root, stop)
+    reads = 0
+    with FileBroker(root) as reader:
+        while writer.poll() is None or reads < 3:
+            got = reader.read("c", 0, 0)  # a consistent view, whatever is being swapped
+            offsets = [r.offset for r in got]
+            assert offsets == sorted(set(offsets))
+            assert all(
+                (r.key, r.value) == (b"k%d" % (r.offset % 37), b"v%d" % r.offset) for r in got
+            )
+            assert len({r.key for r in got}) == min(37, offsets[-1] + 1 if got else 0)
+            reads += 1
+        stop.touch()
+        out, err = compactor.communicate(timeout=60)
+        assert writer.returncode == 0 and compactor.returncode == 0, err
+        assert int(out) > 6000
+        final = reader.read("c", 0, 0)
+        assert reader.end_offset("c", 0) == 7000
+        assert {r.key: r.offset for r in final} == {b"k%d" % (i % 37): i for i in range(7000)}

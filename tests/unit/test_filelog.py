@@ -468,6 +468,26 @@ def test_a_purge_by_another_broker_is_seen(open_broker: Opener, root: Path) -> N
     assert b.read("t", 0, 30, 1)[0].offset == 30
 
 
+def test_a_stale_directory_listing_is_listed_again(
+    open_broker: Opener, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment listed as last may be rolled past and compacted away before it is opened."""
+    a = open_broker()
+    values = _fill(a)
+    b = open_broker()
+    assert b.end_offset("t", 0) == 15
+    real = os.listdir
+    stale = [f"{99:020d}.log"]  # gone by the time it is opened
+
+    def listdir(path: object) -> list[str]:
+        return real(path) + ([stale.pop()] if stale else [])  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    (qdir(root) / "x").touch()  # the directory changed: the reader lists it again
+    assert [r.value for r in b.read("t", 0, 0)] == values
+    assert b.end_offset("t", 0) == 15 and not stale
+
+
 # -- purge, retention -----------------------------------------------------------------------
 
 

@@ -59,6 +59,12 @@ serialize on ``maint.lock`` and only delete or atomically replace *closed* segme
 readers keep reading files they have open and pick up the new files when the queue
 directory changes. Each committed offset is its own file, so processes committing
 different queues of one group never overwrite each other.
+
+Limits: a queue in use holds 2 file descriptors (active segment, lock file) plus up to 4
+of closed segments being read, so thousands of queues need a raised ``ulimit -n``.
+Compaction keeps a dict of every distinct key of the queue in memory. A purge by another
+process shows here at the next refresh (end of the known log, ``start_offset``,
+``end_offset``); until then files this broker has open still serve their records.
 """
 
 from __future__ import annotations
@@ -528,7 +534,7 @@ class FileBroker:
             try:
                 return self._relist_once(q, locked=locked)
             except FileNotFoundError:
-                if locked or attempt == 99:
+                if attempt == 99:
                     raise
 
     def _relist_once(self, q: _Queue, *, locked: bool) -> None:
