@@ -41,7 +41,8 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers, queue_for_key
+from rstreams.runtime.queues.base import Headers
+from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
 
@@ -100,6 +101,7 @@ class TopologyTestDriver:
         on_error: ``"fail"`` (default), ``"skip"`` or ``"dead-letter"``; see
             :class:`~rstreams.runtime.engine.context.EngineConfig`.
         start_time: initial wall-clock time in epoch ms (see :meth:`advance_time`).
+        queue_mapper: how keys map to queues: ``"modulo"`` (default) or ``"hash-ring"``.
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class TopologyTestDriver:
         queues: dict[str, int] | None = None,
         on_error: str = "fail",
         start_time: int = 0,
+        queue_mapper: str | QueueMapper | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise ConfigError(
@@ -124,7 +127,12 @@ class TopologyTestDriver:
         self._engine = LocalEngine(
             topology,
             self._broker,
-            EngineConfig(on_error=on_error, coalesce=False, combine=False),
+            EngineConfig(
+                on_error=on_error,
+                coalesce=False,
+                combine=False,
+                queue_mapper=get_mapper(queue_mapper),
+            ),
             producer=self._producer,
             clock=lambda: self._time,
         )
@@ -156,7 +164,8 @@ class TopologyTestDriver:
         kb = self._encode(key, spec.key_serde, topic, "key")
         vb = self._encode(value, spec.value_serde, topic, "value")
         nq = self._engine.queue_counts[topic]
-        q = queue_for_key(kb, nq) if kb is not None else next(self._round_robin) % nq
+        mapper = self._engine.config.queue_mapper
+        q = mapper.queue_for(kb, nq) if kb is not None else next(self._round_robin) % nq
         ts = self._time if timestamp is None else timestamp
         self._producer.send(topic, q, kb, vb, ts, headers)
         self._drain()

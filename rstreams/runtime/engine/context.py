@@ -11,6 +11,7 @@ import attrs
 
 from rstreams.errors import ConfigError, ProcessingError
 from rstreams.runtime.engine.record import Record
+from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
 from rstreams.state.cache import CachedStore
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class EngineConfig:
     batch_size: int = 1000
     cache_entries: int = 100_000
     default_queues: int = 1
+    #: How sinks (shuffles included) map keys to queues; every producer of a job must
+    #: agree, so it is part of the engine's configuration, not of a single sink.
+    queue_mapper: QueueMapper = attrs.field(factory=ModuloQueueMapper)
 
     @on_error.validator
     def _check(self, _attr: Any, value: str) -> None:

@@ -28,7 +28,7 @@ from rstreams.errors import SerdeError
 from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
-from rstreams.runtime.queues.base import LogRecord, queue_for_key
+from rstreams.runtime.queues.base import LogRecord
 from rstreams.serde import INTERNAL_SERDE, Serde
 
 COMBINABLE = n.COMBINABLE
@@ -330,13 +330,14 @@ class _SinkBase(Processor):
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
         self.queues = ctx.producer.queue_count(self.topic)
+        self.queue_of = ctx.config.queue_mapper.queue_for
 
     def process(self, batch: Batch) -> None:
         self.send(batch)
 
     def send(self, batch: Batch) -> None:
         kser, vser, nq = self.key_serde.serialize, self.value_serde.serialize, self.queues
-        send, topic = self.ctx.producer.send, self.topic
+        send, topic, queue_of = self.ctx.producer.send, self.topic, self.queue_of
         rr = next(self._round_robin) % nq  # keyless records of one batch stay together
         none_rr = self.round_robin_none_keys
         headers = batch.headers or repeat(())
@@ -348,7 +349,7 @@ class _SinkBase(Processor):
             except SerdeError as e:
                 self.ctx.handle_error(self.name, batch.row(i), e)
                 continue
-            send(topic, rr if kb is None else queue_for_key(kb, nq), kb, vb, ts, h)
+            send(topic, rr if kb is None else queue_of(kb, nq), kb, vb, ts, h)
 
 
 @register_processor("sink")

@@ -33,6 +33,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.task import Task
+from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import AllocateAveragely, AllocateStrategy, MessageQueue
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-timeout", type=float, default=5.0)
     ap.add_argument("--commit-interval", type=float, default=1.0)
     ap.add_argument("--rebalance-interval", type=float, default=20.0)
+    ap.add_argument("--queue-mapper", default="modulo", choices=("modulo", "hash-ring"))
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -255,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         open_broker(args.data_dir),
         args.data_dir,
         member_id=args.member,
-        engine=EngineConfig(on_error=args.on_error, coalesce=True, combine=True),
+        engine=EngineConfig(
+            on_error=args.on_error,
+            coalesce=True,
+            combine=True,
+            queue_mapper=get_mapper(args.queue_mapper),
+        ),
         config=WorkerConfig(
             session_timeout=args.session_timeout,
             commit_interval=args.commit_interval,

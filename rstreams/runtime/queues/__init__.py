@@ -2,6 +2,22 @@
 
 from rstreams.runtime.queues.base import LogRecord, queue_for_key
 from rstreams.runtime.queues.filelog import CorruptLogError, FileBroker
+from rstreams.runtime.queues.mapper import (
+    HashRingQueueMapper,
+    ModuloQueueMapper,
+    QueueMapper,
+    get_mapper,
+)
 from rstreams.runtime.queues.memory import MemoryBroker
 
-__all__ = ["CorruptLogError", "FileBroker", "LogRecord", "MemoryBroker", "queue_for_key"]
+__all__ = [
+    "CorruptLogError",
+    "FileBroker",
+    "HashRingQueueMapper",
+    "LogRecord",
+    "MemoryBroker",
+    "ModuloQueueMapper",
+    "QueueMapper",
+    "get_mapper",
+    "queue_for_key",
+]

@@ -1,0 +1,515 @@
+"""Python steps as they run inside Spark's Python workers.
+
+A *segment* is a run of consecutive Python steps (user functions, built-ins without a
+native form, source deserializers) fused into one ``mapInArrow`` call: each Arrow batch
+is decoded once, every step runs over whole columns (``list(map(fn, values))``), and the
+result is encoded once. This is the embedded engine's processor chain, batch for batch,
+with the same per-step semantics and ``on_error`` policy:
+
+- pure steps (map, flatMap, filter, keyBy, selectTimestamp, deserialize) call the
+  function over the column and, only if that raises, again row by row to find the
+  failing record;
+- peek and foreach go record by record, so a failure never repeats a side effect;
+- a failing record stops the job (``fail``: the exception carries a JSON description
+  that the driver turns into a :class:`~rstreams.errors.ProcessingError`), or is dropped
+  and reported through an accumulator (``skip`` / ``dead-letter``).
+
+:class:`Fold` and :class:`StreamFold` run reduce/aggregate (and the exact fallback of
+sum/min/max) over records sorted by key and source order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+from collections.abc import Callable, Iterator
+from itertools import chain, compress, repeat
+from typing import Any
+
+import attrs
+import pyarrow as pa
+
+from rstreams.dsl.stream import describe_fn
+from rstreams.runtime.spark import encoding as enc
+
+FAILURE_MARK = "RSTREAMS-RECORD-FAILED:"
+#: Arrow batches a fold emits at most (rows), to bound worker memory.
+_OUT_BATCH = 8192
+
+
+class RecordFailed(RuntimeError):
+    """Raised in a worker when a record fails under ``on_error="fail"``.
+
+    The message is :data:`FAILURE_MARK` followed by one line of JSON; the driver finds it
+    in the Spark error and rebuilds a ProcessingError from it.
+    """
+
+
+class ListParam:
+    """AccumulatorParam collecting failure descriptions (dicts) from workers."""
+
+    def zero(self, value: list[Any]) -> list[Any]:
+        return []
+
+    def addInPlace(self, a: list[Any], b: list[Any]) -> list[Any]:
+        a.extend(b)
+        return a
+
+
+@attrs.frozen
+class PyStep:
+    """One Python step. ``kind`` is a step kind of the DSL or ``decode`` (source
+    deserializer), ``identityKey`` (keyBy by the value itself) or ``partial`` (the
+    function of sum/min/max, applied before the shuffle as the embedded engine does)."""
+
+    kind: str
+    name: str
+    fn: Any = None
+    user_fn: Any = None
+
+    @property
+    def one_to_one(self) -> bool:
+        """Rows out == rows in, in order (when nothing fails)."""
+        return self.kind not in ("flatMap", "filter", "foreach")
+
+
+@attrs.frozen
+class ErrorPolicy:
+    """What a worker does with a record that fails."""
+
+    on_error: str = "fail"
+    accumulator: Any = None
+    topic: str | None = None
+
+    def failed(
+        self,
+        step: str,
+        exc: BaseException,
+        *,
+        key: Any,
+        value: Any,
+        fn: Any = None,
+        partition: int | None = None,
+        row: int | None = None,
+        order: bytes | None = None,
+    ) -> None:
+        info = {
+            "step": step,
+            "topic": self.topic,
+            "fn": describe_fn(fn) if fn is not None else None,
+            "error": f"{type(exc).__name__}: {exc}",
+            "key": _short_repr(key),
+            "value": _short_repr(value),
+            "partition": partition,
+            "row": row,
+            "order": order.hex() if order else None,
+        }
+        if self.on_error == "fail":
+            raise RecordFailed(FAILURE_MARK + json.dumps(info)) from exc
+        if self.accumulator is not None:
+            self.accumulator.add([info])
+
+
+def _short_repr(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _partition() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _timestamp(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            "a timestamp must be epoch milliseconds (int); "
+            f"got {type(value).__name__} {value!r:.40}"
+        )
+    return int(value)
+
+
+class _Rows:
+    """Columns of the records of one batch as they go through the steps.
+
+    ``idx`` maps each row to its input row (None: row i is input row i), so a failure
+    can always be traced to the source record, like the embedded engine's offsets.
+    """
+
+    __slots__ = ("idx", "keys", "order", "values")
+
+    def __init__(
+        self, keys: list[Any], values: list[Any], order: list[Any] | None, idx: list[int] | None
+    ) -> None:
+        self.keys = keys
+        self.values = values
+        self.order = order
+        self.idx = idx
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def input_row(self, i: int) -> int:
+        return i if self.idx is None else self.idx[i]
+
+    def take(self, keep: list[int], values: list[Any] | None = None) -> _Rows:
+        g = operator.itemgetter
+        if not keep:
+            return _Rows([], [], [] if self.order is not None else None, [])
+
+        def pick(col: list[Any]) -> list[Any]:
+            return [col[keep[0]]] if len(keep) == 1 else list(g(*keep)(col))
+
+        return _Rows(
+            pick(self.keys),
+            pick(self.values) if values is None else values,
+            None if self.order is None else pick(self.order),
+            [self.input_row(i) for i in keep],
+        )
+
+
+@attrs.frozen
+class Segment:
+    """A fused run of Python steps; the callable given to ``mapInArrow``."""
+
+    steps: tuple[PyStep, ...]
+    in_key: str
+    in_value: str
+    out_key: str | None
+    out_value: str | None
+    policy: ErrorPolicy
+    order_in: bool = False
+    order_out: bool = False
+    #: Streaming sources have no row ids: number rows here (source index), reading the
+    #: file (``_f``) and split start (``_b``) columns.
+    number: int | None = None
+    #: Input rows are the source's rows, 1:1 and in order: report row indexes.
+    aligned: bool = False
+    #: Step named when an output value can not be stored (e.g. a set).
+    encode_step: str = ""
+
+    def schema(self) -> str:
+        parts: list[str] = []
+        if self.out_key is not None:
+            parts += enc.ddl("k", self.out_key)
+        if self.out_value is not None:
+            parts += enc.ddl("v", self.out_value)
+        if self.order_out:
+            parts.append(f"{enc.ORDER} binary")
+        if not parts:
+            parts.append("_n bigint")
+        return ", ".join(parts)
+
+    @property
+    def terminal(self) -> bool:
+        return bool(self.steps) and self.steps[-1].kind == "foreach"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        part = _partition()
+        base = 0
+        counter = itertools.count()
+        kcols = enc.columns("k", self.in_key)
+        vcols = enc.columns("v", self.in_value)
+        for rb in batches:
+            n = rb.num_rows
+            names = rb.schema.names
+            col = rb.column
+            keys = enc.decode([col(names.index(c)) for c in kcols], self.in_key, n)
+            values = enc.decode([col(names.index(c)) for c in vcols], self.in_value, n)
+            order: list[Any] | None = None
+            if self.number is not None:
+                files = col(names.index("_f")).to_pylist()
+                blocks = col(names.index("_b")).to_pylist()
+                prefix = self.number.to_bytes(2, "big")
+                order = [
+                    prefix + f.encode("utf-8") + b"\x00" + enc.be64(b) + enc.be64(next(counter))
+                    for f, b in zip(files, blocks)
+                ]
+            elif self.order_in:
+                order = col(names.index(enc.ORDER)).to_pylist()
+            rows = _Rows(keys, values, order, None)
+            for step in self.steps:
+                if not len(rows):
+                    break
+                rows = self._apply(step, rows, part, base)
+            base += n
+            if self.terminal:
+                continue
+            out = self._encode(rows, part, base - n)
+            if out is not None:
+                yield out
+
+    # -- steps ----------------------------------------------------------------------
+
+    def _fail(
+        self, step: PyStep, rows: _Rows, i: int, exc: BaseException, part: int, base: int
+    ) -> None:
+        self.policy.failed(
+            step.name,
+            exc,
+            key=rows.keys[i],
+            value=rows.values[i],
+            fn=step.user_fn,
+            partition=part,
+            row=base + rows.input_row(i) if self.aligned else None,
+            order=rows.order[i] if rows.order is not None else None,
+        )
+
+    def _column(
+        self, step: PyStep, rows: _Rows, fn: Callable[[Any], Any], part: int, base: int
+    ) -> tuple[list[Any], _Rows]:
+        """``[fn(v) for v in values]`` and the rows that did not fail."""
+        try:
+            return list(map(fn, rows.values)), rows
+        except Exception:
+            pass
+        results: list[Any] = []
+        keep: list[int] = []
+        for i, v in enumerate(rows.values):
+            try:
+                results.append(fn(v))
+            except Exception as e:
+                self._fail(step, rows, i, e, part, base)
+                continue
+            keep.append(i)
+        return results, rows.take(keep)
+
+    def _apply(self, step: PyStep, rows: _Rows, part: int, base: int) -> _Rows:
+        kind = step.kind
+        if kind in ("map", "partial", "decode"):
+            values, rows = self._column(step, rows, step.fn, part, base)
+            rows.values = values
+            return rows
+        if kind == "keyBy":
+            keys, rows = self._column(step, rows, step.fn, part, base)
+            rows.keys = keys
+            return rows
+        if kind == "identityKey":
+            rows.keys = list(rows.values)
+            return rows
+        if kind == "filter":
+            mask, rows = self._column(step, rows, step.fn, part, base)
+            keep = list(compress(range(len(mask)), mask))
+            return rows if len(keep) == len(mask) else rows.take(keep)
+        if kind == "flatMap":
+            fn = step.fn
+
+            def materialize(v: Any) -> Any:
+                out = fn(v)
+                return out if isinstance(out, (list, tuple)) else list(out)
+
+            outs, rows = self._column(step, rows, materialize, part, base)
+            lens = list(map(len, outs))
+            values = list(chain.from_iterable(outs))
+            idx = list(chain.from_iterable(map(repeat, range(len(outs)), lens)))
+            flat = rows.take(idx, values) if values else rows.take([])
+            if flat.order is not None and values:
+                pos = chain.from_iterable(map(range, lens))
+                flat.order = [o + enc.be32(p) for o, p in zip(flat.order, pos)]
+            return flat
+        if kind == "selectTimestamp":
+            fn = step.fn
+            _, rows = self._column(step, rows, lambda v: _timestamp(fn(v)), part, base)
+            return rows
+        if kind in ("peek", "foreach"):
+            fn = step.fn
+            failed: list[int] = []
+            for i, v in enumerate(rows.values):
+                try:
+                    fn(v)
+                except Exception as e:
+                    self._fail(step, rows, i, e, part, base)
+                    failed.append(i)
+            if failed:
+                bad = set(failed)
+                rows = rows.take([i for i in range(len(rows)) if i not in bad])
+            return rows
+        raise AssertionError(kind)
+
+    def _encode(self, rows: _Rows, part: int, base: int) -> pa.RecordBatch | None:
+        while True:
+            try:
+                return self._encode_once(rows)
+            except enc.EncodeError as e:
+                step = PyStep("encode", self.encode_step or self.steps[-1].name)
+                self._fail(step, rows, e.index, e, part, base)
+                rows = rows.take([i for i in range(len(rows)) if i != e.index])
+
+    def _encode_once(self, rows: _Rows) -> pa.RecordBatch | None:
+        arrays: list[pa.Array] = []
+        fields: list[pa.Field] = []
+        if self.out_key is not None:
+            arrays += enc.encode(rows.keys, self.out_key)
+            fields += enc.arrow_fields("k", self.out_key)
+        if self.out_value is not None:
+            arrays += enc.encode(rows.values, self.out_value)
+            fields += enc.arrow_fields("v", self.out_value)
+        if self.order_out:
+            arrays.append(pa.array(rows.order or [], pa.binary()))
+            fields.append(pa.field(enc.ORDER, pa.binary()))
+        if not fields:
+            arrays.append(pa.array([len(rows)], pa.int64()))
+            fields.append(pa.field("_n", pa.int64()))
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# -- folds ----------------------------------------------------------------------------------
+
+
+def update_rule(op: str, fn: Any, initializer: Any) -> Callable[[Any, Any], Any]:
+    """``new = update(old or None, value)``: the embedded engine's rules
+    (``_update_rule`` and the partial merges); sum/min/max receive partials."""
+    if op in ("sum", "min", "max"):
+        merge: Callable[[Any, Any], Any] = {"sum": operator.add, "min": min, "max": max}[op]
+        return lambda old, p: p if old is None else merge(old, p)
+    if op == "count":
+        return lambda old, v: 1 if old is None else old + 1
+    if op == "reduce":
+        return lambda old, v: v if old is None else fn(old, v)
+    if op == "aggregate":
+        return lambda old, v: fn(initializer() if old is None else old, v)
+    raise AssertionError(op)
+
+
+@attrs.frozen
+class Fold:
+    """reduce/aggregate (or exact sum/min/max) over rows sorted by key, then ``_o``.
+
+    The callable given to ``mapInArrow`` after ``repartition(keys)`` and
+    ``sortWithinPartitions(keys, _o)``: one Python call per batch, not per group.
+    Emits one row per key: its final aggregate and the ordering key of the last record
+    that updated it (when the embedded engine emitted that final update).
+    """
+
+    op: str
+    name: str
+    key_kind: str
+    value_kind: str
+    policy: ErrorPolicy
+    fn: Any = None
+    initializer: Any = None
+    order_out: bool = False
+
+    def schema(self) -> str:
+        parts = enc.ddl("k", self.key_kind) + enc.ddl("v", enc.ANY)
+        if self.order_out:
+            parts.append(f"{enc.ORDER} binary")
+        return ", ".join(parts)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        update = update_rule(self.op, self.fn, self.initializer)
+        kcols = enc.columns("k", self.key_kind)
+        vcols = enc.columns("v", self.value_kind)
+        out_keys: list[tuple[Any, ...]] = []
+        out_vals: list[Any] = []
+        out_order: list[Any] = []
+        missing = object()
+        cur: Any = missing
+        acc: Any = None
+        last: Any = None
+        seen = False
+        part = _partition()
+
+        def emit() -> None:
+            if cur is not missing and seen:
+                out_keys.append(cur)
+                out_vals.append(acc)
+                out_order.append(last)
+
+        for rb in batches:
+            n = rb.num_rows
+            names = rb.schema.names
+            raw = [rb.column(names.index(c)).to_pylist() for c in kcols]
+            keys: list[Any] = list(zip(*raw)) if raw else [()] * n
+            values = enc.decode([rb.column(names.index(c)) for c in vcols], self.value_kind, n)
+            order = rb.column(names.index(enc.ORDER)).to_pylist()
+            for k, v, o in zip(keys, values, order):
+                if k != cur:
+                    emit()
+                    cur, acc, last, seen = k, None, None, False
+                try:
+                    acc = update(acc, v)
+                except Exception as e:
+                    key = enc.decode([[x] for x in k], self.key_kind, 1)[0] if k else None
+                    self.policy.failed(
+                        self.name, e, key=key, value=v, fn=self.fn, partition=part, order=o
+                    )
+                    continue
+                last, seen = o, True
+            if len(out_keys) >= _OUT_BATCH:
+                yield self._batch(out_keys, out_vals, out_order)
+                out_keys, out_vals, out_order = [], [], []
+        emit()
+        if out_keys:
+            yield self._batch(out_keys, out_vals, out_order)
+
+    def _batch(
+        self, keys: list[tuple[Any, ...]], vals: list[Any], order: list[Any]
+    ) -> pa.RecordBatch:
+        kfields = enc.arrow_fields("k", self.key_kind)
+        fields = kfields + enc.arrow_fields("v", enc.ANY)
+        arrays = [pa.array([k[j] for k in keys], f.type) for j, f in enumerate(kfields)]
+        try:
+            arrays += enc.encode(vals, enc.ANY)
+        except enc.EncodeError as e:
+            key = enc.decode([[x] for x in keys[e.index]], self.key_kind, 1)[0]
+            self.policy.failed(self.name, e, key=key, value=vals[e.index], fn=self.fn)
+            del keys[e.index], vals[e.index], order[e.index]
+            return self._batch(keys, vals, order)
+        if self.order_out:
+            arrays.append(pa.array(order, pa.binary()))
+            fields.append(pa.field(enc.ORDER, pa.binary()))
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+@attrs.frozen
+class StreamFold:
+    """reduce/aggregate on Structured Streaming (``applyInPandasWithState``).
+
+    Keys and values arrive msgpack-packed (``k_m``, ``v_m``): pandas would turn
+    nullable integer columns into floats. The state holds the packed accumulator.
+    """
+
+    op: str
+    name: str
+    policy: ErrorPolicy
+    fn: Any = None
+    initializer: Any = None
+
+    OUTPUT = "k_m binary, v_m binary, _o binary"
+    STATE = "acc binary"
+
+    def __call__(self, key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        from rstreams.serde import INTERNAL_SERDE
+
+        pack, unpack = INTERNAL_SERDE.serialize, INTERNAL_SERDE.deserialize
+        update = update_rule(self.op, self.fn, self.initializer)
+        acc = unpack(state.get[0]) if state.exists else None
+        frames = [p for p in pdfs if len(p)]
+        if not frames:
+            return
+        rows = pd.concat(frames).sort_values(enc.ORDER, kind="stable")
+        last = None
+        k = unpack(key[0])
+        for m, o in zip(rows["v_m"], rows[enc.ORDER]):
+            v = unpack(m)
+            try:
+                acc = update(acc, v)
+            except Exception as e:
+                self.policy.failed(self.name, e, key=k, value=v, fn=self.fn, order=o)
+                continue
+            last = o
+        if last is None:
+            return
+        try:
+            packed = pack(acc)
+        except Exception as e:
+            self.policy.failed(self.name, e, key=k, value=acc, fn=self.fn)
+            return
+        state.update((packed,))
+        yield pd.DataFrame({"k_m": [key[0]], "v_m": [packed], enc.ORDER: [last]})
