@@ -16,6 +16,10 @@ from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.task import Task
 from rstreams.runtime.queues.memory import MemoryBroker
 
+#: Segment size of shuffle and changelog topics: small enough that purging consumed
+#: shuffle records and compacting changelogs (both work on closed segments) keep up.
+INTERNAL_SEGMENT_BYTES = 4 * 1024 * 1024
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -40,7 +44,8 @@ def create_topics(topology: Topology, broker: MemoryBroker, config: EngineConfig
             n = counts[changelog_input[spec.name]]
         else:
             n = existing or spec.queues or config.default_queues
-        broker.create_topic(spec.name, n, compacted=spec.compacted)
+        options = {"segment_bytes": INTERNAL_SEGMENT_BYTES} if spec.internal else {}
+        broker.create_topic(spec.name, n, compacted=spec.compacted, **options)
         counts[spec.name] = n
     if config.on_error == "dead-letter":
         broker.create_topic(dead_letter_topic(topology.job_id), 1)

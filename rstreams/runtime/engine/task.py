@@ -67,7 +67,7 @@ class Task:
         for p in self.processors:
             p.init(self.ctx)
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
-        self._committed = dict(self.positions)
+        self.committed = dict(self.positions)
         self.fetch: Fetch = fetch or broker.read
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
@@ -137,9 +137,9 @@ class Task:
             s.flush()
         self.producer.flush()
         for topic, pos in self.positions.items():
-            if self._committed.get(topic) != pos:  # idle queues cost nothing
+            if self.committed.get(topic) != pos:  # idle queues cost nothing
                 self.broker.commit(self.group, topic, self.queue, pos)
-                self._committed[topic] = pos
+                self.committed[topic] = pos
 
     def close(self) -> None:
         self.commit()

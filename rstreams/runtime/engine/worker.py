@@ -56,6 +56,12 @@ class WorkerConfig:
     pull_interval: float = 0.1
     batch_size: int = 5_000
     idle_sleep: float = 0.01
+    #: How often a worker purges consumed shuffle records, compacts the changelogs of its
+    #: tasks and applies retention.
+    maintenance_interval: float = 30.0
+    #: A changelog queue is compacted once it holds this many records more than twice
+    #: its store's keys.
+    compact_min_records: int = 10_000
 
     def __attrs_post_init__(self) -> None:
         if self.rebalance_interval < 1:
@@ -179,6 +185,27 @@ class Worker:
             task.commit()
         self.broker.flush()
 
+    def maintain(self) -> dict[str, int]:
+        """Keep the log bounded: drop shuffle records every reader committed past (the
+        job's own group is their only reader), compact the changelogs of owned tasks
+        that hold many more records than keys, and apply topic retention."""
+        done = {"purged_queues": 0, "compacted_records": 0, "retention_segments": 0}
+        topics = self.topology.topics
+        for task in self.tasks.values():
+            for topic, pos in task.committed.items():
+                if topics[topic].role == "shuffle":
+                    self.broker.purge(topic, task.queue, pos)
+                    done["purged_queues"] += 1
+            for name, changelog in task.changelogs.items():
+                q = task.queue
+                records = self.broker.end_offset(changelog, q) - self.broker.start_offset(
+                    changelog, q
+                )
+                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
+                    done["compacted_records"] += self.broker.compact(changelog, q)
+        done["retention_segments"] = self.broker.enforce_retention()
+        return done
+
     # -- main loop -----------------------------------------------------------------------
 
     def run(self) -> None:
@@ -188,6 +215,7 @@ class Worker:
         self.pool.start()
         now = time.monotonic()
         next_heartbeat = next_rebalance = next_commit = now
+        next_maintenance = now + cfg.maintenance_interval
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
@@ -213,6 +241,9 @@ class Worker:
                 if time.monotonic() >= next_commit:
                     self.commit()
                     next_commit = time.monotonic() + cfg.commit_interval
+                if time.monotonic() >= next_maintenance:
+                    log.debug("%s: maintenance %s", self.member_id, self.maintain())
+                    next_maintenance = time.monotonic() + cfg.maintenance_interval
                 if not progress:
                     self.stop_event.wait(cfg.idle_sleep)
         finally:
@@ -245,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-timeout", type=float, default=5.0)
     ap.add_argument("--commit-interval", type=float, default=1.0)
     ap.add_argument("--rebalance-interval", type=float, default=20.0)
+    ap.add_argument("--maintenance-interval", type=float, default=30.0)
     ap.add_argument("--queue-mapper", default="modulo", choices=("modulo", "hash-ring"))
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
@@ -267,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             session_timeout=args.session_timeout,
             commit_interval=args.commit_interval,
             rebalance_interval=args.rebalance_interval,
+            maintenance_interval=args.maintenance_interval,
         ),
     )
     signal.signal(signal.SIGTERM, worker.stop)

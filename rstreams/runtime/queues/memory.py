@@ -52,7 +52,11 @@ class MemoryBroker:
         self.topics: dict[str, MemoryTopic] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
 
-    def create_topic(self, name: str, queues: int, *, compacted: bool = False) -> None:
+    def create_topic(
+        self, name: str, queues: int, *, compacted: bool = False, **options: object
+    ) -> None:
+        """Create a topic (idempotent). ``options`` of durable brokers (segment size,
+        retention) mean nothing in memory and are ignored."""
         old = self.topics.get(name)
         if old is not None:
             if old.queue_count != queues:

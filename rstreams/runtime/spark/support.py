@@ -1,8 +1,8 @@
 """What the Spark backend supports, as data (importable without pyspark).
 
-    >>> from rstreams.dsl import nodes as n
-    >>> SUPPORTED[n.FlatMapNode].streaming
-    True
+>>> from rstreams.dsl import nodes as n
+>>> SUPPORTED[n.FlatMapNode].streaming
+True
 """
 
 from __future__ import annotations

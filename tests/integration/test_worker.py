@@ -1,0 +1,82 @@
+"""A worker driven step by step in this process, over the real file log."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+
+import rstreams.runtime.engine.local as local
+from rstreams import StreamBuilder
+from rstreams.runtime.engine.worker import Worker, WorkerConfig, open_broker
+
+
+def wordcount():
+    b = StreamBuilder("wc")
+    (
+        b.source("lines", queues=2)
+        .flatMap(lambda v: re.findall(r"\w+", v.lower()))
+        .keyBy(lambda w: w)
+        .count(name="count", queues=2)
+        .sink("counts")
+    )
+    return b.build()
+
+
+def run_until_idle(worker: Worker) -> None:
+    worker.membership.join()
+    worker.rebalance()
+    worker._claim_tasks()
+    for _ in range(10_000):
+        worker.pool.pull_all()
+        moved = sum(t.poll(1000) for t in worker.tasks.values())
+        worker.pool.wake(worker.producer.flush())
+        if not moved:
+            worker.commit()
+            worker.pool.pull_all()
+            if not any(t.lag() for t in worker.tasks.values()):
+                return
+    raise AssertionError("the worker did not finish")
+
+
+def test_maintenance_purges_shuffles_and_compacts_changelogs(tmp_path, monkeypatch, corpus_lines):
+    monkeypatch.setattr(local, "INTERNAL_SEGMENT_BYTES", 2048)  # many small segments
+    topology = wordcount()
+    broker = open_broker(tmp_path)
+    config = WorkerConfig(compact_min_records=0)
+    worker = Worker(topology, broker, tmp_path, member_id="w", config=config)
+    lines = corpus_lines[:3000]
+    for i in range(0, len(lines), 100):  # many commits: many changelog updates per key
+        chunk = [(0, None, line.encode(), ()) for line in lines[i : i + 100]]
+        broker.append("lines", (i // 100) % 2, chunk)
+        run_until_idle(worker)
+    shuffle, changelog = "wc-count-shuffle", "wc-count-changelog"
+    before = [(broker.start_offset(shuffle, q), broker.end_offset(changelog, q)) for q in (0, 1)]
+    changelog_records = sum(len(broker.read(changelog, q, 0)) for q in (0, 1))
+    done = worker.maintain()
+    assert done["purged_queues"] == 2 and done["compacted_records"] > 0
+    for q in (0, 1):
+        assert broker.start_offset(shuffle, q) > before[q][0]  # consumed segments gone
+    assert sum(len(broker.read(changelog, q, 0)) for q in (0, 1)) < changelog_records
+    # Restoring from the compacted changelog gives the same state.
+    expected = collections.Counter(w for line in lines for w in re.findall(r"\w+", line.lower()))
+    worker.pool.stop()
+    for name in list(worker.tasks):
+        worker._stop_task(name)
+    worker.membership.leave()
+    again = Worker(topology, open_broker(tmp_path), tmp_path, member_id="w2")
+    again.membership.join()
+    again.rebalance()
+    again._claim_tasks()
+    state: dict[str, int] = {}
+    for task in again.tasks.values():
+        if "wc-count-store" in task.stores:
+            state.update(task.stores["wc-count-store"].items())
+    again.pool.stop()
+    assert state == dict(expected)
+
+
+def test_worker_config_validates() -> None:
+    with pytest.raises(ValueError, match="rebalance_interval"):
+        WorkerConfig(rebalance_interval=0.5)
