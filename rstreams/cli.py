@@ -130,9 +130,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "data_dir": args.data_dir,
             "pipeline": args.pipeline,
             "fresh": args.fresh,
+            "follow": args.follow,
         }
-    elif args.fresh:
-        raise ConfigError("--fresh applies to the durable runtime's data; drop --in-memory")
+    elif args.fresh or args.follow:
+        raise ConfigError("--fresh and --follow need the durable runtime; drop --in-memory")
     try:
         result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
     finally:
@@ -231,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--fresh", action="store_true", help="start the job over: delete DIR/<job-id> first"
+    )
+    run.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep reading lines appended to the input files until Ctrl-C, then report",
     )
     run.add_argument(
         "--in-memory",

@@ -108,6 +108,7 @@ def run(
     data_dir: str | None = None,
     pipeline: str | None = None,
     fresh: bool = False,
+    follow: bool = False,
 ) -> RunResult:
     """Run ``topology`` over bounded input and return the final table of every sink.
 
@@ -126,6 +127,8 @@ def run(
         pipeline: path of the pipeline file (the durable runtime's worker processes
             load the topology from it); required with ``data_dir`` or ``workers > 1``.
         fresh: with ``data_dir``, forget what earlier runs of this job left there.
+        follow: with ``data_dir``, keep reading lines appended to the input files until
+            interrupted (Ctrl-C or SIGTERM), then return the tables as they are.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -144,6 +147,8 @@ def run(
         raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
+    if follow and data_dir is None:
+        raise ConfigError("follow=True needs the durable runtime: give data_dir")
     if data_dir is not None or (workers or 1) > 1:
         if pipeline is None:
             raise ConfigError(
@@ -161,6 +166,7 @@ def run(
             on_error=on_error,
             fresh=fresh,
             progress=progress,
+            follow=follow,
         )
 
     opened = {topic: _open(path) for topic, path in inputs.items()}

@@ -170,3 +170,34 @@ def test_processing_error_stops_the_run_with_the_record(tmp_path) -> None:
     assert r.returncode == 1, r.stderr
     assert "step 'n-map-1'" in r.stderr and "n[0]@1" in r.stderr
     assert "ZeroDivisionError" in r.stderr
+
+
+@pytest.mark.slow
+def test_follow_reads_appended_lines_until_interrupted(tmp_path) -> None:
+    import time
+
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    out = tmp_path / "o.jsonl"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "run", str(pipeline(tmp_path, 2)), "--input",
+         str(src), "--output", str(out), "--data-dir", str(tmp_path / "d"), "--workers", "1",
+         "--follow"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        with src.open("a") as f:
+            f.write("b c\nc")  # the last line is still being written
+        time.sleep(1.5)
+        with src.open("a") as f:
+            f.write(" c\n")
+        time.sleep(3)
+        assert p.poll() is None, "a followed run must not end by itself"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert read_jsonl(out) == {"a": 1, "b": 2, "c": 3}

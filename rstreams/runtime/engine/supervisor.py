@@ -54,7 +54,10 @@ class _Input:
         self._chunks: Iterator[tuple[list[bytes], int]] | None = None
         self.size = os.path.getsize(path)
 
-    def chunks(self, chunk_lines: int) -> Iterator[tuple[list[bytes], int]]:
+    def chunks(self, chunk_lines: int, follow: bool = False) -> Iterator[tuple[list[bytes], int]]:
+        """Chunks of whole lines from the current position. A last line without a newline
+        is taken as a line at the end of a bounded file, but left for later when following
+        a file that is still being written."""
         with open(self.path, "rb") as f:
             f.seek(self.position)
             pos = self.position
@@ -62,7 +65,8 @@ class _Input:
             for raw in f:
                 pos += len(raw)
                 if not raw.endswith(b"\n"):
-                    break  # a partial last line: wait until it is complete (or run ends)
+                    pos -= len(raw)
+                    break
                 chunk.append(raw.rstrip(b"\r\n"))
                 if len(chunk) >= chunk_lines:
                     yield chunk, pos
@@ -71,9 +75,11 @@ class _Input:
                 if chunk:
                     yield chunk, pos
                 return
-            # The last line has no newline: ingest it as a line of its own.
-            chunk.append(raw)
-            yield chunk, pos
+            if not follow:
+                chunk.append(raw)
+                pos += len(raw)
+            if chunk:
+                yield chunk, pos
 
 
 def _ingested_position(broker: Any, topic: str, queues: int, file_id: str) -> int:
@@ -111,6 +117,7 @@ class Supervisor:
         restart_window: float = 60.0,
         worker_args: list[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
+        follow: bool = False,
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
@@ -138,6 +145,7 @@ class Supervisor:
         self.restart_window = restart_window
         self.worker_args = worker_args or []
         self.progress = progress
+        self.follow = follow
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts: list[float] = []
         self.spawned = 0
@@ -247,10 +255,15 @@ class Supervisor:
         start = time.monotonic()
         for slot in range(self.n_workers):
             self._spawn(slot)
-        pending = [(inp, inp.chunks(self.chunk_lines)) for inp in self.inputs]
+        pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
         rr = 0
+        next_look = 0.0
         try:
             while True:
+                if self.follow and not pending and time.monotonic() >= next_look:
+                    # Unbounded input: look for lines appended since (Ctrl-C ends the run).
+                    pending = [(i, i.chunks(self.chunk_lines, True)) for i in self.inputs]
+                    next_look = time.monotonic() + 0.5
                 self._check_workers()
                 ingested = False
                 for inp, chunks in list(pending):
@@ -275,10 +288,14 @@ class Supervisor:
                     ingested = True
                 if self.progress is not None:
                     self.progress(self.status(start))
-                if not pending and self._done():
+                if not pending and not self.follow and self._done():
                     break
                 if not ingested:
                     time.sleep(0.05)
+        except KeyboardInterrupt:
+            if not self.follow:
+                raise
+            log.info("interrupted: stopping the workers, which commit what they processed")
         finally:
             self._stop_workers()
         return self.status(start)
@@ -331,6 +348,7 @@ def run_durable(
     fresh: bool = False,
     progress: Callable[[Any], None] | None = None,
     worker_args: list[str] | None = None,
+    follow: bool = False,
 ) -> Any:
     """Run on worker processes over the file log; returns a :class:`rstreams.runner.RunResult`."""
     from rstreams.runner import Progress, RunResult
@@ -358,6 +376,7 @@ def run_durable(
         fresh=fresh,
         progress=report,
         worker_args=worker_args,
+        follow=follow,
     )
     try:
         status = sup.run()

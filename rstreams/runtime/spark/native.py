@@ -361,6 +361,8 @@ class Field:
 
     kind: str
     cols: dict[str, Column]  # suffix -> column
+    #: The str column is never null (text read from files, or a native str result).
+    nonnull: bool = False
 
     @property
     def text(self) -> Column | None:
@@ -395,12 +397,14 @@ def type_name(field: Field) -> Column:
     return F.lit("NoneType") if expr is None else expr.otherwise(F.lit("NoneType"))
 
 
-def _str_input(field: Field, what: str) -> tuple[Column, Column, Column] | None:
-    """(text column, error condition, message) for a built-in taking a str."""
+def _str_input(field: Field, what: str) -> tuple[Column, Column | None, Column] | None:
+    """(text column, error condition or None, message) for a built-in taking a str."""
     if field.kind not in (enc.STR, enc.ANY) or field.text is None:
         return None
     s = field.text
     msg = F.concat(F.lit(f"TypeError: {what} expects a str; got "), type_name(field))
+    if field.kind == enc.STR and field.nonnull:
+        return s, None, msg
     return s, s.isNull(), msg
 
 
@@ -509,10 +513,13 @@ def _json_field(fn: B.JsonField, field: Field, cal: Calibration) -> Native | Non
     nested = t.startswith("OBJECT") | t.startswith("ARRAY")
     invalid = v.isNull()
     not_object = ~top.startswith("OBJECT")
-    error = not_str | invalid | not_object | nested
+    error = invalid | not_object | nested
     preview = F.substring(s, 1, 60)
+    if not_str is not None:
+        error = not_str | error
+    no = F.lit(False)
     message = (
-        F.when(not_str, type_msg)
+        F.when(not_str if not_str is not None else no, type_msg)
         .when(invalid, F.concat(F.lit(f"ValueError: {fn!r}: invalid JSON: "), preview))
         .when(
             not_object,
