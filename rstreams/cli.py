@@ -59,6 +59,10 @@ class _ProgressLine:
         if not self.enabled or now - self.last < 0.25:
             return
         self.last = now
+        if getattr(p, "detail", ""):  # e.g. the running Spark stage
+            sys.stderr.write(f"\r\033[K  {p.detail}  ({p.elapsed:,.0f}s)"[:200])
+            sys.stderr.flush()
+            return
         pct = f" {100 * p.bytes_read / p.bytes_total:5.1f}%" if p.bytes_total else ""
         lag = f", lag {p.lag:,}" if p.lag is not None else ""
         rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
@@ -90,12 +94,16 @@ def _print_top(topic: str, table: dict[Any, Any], top: int) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from rstreams.runner import run, write_table
 
-    if args.backend != "embedded":
-        raise UnsupportedOperation(
-            f"--backend {args.backend} is not available in this version; use --backend embedded"
+    on_spark = args.backend == "spark"
+    if args.master and not on_spark:
+        raise UnsupportedOperation("--master needs --backend spark")
+    if (args.streaming or args.checkpoint) and not on_spark:
+        raise UnsupportedOperation("--streaming and --checkpoint need --backend spark")
+    if on_spark and (args.in_memory or args.fresh or args.follow):
+        raise ConfigError(
+            "--in-memory, --fresh and --follow are options of the embedded runtime; "
+            "with --backend spark use --streaming (and --checkpoint DIR)"
         )
-    if args.master:
-        raise UnsupportedOperation("--master needs --backend spark, which is not available yet")
     if args.broker:
         raise UnsupportedOperation(
             "--broker is not available in this version; the embedded runtime runs in process"
@@ -123,14 +131,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{len(sinks)}: {sinks}"
         )
     progress = _ProgressLine(enabled=not args.quiet and sys.stderr.isatty())
-    durable = {}
-    if not args.in_memory:
+    durable: dict[str, Any] = {}
+    if on_spark:
+        durable = _spark_options(args, topology.job_id, sinks)
+    elif not args.in_memory:
         durable = {
             "workers": args.workers or os.cpu_count() or 1,
             "data_dir": args.data_dir,
             "pipeline": args.pipeline,
             "fresh": args.fresh,
             "follow": args.follow,
+            "guarantee": args.guarantee,
+            "state": args.state,
         }
     elif args.fresh or args.follow:
         raise ConfigError("--fresh and --follow need the durable runtime; drop --in-memory")
@@ -140,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.done()
     if args.output == "-":
         write_table(result.tables[sinks[0]], sys.stdout)
-    elif args.output:
+    elif args.output and not on_spark:  # (the Spark run wrote and committed it)
         write_table(result.tables[sinks[0]], args.output)
     else:
         for topic, table in result.tables.items():
@@ -156,6 +168,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> dict[str, Any]:
+    """run() options of the Spark backend: master (``--workers N`` alone means
+    ``local[N]``), streaming with its checkpoint, and the output to commit."""
+    master = args.master
+    if master is None and args.workers is not None:
+        master = f"local[{args.workers}]"
+    options: dict[str, Any] = {"master": master, "backend": "spark"}
+    if args.output and args.output != "-":
+        options["outputs"] = {sinks[0]: args.output}
+    if args.streaming:
+        options["streaming"] = True
+        options["checkpoint"] = args.checkpoint or os.path.join(
+            args.data_dir, job_id, "spark-checkpoint"
+        )
+    return options
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -222,7 +251,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes of the embedded runtime (default: the number of cores)",
     )
     run.add_argument("--broker", metavar="URL", help="broker URL (not available yet)")
-    run.add_argument("--master", metavar="URL", help="Spark master URL (with --backend spark)")
+    run.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master URL with --backend spark (default local[*], or spark-submit's)",
+    )
+    run.add_argument(
+        "--streaming",
+        action="store_true",
+        help="with --backend spark: Structured Streaming over the input directory "
+        "(RocksDB state; a run with the same checkpoint continues the counts)",
+    )
+    run.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="streaming checkpoint (default: <--data-dir>/<job-id>/spark-checkpoint)",
+    )
     run.add_argument(
         "--data-dir",
         metavar="DIR",
@@ -232,6 +276,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--fresh", action="store_true", help="start the job over: delete DIR/<job-id> first"
+    )
+    run.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="processing guarantee of the embedded runtime (default: exactly-once)",
+    )
+    run.add_argument(
+        "--state",
+        choices=("rocksdb", "memory"),
+        default="rocksdb",
+        help="state stores of the embedded runtime (default: rocksdb)",
     )
     run.add_argument(
         "--follow",

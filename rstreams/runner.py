@@ -47,6 +47,8 @@ class Progress:
     bytes_read: int
     bytes_total: int | None
     elapsed: float
+    #: What is running, when the backend says more than counts (e.g. a Spark stage).
+    detail: str = ""
     #: Records read but not yet committed (durable runtime only).
     lag: int | None = None
 
@@ -109,6 +111,11 @@ def run(
     pipeline: str | None = None,
     fresh: bool = False,
     follow: bool = False,
+    guarantee: str = "exactly-once",
+    state: str = "rocksdb",
+    master: str | None = None,
+    spark: Any = None,
+    **spark_options: Any,
 ) -> RunResult:
     """Run ``topology`` over bounded input and return the final table of every sink.
 
@@ -116,7 +123,9 @@ def run(
         topology: from ``StreamBuilder.build()``.
         inputs: source topic -> path of a text file (one record per line; ``-`` is
             stdin). Every source topic of the topology needs one.
-        backend: ``"embedded"`` (in-process for now); ``"spark"`` is not available yet.
+        backend: ``"embedded"`` or ``"spark"``: the same pipeline on Apache Spark (see
+            :func:`rstreams.runtime.spark.run_spark`; inputs may then also be
+            directories or globs).
         on_error: ``"fail"``, ``"skip"`` or ``"dead-letter"`` (see EngineConfig).
         chunk_lines: lines read per source before each run-and-commit round.
         progress: called after every chunk with a :class:`Progress`.
@@ -127,14 +136,34 @@ def run(
         pipeline: path of the pipeline file (the durable runtime's worker processes
             load the topology from it); required with ``data_dir`` or ``workers > 1``.
         fresh: with ``data_dir``, forget what earlier runs of this job left there.
+        guarantee: durable runtime: ``"exactly-once"`` (default; transactional commits) or
+            ``"at-least-once"`` (faster; a crash may count some input twice).
+        state: durable runtime: ``"rocksdb"`` (default) or ``"memory"`` state stores.
         follow: with ``data_dir``, keep reading lines appended to the input files until
             interrupted (Ctrl-C or SIGTERM), then return the tables as they are.
+        master: Spark master URL (``local[*]`` by default); Spark only.
+        spark: a SparkSession to run on; Spark only.
+        spark_options: more options of ``run_spark`` (``outputs``, ``streaming``,
+            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``); Spark only.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend != "embedded":
+    if backend == "spark":
+        from rstreams.runtime.spark import run_spark
+
+        return run_spark(
+            topology,
+            inputs,
+            master=master,
+            spark=spark,
+            on_error=on_error,
+            progress=progress,
+            **spark_options,
+        )
+    if master is not None or spark is not None or spark_options:
+        extra = sorted(spark_options) + ["master"] * (master is not None)
         raise UnsupportedOperation(
-            f"the {backend!r} backend is not available in this version; use backend='embedded'"
+            f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
         )
     missing = [t for t in topology.source_topics if t not in inputs]
     unknown = [t for t in inputs if t not in topology.source_topics]
@@ -167,6 +196,8 @@ def run(
             fresh=fresh,
             progress=progress,
             follow=follow,
+            guarantee=guarantee,
+            state=state,
         )
 
     opened = {topic: _open(path) for topic, path in inputs.items()}

@@ -42,6 +42,7 @@ class CachedStore:
         value_serde: Serde,
         changelog: ChangelogWriter | None = None,
         max_entries: int = 100_000,
+        auto_flush: bool = True,
     ) -> None:
         self.inner = inner
         self.name = inner.name
@@ -53,13 +54,16 @@ class CachedStore:
         self._max = max_entries
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+        # Without auto_flush the owner (a task) commits when the cache is full: writing
+        # state outside a commit would break exactly-once.
+        self._auto_flush = auto_flush
 
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
         if v is _MISSING:
             raw = self.inner.get(self._kser(key))
             v = None if raw is None else self._decode(raw, key)
-            if len(self._cache) >= self._max:
+            if len(self._cache) >= self._max and self._auto_flush:
                 self.flush(evict=True)
             self._cache[key] = v
         return default if v is None else v
@@ -73,7 +77,7 @@ class CachedStore:
             ) from None
 
     def put(self, key: Any, value: Any) -> None:
-        if key not in self._cache and len(self._cache) >= self._max:
+        if key not in self._cache and len(self._cache) >= self._max and self._auto_flush:
             self.flush(evict=True)
         self._cache[key] = value
         self._dirty.add(key)
@@ -81,33 +85,57 @@ class CachedStore:
     def delete(self, key: Any) -> None:
         self.put(key, None)
 
-    def flush(self, evict: bool = False) -> None:
-        """Write dirty entries to the store (and the changelog) as one batch."""
+    @property
+    def full(self) -> bool:
+        """More keys are cached than ``max_entries``: time to commit."""
+        return len(self._cache) >= self._max
+
+    def take_dirty(self) -> list[tuple[bytes, bytes | None]]:
+        """Serialize the changed entries (None value = delete) and mark them clean.
+
+        The caller writes them (store, changelog) as part of its commit. A full cache
+        drops its clean entries afterwards.
+        """
+        batch: list[tuple[bytes, bytes | None]] = []
         if self._dirty:
-            cache = self._cache
-            batch: list[tuple[bytes, bytes | None]] = []
+            cache, kser, vser = self._cache, self._kser, self._vser
             for k in self._dirty:
                 v = cache[k]
                 try:
-                    batch.append((self._kser(k), None if v is None else self._vser(v)))
+                    batch.append((kser(k), None if v is None else vser(v)))
                 except SerdeError as e:
                     raise SerdeError(f"store {self.name!r}: can not store key {k!r}: {e}") from None
+            self._dirty.clear()
+        if self.full:
+            self._cache.clear()
+        return batch
+
+    def flush(self, evict: bool = False) -> None:
+        """Write dirty entries to the store (and the changelog) as one batch."""
+        batch = self.take_dirty()
+        if batch:
             self.inner.write_batch(batch)
             if self._changelog is not None:
                 self._changelog(batch)
-            self._dirty.clear()
         if evict:
             self._cache.clear()
 
+    def _view(self) -> dict[Any, Any]:
+        out = {self._kde(k): self._vde(v) for k, v in self.inner.items()}
+        for k in self._dirty:  # changes not written yet win
+            v = self._cache[k]
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = v
+        return out
+
     def items(self) -> Iterator[tuple[Any, Any]]:
-        """Current entries (cache included), deserialized, in stored-key order."""
-        self.flush()
-        for k, v in self.inner.items():
-            yield self._kde(k), self._vde(v)
+        """Current entries, uncommitted changes included (nothing is written)."""
+        return iter(self._view().items())
 
     def __len__(self) -> int:
-        self.flush()
-        return len(self.inner)
+        return len(self._view()) if self._dirty else len(self.inner)
 
     def close(self, flush: bool = True) -> None:
         """Flush (unless told not to: a failed task drops what it did not commit)."""

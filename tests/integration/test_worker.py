@@ -30,8 +30,10 @@ def run_until_idle(worker: Worker) -> None:
     worker._claim_tasks()
     for _ in range(10_000):
         worker.pool.pull_all()
-        moved = sum(t.poll(1000) for t in worker.tasks.values())
-        worker.pool.wake(worker.producer.flush())
+        moved = 0
+        for t in worker.tasks.values():
+            moved += t.poll(1000)
+            worker.pool.wake(t.producer.flush())
         if not moved:
             worker.commit()
             worker.pool.pull_all()

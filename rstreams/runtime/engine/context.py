@@ -13,6 +13,7 @@ from rstreams.errors import ConfigError, ProcessingError
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
 from rstreams.state.cache import CachedStore
+from rstreams.state.rocksdb import RocksDBConfig
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.producer import Producer
@@ -49,6 +50,22 @@ class EngineConfig:
     #: How sinks (shuffles included) map keys to queues; every producer of a job must
     #: agree, so it is part of the engine's configuration, not of a single sink.
     queue_mapper: QueueMapper = attrs.field(factory=ModuloQueueMapper)
+    #: ``at-least-once`` or ``exactly-once`` (transactional commits; see the task module).
+    guarantee: str = attrs.field(default="at-least-once")
+    #: ``memory`` or ``rocksdb`` (then ``state_dir`` says where the databases live).
+    state: str = attrs.field(default="memory")
+    state_dir: str | None = None
+    rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
+
+    @guarantee.validator
+    def _check_guarantee(self, _attr: Any, value: str) -> None:
+        if value not in ("at-least-once", "exactly-once"):
+            raise ConfigError(f"guarantee must be at-least-once or exactly-once; got {value!r}")
+
+    @state.validator
+    def _check_state(self, _attr: Any, value: str) -> None:
+        if value not in ("memory", "rocksdb"):
+            raise ConfigError(f"state must be memory or rocksdb; got {value!r}")
 
     @on_error.validator
     def _check(self, _attr: Any, value: str) -> None:

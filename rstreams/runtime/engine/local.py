@@ -13,7 +13,7 @@ from rstreams.errors import ConfigError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.task import Task, transactions_topic
 from rstreams.runtime.queues.memory import MemoryBroker
 
 #: Segment size of shuffle and changelog topics: small enough that purging consumed
@@ -49,7 +49,21 @@ def create_topics(topology: Topology, broker: MemoryBroker, config: EngineConfig
         counts[spec.name] = n
     if config.on_error == "dead-letter":
         broker.create_topic(dead_letter_topic(topology.job_id), 1)
+    if config.guarantee == "exactly-once":
+        n = len(task_index(topology, counts))
+        broker.create_topic(
+            transactions_topic(topology.job_id), n, segment_bytes=INTERNAL_SEGMENT_BYTES
+        )
     return counts
+
+
+def task_index(topology: Topology, counts: dict[str, int]) -> dict[str, int]:
+    """Every task id (``<sub-topology>_<queue>``) with its index: its transaction queue."""
+    out: dict[str, int] = {}
+    for sub in topology.subtopologies:
+        for q in range(max(counts[t] for t in sub.source_topics)):
+            out[f"{sub.id}_{q}"] = len(out)
+    return out
 
 
 class LocalEngine:
@@ -72,12 +86,17 @@ class LocalEngine:
         self.queue_counts = create_topics(topology, self.broker, self.config)
         self.tasks: list[Task] = []
         self.readers: dict[tuple[str, int], Task] = {}
+        index = task_index(topology, self.queue_counts)
+        eos = self.config.guarantee == "exactly-once"
         for sub in topology.subtopologies:
             n = max(self.queue_counts[t] for t in sub.source_topics)
             for q in range(n):
+                # A transaction holds one task's output only: each needs its own producer.
+                producer = Producer(self.broker) if eos else self.producer
                 task = Task(
-                    topology, sub, q, self.broker, self.producer, self.config, self.group, clock
-                )
+                    topology, sub, q, self.broker, producer, self.config, self.group, clock,
+                    txn_queue=index[f"{sub.id}_{q}"],
+                )  # fmt: skip
                 self.tasks.append(task)
                 for t in task.sources:
                     self.readers[(t, q)] = task

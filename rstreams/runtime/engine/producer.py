@@ -41,6 +41,11 @@ class Producer:
             raise KeyError(topic)
         return n
 
+    def take(self) -> dict[tuple[str, int], list[Pending]]:
+        """Hand over what is pending without writing it (a transaction writes it)."""
+        pending, self._pending = self._pending, defaultdict(list)
+        return dict(pending)
+
     def flush(self) -> list[tuple[str, int]]:
         """Append what is pending; returns the (topic, queue)s written to."""
         pending, self._pending = self._pending, defaultdict(list)

@@ -118,6 +118,8 @@ class Supervisor:
         worker_args: list[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
         follow: bool = False,
+        guarantee: str = "exactly-once",
+        state: str = "rocksdb",
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
@@ -136,14 +138,19 @@ class Supervisor:
         self.broker = open_broker(self.root)
         # Source topics the job creates get several queues, so that work can spread over
         # workers (now or in a later run with more of them).
-        self.engine = EngineConfig(on_error=on_error, default_queues=DEFAULT_SHUFFLE_QUEUES)
+        self.engine = EngineConfig(
+            on_error=on_error,
+            default_queues=DEFAULT_SHUFFLE_QUEUES,
+            guarantee=guarantee,
+            state=state,
+        )
         self.queue_counts = create_topics(topology, self.broker, self.engine)
         self.on_error = on_error
         self.n_workers = workers
         self.chunk_lines = chunk_lines
         self.max_restarts = max_restarts
         self.restart_window = restart_window
-        self.worker_args = worker_args or []
+        self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
         self.progress = progress
         self.follow = follow
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -349,6 +356,8 @@ def run_durable(
     progress: Callable[[Any], None] | None = None,
     worker_args: list[str] | None = None,
     follow: bool = False,
+    guarantee: str = "exactly-once",
+    state: str = "rocksdb",
 ) -> Any:
     """Run on worker processes over the file log; returns a :class:`rstreams.runner.RunResult`."""
     from rstreams.runner import Progress, RunResult
@@ -377,6 +386,8 @@ def run_durable(
         progress=report,
         worker_args=worker_args,
         follow=follow,
+        guarantee=guarantee,
+        state=state,
     )
     try:
         status = sup.run()

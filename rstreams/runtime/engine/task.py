@@ -1,28 +1,61 @@
-"""A task: the processor chain of one sub-topology for one queue, plus its state."""
+"""A task: the processor chain of one sub-topology for one queue, plus its state.
+
+Commit protocol
+---------------
+A commit gathers everything the task did since the last one: the records it produced
+(per topic queue), the state changes of each store (which are also its changelog
+records) and the new input offsets. Then:
+
+* **at-least-once**: append the outputs and changelogs, write the stores, commit the
+  offsets. A crash in between replays the input since the last commit.
+* **exactly-once**: first append the whole transaction as *one* record to the job's
+  transaction topic (queue = the task's index) and make it durable: that is the commit
+  point. Then apply it as above, marking the first record of every frame it appends
+  with the header ``rs.txn = <task>:<seq>``. Nothing reaches an output topic before its
+  transaction is committed, so readers never see uncommitted output. If the worker dies
+  while applying, the task's next owner finds the last transaction not fully applied
+  (its offsets are not the committed ones) and applies it again, skipping every frame
+  whose marker is already in its queue (searched from the queue end noted in the
+  transaction): no record is lost or written twice.
+
+State is restored before the task processes anything: a RocksDB store whose recorded
+changelog offset is still valid replays only the changelog tail after it (the data and
+that offset are written in one WriteBatch); otherwise, and for memory stores, the
+changelog is replayed from its start (latest value per key wins, tombstones delete).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from rstreams.errors import RStreamsError, SerdeError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.queues.base import LogRecord
-from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
-from rstreams.state.stores import MemoryStore
+from rstreams.state.stores import KeyValueStore, MemoryStore
 
 Fetch = Callable[[str, int, int, int], list[LogRecord]]
+Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+
+TXN_HEADER = "rs.txn"
+
+
+def transactions_topic(job_id: str) -> str:
+    return f"{job_id}-transactions"
 
 
 class Task:
     """Runs sub-topology ``sub`` on queue ``queue`` of every topic it reads.
 
-    Built in phase 3: fresh processors from the factories, fresh stores for this queue.
-    A commit flushes processors (parents first), then state (to stores and changelogs),
-    then the producer, then records the consumed offsets.
+    Built in phase 3: fresh processors from the factories; stores for this queue,
+    restored from their changelogs (after any unfinished transaction was completed).
     """
 
     def __init__(
@@ -30,12 +63,13 @@ class Task:
         topology: Topology,
         sub: SubTopology,
         queue: int,
-        broker: MemoryBroker,
+        broker: Any,
         producer: Producer,
         config: EngineConfig,
         group: str,
         clock: Callable[[], int],
         fetch: Fetch | None = None,
+        txn_queue: int | None = None,
     ) -> None:
         self.id = f"{sub.id}_{queue}"
         self.sub = sub
@@ -43,6 +77,15 @@ class Task:
         self.broker = broker
         self.producer = producer
         self.group = group
+        self.config = config
+        self.clock = clock
+        self.exactly_once = config.guarantee == "exactly-once"
+        if self.exactly_once and txn_queue is None:
+            raise RStreamsError(f"task {self.id}: exactly-once needs a transaction queue")
+        self.txn_topic = transactions_topic(topology.job_id)
+        self.txn_queue = txn_queue
+        self.txn_seq = 0
+        self.committed: dict[str, int] = {}
         procs = sub.build()
         self.processors: list[Processor] = [procs[f.name] for f in sub.factories]
         self.sources: dict[str, SourceProcessor] = {}
@@ -52,53 +95,77 @@ class Task:
                 qc = broker.queue_count(p.topic)
                 if qc is not None and queue < qc:
                     self.sources[p.topic] = p
-        self.stores: dict[str, CachedStore] = {}
-        for name in sub.stores:
-            spec = topology.stores[name]
-            self.stores[name] = CachedStore(
-                MemoryStore(name),
+        self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
+        self.stores: dict[str, CachedStore] = {
+            name: CachedStore(
+                self._open_store(name),
                 INTERNAL_SERDE,
-                spec.serde,
-                changelog=self._changelog_writer(spec.changelog_topic, clock),
+                topology.stores[name].serde,
                 max_entries=config.cache_entries,
+                auto_flush=False,
             )
-        self.changelogs = {name: topology.stores[name].changelog_topic for name in self.stores}
+            for name in sub.stores
+        }
         self.ctx = StreamContext(topology.job_id, self.id, queue, producer, self.stores, config)
         for p in self.processors:
             p.init(self.ctx)
+        if self.exactly_once:
+            self._recover()
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committed = dict(self.positions)
+        self._commits = 0
         self.fetch: Fetch = fetch or broker.read
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
         self.failed = False
+        started = time.monotonic()
         self.restored = self.restore()
+        self.restore_seconds = time.monotonic() - started
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _open_store(self, name: str) -> KeyValueStore:
+        if self.config.state == "rocksdb":
+            from rstreams.state.rocksdb import RocksDBStore
+
+            if self.config.state_dir is None:
+                raise RStreamsError("RocksDB state needs EngineConfig.state_dir")
+            path = Path(self.config.state_dir) / name / str(self.queue)
+            return RocksDBStore(path, name, self.config.rocksdb)
+        return MemoryStore(name)
 
     def restore(self) -> int:
-        """Rebuild this queue's state from the changelogs (latest value per key wins,
-        tombstones delete); returns the number of changelog records replayed."""
+        """Bring every store up to its changelog's end; returns records replayed."""
         n = 0
         for name, topic in self.changelogs.items():
             inner = self.stores[name].inner
-            pos = self.broker.start_offset(topic, self.queue)
+            start = self.broker.start_offset(topic, self.queue)
             end = self.broker.end_offset(topic, self.queue)
+            pos = start
+            checkpoint = inner.meta("changelog_offset") if hasattr(inner, "meta") else None
+            if checkpoint is not None and start <= checkpoint <= end:
+                pos = checkpoint  # a valid local checkpoint: replay the tail only
+            elif len(inner):
+                inner.clear()  # type: ignore[attr-defined]
             while pos < end:
                 records = self.broker.read(topic, self.queue, pos, 10_000)
                 if not records:
                     break
-                inner.write_batch([(r.key, r.value) for r in records if r.key is not None])
-                n += len(records)
+                items = [(r.key, r.value) for r in records if r.key is not None]
                 pos = records[-1].offset + 1
+                self._write_store(inner, items, pos, topic)
+                n += len(records)
         return n
 
-    def _changelog_writer(
-        self, topic: str, clock: Callable[[], int]
-    ) -> Callable[[Sequence[tuple[bytes, bytes | None]]], None]:
-        def write(batch: Sequence[tuple[bytes, bytes | None]]) -> None:
-            ts = clock()
-            self.producer.send_many(topic, self.queue, [(ts, k, v, ()) for k, v in batch])
+    def _write_store(
+        self, inner: KeyValueStore, items: list[tuple[bytes, bytes | None]], offset: int, topic: str
+    ) -> None:
+        if hasattr(inner, "meta"):
+            inner.write_batch(items, meta={"changelog_offset": offset})  # type: ignore[call-arg]
+        else:
+            inner.write_batch(items)
 
-        return write
+    # -- processing ----------------------------------------------------------------------
 
     def lag(self) -> int:
         return sum(self.broker.end_offset(t, self.queue) - pos for t, pos in self.positions.items())
@@ -128,22 +195,124 @@ class Task:
         self.positions[topic] = pos + len(records)
         self._process(topic, records)
 
+    @property
+    def wants_commit(self) -> bool:
+        """A store's cache is full: commit now to bound memory."""
+        return any(s.full for s in self.stores.values())
+
+    # -- commit --------------------------------------------------------------------------
+
     def commit(self) -> None:
         if self.failed:
             return
         for p in self.processors:
-            p.flush()
-        for s in self.stores.values():
-            s.flush()
-        self.producer.flush()
-        for topic, pos in self.positions.items():
+            p.flush()  # coalesced updates go out now
+        ts = self.clock()
+        changes = {}
+        for name, store in self.stores.items():
+            try:
+                changes[name] = store.take_dirty()
+            except SerdeError:
+                self.failed = True
+                raise
+        if not self.exactly_once:
+            self.producer.flush()
+            for name, items in changes.items():
+                self._apply_store_change(name, items, ts)
+            self.broker.flush()
+            self._commit_offsets(self.positions)
+            return
+        appends: list[list[Any]] = [
+            [topic, q, self.broker.end_offset(topic, q), rows]
+            for (topic, q), rows in self.producer.take().items()
+        ]
+        for name, items in changes.items():
+            if items:
+                rows = [(ts, k, v, ()) for k, v in items]
+                topic = self.changelogs[name]
+                appends.append([topic, self.queue, self.broker.end_offset(topic, self.queue), rows])
+        offsets = dict(self.positions)
+        if not appends and offsets == self.committed:
+            return
+        self.txn_seq += 1
+        txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
+        row = (ts, None, INTERNAL_SERDE.serialize(txn), ())
+        at = self.broker.append(self.txn_topic, self.txn_queue, [row])
+        self.broker.flush()  # the commit point
+        self._apply(txn, redo=False)
+        self._commits += 1
+        if self._commits % 100 == 0:  # only the last transaction is ever read again
+            self.broker.purge(self.txn_topic, self.txn_queue, at)
+        for name, items in changes.items():
+            self._apply_store_change(name, items, ts, via_changelog=False)
+
+    def _apply_store_change(
+        self,
+        name: str,
+        items: list[tuple[bytes, bytes | None]],
+        ts: int,
+        via_changelog: bool = True,
+    ) -> None:
+        if not items:
+            return
+        topic = self.changelogs[name]
+        if via_changelog:
+            self.broker.append(topic, self.queue, [(ts, k, v, ()) for k, v in items])
+        self._write_store(
+            self.stores[name].inner, items, self.broker.end_offset(topic, self.queue), topic
+        )
+
+    def _apply(self, txn: dict[str, Any], redo: bool) -> None:
+        marker = (TXN_HEADER, f"{txn['task']}:{txn['seq']}".encode())
+        for topic, q, hint, rows in txn["appends"]:
+            if redo and self._has_marker(topic, q, hint, marker):
+                continue
+            ts, k, v, h = rows[0]
+            rows = [(ts, k, v, (*tuple(tuple(x) for x in h), marker)), *rows[1:]]
+            self.broker.append(topic, q, rows)
+        self.broker.flush()
+        self._commit_offsets(txn["offsets"])
+
+    def _has_marker(self, topic: str, q: int, hint: int, marker: tuple[str, bytes]) -> bool:
+        pos = max(hint, self.broker.start_offset(topic, q))
+        while True:
+            records = self.broker.read(topic, q, pos, 10_000)
+            if not records:
+                return False
+            for r in records:
+                if marker in r.headers:
+                    return True
+            pos = records[-1].offset + 1
+
+    def _commit_offsets(self, offsets: dict[str, int]) -> None:
+        for topic, pos in offsets.items():
             if self.committed.get(topic) != pos:  # idle queues cost nothing
                 self.broker.commit(self.group, topic, self.queue, pos)
-                self.committed[topic] = pos
+        self.committed = dict(offsets)
+
+    def _recover(self) -> None:
+        """Finish the last transaction if the previous owner died while applying it."""
+        assert self.txn_queue is not None
+        end = self.broker.end_offset(self.txn_topic, self.txn_queue)
+        if end <= self.broker.start_offset(self.txn_topic, self.txn_queue):
+            return
+        (last,) = self.broker.read(self.txn_topic, self.txn_queue, end - 1, 1)
+        try:
+            txn = INTERNAL_SERDE.deserialize(last.value or b"")
+        except SerdeError as e:
+            raise SerdeError(
+                f"task {self.id}: unreadable transaction record at "
+                f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
+            ) from None
+        self.txn_seq = int(txn["seq"])
+        committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn["offsets"]}
+        if committed != txn["offsets"]:
+            self._apply(txn, redo=True)
+        self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
 
     def close(self) -> None:
         self.commit()
         for p in self.processors:
             p.close()
         for s in self.stores.values():
-            s.close(flush=not self.failed)
+            s.close(flush=False)

@@ -30,7 +30,7 @@ from rstreams.errors import ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.task import Task
 from rstreams.runtime.queues.mapper import get_mapper
@@ -103,7 +103,8 @@ class Worker:
         )
         self.queue_counts = create_topics(topology, broker, self.engine)
         self.all_tasks = task_ids(topology, self.queue_counts)
-        self.producer = Producer(broker)
+        self.task_index = task_index(topology, self.queue_counts)
+        self.exactly_once = self.engine.guarantee == "exactly-once"
         self.pool = AgentPool()
         self.tasks: dict[str, Task] = {}
         self.wanted: list[str] = []
@@ -124,9 +125,10 @@ class Worker:
         def fetch(topic: str, q: int, offset: int, max_records: int) -> list[Any]:
             return caches[topic].take(name, max_records)
 
+        # Each task has its own producer: a transaction carries that task's output only.
         task = Task(
-            self.topology, sub, queue, self.broker, self.producer, self.engine, self.group,
-            wall_clock_ms, fetch=fetch,
+            self.topology, sub, queue, self.broker, Producer(self.broker), self.engine,
+            self.group, wall_clock_ms, fetch=fetch, txn_queue=self.task_index[name],
         )  # fmt: skip
         for topic, pos in task.positions.items():
             cache = QueueCache(self.config.cache_records, pos, [name])
@@ -235,8 +237,13 @@ class Worker:
                     n = task.poll(cfg.batch_size)
                     if n:
                         progress += n
-                        # Downstream tasks of this worker need not wait for their timer.
-                        self.pool.wake(self.producer.flush())
+                        if task.wants_commit:
+                            task.commit()  # a full state cache: commit to bound memory
+                        elif not self.exactly_once:
+                            # Output is visible at once; downstream tasks of this worker
+                            # need not wait for their timer. (Exactly-once output waits
+                            # for its transaction.)
+                            self.pool.wake(task.producer.flush())
                 self.processed += progress
                 if time.monotonic() >= next_commit:
                     self.commit()
@@ -278,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebalance-interval", type=float, default=20.0)
     ap.add_argument("--maintenance-interval", type=float, default=30.0)
     ap.add_argument("--queue-mapper", default="modulo", choices=("modulo", "hash-ring"))
+    ap.add_argument(
+        "--guarantee", default="exactly-once", choices=("exactly-once", "at-least-once")
+    )
+    ap.add_argument("--state", default="rocksdb", choices=("rocksdb", "memory"))
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -294,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             coalesce=True,
             combine=True,
             queue_mapper=get_mapper(args.queue_mapper),
+            guarantee=args.guarantee,
+            state=args.state,
+            state_dir=str(Path(args.data_dir) / "state"),
         ),
         config=WorkerConfig(
             session_timeout=args.session_timeout,

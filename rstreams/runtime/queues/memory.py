@@ -122,6 +122,12 @@ class MemoryBroker:
             del q.records[:n]
             q.base += n
 
+    def flush(self) -> None:
+        """Nothing to make durable in memory."""
+
+    def close(self) -> None:
+        pass
+
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         self.offsets[(group, topic, queue)] = offset
 
