@@ -120,6 +120,7 @@ class Supervisor:
         follow: bool = False,
         guarantee: str = "exactly-once",
         state: str = "rocksdb",
+        max_ingest_rate: float | None = None,
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
@@ -153,6 +154,7 @@ class Supervisor:
         self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
         self.progress = progress
         self.follow = follow
+        self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts: list[float] = []
         self.spawned = 0
@@ -293,6 +295,8 @@ class Supervisor:
                     inp.position = pos
                     inp.lines += len(lines)
                     ingested = True
+                    if self.max_ingest_rate:
+                        time.sleep(len(lines) / self.max_ingest_rate)
                 if self.progress is not None:
                     self.progress(self.status(start))
                 if not pending and not self.follow and self._done():

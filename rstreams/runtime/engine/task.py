@@ -34,6 +34,7 @@ from typing import Any
 from rstreams.errors import RStreamsError, SerdeError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
+from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.queues.base import LogRecord
@@ -136,6 +137,7 @@ class Task:
 
     def restore(self) -> int:
         """Bring every store up to its changelog's end; returns records replayed."""
+        maybe_crash("restore")
         n = 0
         for name, topic in self.changelogs.items():
             inner = self.stores[name].inner
@@ -205,6 +207,7 @@ class Task:
     def commit(self) -> None:
         if self.failed:
             return
+        maybe_crash("commit-start")
         for p in self.processors:
             p.flush()  # coalesced updates go out now
         ts = self.clock()
@@ -239,6 +242,7 @@ class Task:
         row = (ts, None, INTERNAL_SERDE.serialize(txn), ())
         at = self.broker.append(self.txn_topic, self.txn_queue, [row])
         self.broker.flush()  # the commit point
+        maybe_crash("txn-written")
         self._apply(txn, redo=False)
         self._commits += 1
         if self._commits % 100 == 0:  # only the last transaction is ever read again
@@ -270,6 +274,7 @@ class Task:
             ts, k, v, h = rows[0]
             rows = [(ts, k, v, (*tuple(tuple(x) for x in h), marker)), *rows[1:]]
             self.broker.append(topic, q, rows)
+            maybe_crash("txn-applying")
         self.broker.flush()
         self._commit_offsets(txn["offsets"])
 
