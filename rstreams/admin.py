@@ -200,6 +200,40 @@ def cmd_group(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_arg(text: str) -> Any:
+    """A key typed on the command line: JSON if it parses (42, "x", [1, 2]), else text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    from rstreams.state import inspect
+
+    root = job_root(args.data_dir, args.job)
+    data_dir, job = str(root.parent), root.name
+    if args.action == "list":
+        for store, queues in inspect.list_stores(data_dir, job).items():
+            print(f"{store}\tqueues={queues}")
+        return 0
+    if not args.store:
+        raise ConfigError(f"state {args.action} needs a store name (see: rstreams state list)")
+    if args.action == "get":
+        if args.key is None:
+            raise ConfigError("state get needs a KEY")
+        key = _key_arg(args.key)
+        table = inspect.load_store(data_dir, job, args.store, queue=args.queue)
+        if key not in table:
+            print(f"rstreams: key {key!r} not found in {args.store}", file=sys.stderr)
+            return 1
+        print(json.dumps(table[key], ensure_ascii=False))
+        return 0
+    for q, k, v in inspect.iter_store(data_dir, job, args.store, queue=args.queue):
+        print(json.dumps({"queue": q, "key": k, "value": v}, ensure_ascii=False))
+    return 0
+
+
 def add_parsers(sub: Any, common: Any) -> None:
     def base(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
@@ -236,6 +270,14 @@ def add_parsers(sub: Any, common: Any) -> None:
     p.add_argument("group")
     base(p)
     p.set_defaults(func=cmd_offsets)
+
+    p = sub.add_parser("state", help="list, read or dump a job's state stores")
+    p.add_argument("action", choices=("list", "get", "dump"))
+    p.add_argument("store", nargs="?")
+    p.add_argument("key", nargs="?", help="for get: the key (JSON, or plain text)")
+    p.add_argument("--queue", type=int, help="only this queue")
+    base(p)
+    p.set_defaults(func=cmd_state)
 
     p = sub.add_parser("group", help="members and tasks of a job's consumer group")
     p.add_argument("action", choices=("describe",))

@@ -373,6 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(EXIT_FAILED, str(e))
     except KeyboardInterrupt:
         return _fail(130, "interrupted")
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, like other Unix tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

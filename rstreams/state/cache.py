@@ -46,6 +46,7 @@ class CachedStore:
     ) -> None:
         self.inner = inner
         self.name = inner.name
+        self.value_serde = value_serde
         self._kser = key_serde.serialize
         self._kde = key_serde.deserialize
         self._vser = value_serde.serialize

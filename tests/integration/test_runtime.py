@@ -201,3 +201,41 @@ def test_follow_reads_appended_lines_until_interrupted(tmp_path) -> None:
             p.kill()
     assert p.returncode == 0, err
     assert read_jsonl(out) == {"a": 1, "b": 2, "c": 3}
+
+
+@pytest.mark.slow
+def test_state_inspection_and_bad_state_fails_loudly(tmp_path) -> None:
+    from rstreams.state.inspect import list_stores, load_store, load_store_frame
+
+    data = tmp_path / "data"
+    p = pipeline(tmp_path, 2)
+    src = tmp_path / "in.txt"
+    src.write_text("a b\nb\n")
+    r = rstreams("run", p, "--input", src, "--data-dir", data, "--workers", 1)
+    assert r.returncode == 0, r.stderr
+    store = "wc-sentences-count-3-store"
+    assert list_stores(data, "wc") == {store: 2}
+    assert load_store(data, "wc", store) == {"a": 1, "b": 2}
+    frame = load_store_frame(data, "wc", store)
+    assert sorted(zip(frame["key"], frame["value"])) == [("a", 1), ("b", 2)]
+    r = rstreams("state", "get", store, "b", "--data-dir", data)
+    assert r.returncode == 0 and r.stdout.strip() == "2"
+    r = rstreams("state", "get", store, "zzz", "--data-dir", data)
+    assert r.returncode == 1 and "not found" in r.stderr
+    r = rstreams("state", "dump", store, "--data-dir", data)
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sorted((row["key"], row["value"]) for row in rows) == [("a", 1), ("b", 2)]
+    # An undecodable value in a changelog: the next run refuses to restore, naming it.
+    from rstreams.runtime.queues.filelog import FileBroker
+
+    changelog = "wc-sentences-count-3-changelog"
+    with FileBroker(data / "wc" / "log") as b:
+        q = next(q for q in range(2) if b.end_offset(changelog, q))
+        b.append(changelog, q, [(0, b"\xa1a", b"\xc1", ())])  # 0xc1: never valid msgpack
+        bad = b.end_offset(changelog, q) - 1
+        b.flush()
+    with src.open("a") as f:
+        f.write("a\n")
+    r = rstreams("run", p, "--input", src, "--data-dir", data, "--workers", 1, "--state", "memory")
+    assert r.returncode != 0
+    assert f"{changelog}[{q}]@{bad}" in r.stderr and "refusing to restore" in r.stderr

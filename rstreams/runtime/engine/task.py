@@ -26,6 +26,7 @@ changelog is replayed from its start (latest value per key wins, tombstones dele
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,8 @@ Fetch = Callable[[str, int, int, int], list[LogRecord]]
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 
 TXN_HEADER = "rs.txn"
+
+log = logging.getLogger("rstreams.task")
 
 
 def transactions_topic(job_id: str) -> str:
@@ -149,15 +152,41 @@ class Task:
                 pos = checkpoint  # a valid local checkpoint: replay the tail only
             elif len(inner):
                 inner.clear()  # type: ignore[attr-defined]
+            serde = self.stores[name].value_serde
             while pos < end:
                 records = self.broker.read(topic, self.queue, pos, 10_000)
                 if not records:
                     break
+                self._check(records, serde, topic)
                 items = [(r.key, r.value) for r in records if r.key is not None]
                 pos = records[-1].offset + 1
                 self._write_store(inner, items, pos, topic)
                 n += len(records)
+        if n:
+            log.info("task %s: restored %d changelog records", self.id, n)
         return n
+
+    def _check(self, records: list[LogRecord], serde: Any, topic: str) -> None:
+        """Refuse state that can not be read back, naming where it is: never reset it."""
+        values = [r.value for r in records if r.value is not None]
+        try:
+            serde.deserialize_many(values)
+            INTERNAL_SERDE.deserialize_many([r.key for r in records if r.key is not None])
+            return
+        except Exception:
+            pass
+        for r in records:
+            try:
+                if r.key is None:
+                    raise SerdeError("a changelog record has no key")
+                INTERNAL_SERDE.deserialize(r.key)
+                if r.value is not None:
+                    serde.deserialize(r.value)
+            except Exception as e:
+                raise SerdeError(
+                    f"task {self.id}: bad state in changelog {topic}[{self.queue}]@{r.offset}: "
+                    f"{e}; refusing to restore (fix or remove the record; state is not reset)"
+                ) from None
 
     def _write_store(
         self, inner: KeyValueStore, items: list[tuple[bytes, bytes | None]], offset: int, topic: str
