@@ -91,10 +91,12 @@ def main() -> None:
     print(f"{'':36}{'seconds':>9}{'keys/s':>14}{'ratio':>8}")
     print(f"{'rocksdict WriteBatch ingest (base)':36}{t_raw:9.2f}{n / t_raw:14,.0f}{1:8.3f}")
     print(
-        f"{'restore from changelog (full)':36}{t_restore:9.2f}{n / t_restore:14,.0f}{t_raw / t_restore:8.3f}"
+        f"{'restore from changelog (full)':36}{t_restore:9.2f}{n / t_restore:14,.0f}"
+        f"{t_raw / t_restore:8.3f}"
     )
     print(
-        f"{'restore from checkpoint (+1% tail)':36}{t_tail:9.2f}{'':>14}   replayed {tail:,} records"
+        f"{'restore from checkpoint (+1% tail)':36}{t_tail:9.2f}{'':>14}"
+        f"   replayed {tail:,} records"
     )
 
 
