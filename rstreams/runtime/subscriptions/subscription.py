@@ -1,0 +1,677 @@
+"""Subscriptions with Pulsar semantics over any broker with the MemoryBroker interface.
+
+A :class:`Subscription` is a named cursor over every queue of a topic, shared by the
+consumers that subscribe to it. How messages are spread over those consumers depends on
+the subscription type:
+
+- ``exclusive`` (default): one consumer; a second one gets :class:`ConsumerBusyError`.
+- ``failover``: every consumer may connect, one is active per queue (see
+  :func:`failover_active_consumer`); the others stand by and take over, in order, with
+  the unacknowledged messages of the queue redelivered to the new active consumer.
+- ``shared``: messages go round-robin to the consumers that have room, highest
+  priority level (lowest number) first; a leaving consumer's unacknowledged messages
+  are redelivered to the others. No ordering guarantee.
+- ``key_shared``: all messages of a key go to the same consumer, chosen by a selector
+  (consistent hashing by default, as in Pulsar 4.x; auto-split hash ranges; or sticky
+  ranges given by each consumer). When keys move to a newly added consumer it gets no
+  message until every message dispatched before it joined is acknowledged (or returned
+  by a leaving consumer), so each key is processed in order;
+  ``allow_out_of_order_delivery=True`` turns this off.
+
+Coordination is in-process: the consumers of one subscription must share one
+Subscription object (create it once per process and subscription name; it is
+thread-safe). Progress is persisted as the broker's committed offsets, with the
+subscription name as the group: per queue, the first offset not yet acknowledged.
+Individual acknowledgements above that offset live in memory only, so after a restart
+those messages are delivered again (at-least-once).
+
+Delivery is pull-based: ``receive`` dispatches messages from the broker to the
+consumers — to the caller and, as Pulsar pushes to receiver queues, to the others up
+to ``receiver_queue_size`` each — and returns the caller's.
+
+>>> from rstreams.runtime.queues import MemoryBroker
+>>> broker = MemoryBroker(); broker.create_topic("orders", 1)
+>>> _ = broker.append("orders", 0, [(0, b"k", b"v%d" % i, ()) for i in range(3)])
+>>> sub = Subscription(broker, "orders", "billing", subscription_type="shared")
+>>> a, b = sub.subscribe("a"), sub.subscribe("b")
+>>> got_a, got_b = a.receive(2), b.receive(2)
+>>> [m.value for m in got_a], [m.value for m in got_b]
+([b'v0', b'v2'], [b'v1'])
+>>> a.ack(got_a); b.close()  # b leaves without acknowledging: v1 goes to a
+>>> [(m.value, m.redelivery_count) for m in a.receive(5)]
+[(b'v1', 1)]
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from rstreams.errors import ConfigError
+from rstreams.runtime.queues.base import Headers, LogRecord
+from rstreams.runtime.subscriptions.errors import ConsumerBusyError, ConsumerClosedError
+from rstreams.runtime.subscriptions.failover import failover_active_index
+from rstreams.runtime.subscriptions.hashing import NONE_KEY, sticky_key_hash
+from rstreams.runtime.subscriptions.selectors import (
+    AutoSplitHashRangeSelector,
+    ConsistentHashingSelector,
+    StickyHashRangeSelector,
+)
+
+
+class Broker(Protocol):
+    """What a subscription needs from a broker (MemoryBroker and FileBroker have it)."""
+
+    def queue_count(self, name: str) -> int | None: ...
+    def read(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> list[LogRecord]: ...
+    def start_offset(self, topic: str, queue: int) -> int: ...
+    def commit(self, group: str, topic: str, queue: int, offset: int) -> None: ...
+    def committed(self, group: str, topic: str, queue: int) -> int: ...
+
+
+class SubscriptionType(str, enum.Enum):
+    EXCLUSIVE = "exclusive"
+    SHARED = "shared"
+    FAILOVER = "failover"
+    KEY_SHARED = "key_shared"
+
+    @classmethod
+    def parse(cls, value: SubscriptionType | str) -> SubscriptionType:
+        if isinstance(value, SubscriptionType):
+            return value
+        try:
+            return cls(str(value).lower().replace("-", "_"))
+        except ValueError:
+            choices = ", ".join(repr(t.value) for t in cls)
+            raise ConfigError(
+                f"unknown subscription_type {value!r}; choose one of {choices}"
+            ) from None
+
+
+@attrs.frozen
+class Message:
+    """A message as a consumer receives it; ``id`` is what :meth:`Consumer.ack` takes."""
+
+    topic: str
+    queue: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Headers = ()
+    #: how many times it was handed to a consumer before and came back unacknowledged
+    redelivery_count: int = 0
+
+    @property
+    def id(self) -> tuple[int, int]:
+        return (self.queue, self.offset)
+
+
+MessageRef = Message | tuple[int, int]
+
+_SELECTORS = {
+    "consistent_hashing": ConsistentHashingSelector,
+    "auto_split": AutoSplitHashRangeSelector,
+    "sticky": StickyHashRangeSelector,
+}
+
+
+class _Cursor:
+    """One queue's state in the subscription.
+
+    Every offset below ``read_pos`` is acknowledged, pending (dispatched to a consumer and
+    not acknowledged) or in ``replay`` (to dispatch again, or held back for ordering).
+    ``outstanding`` lists pending and replay offsets in increasing order (lazily pruned);
+    its head is the committed position.
+    """
+
+    __slots__ = (
+        "committed",
+        "outstanding",
+        "pending",
+        "queue",
+        "read_pos",
+        "redeliveries",
+        "replay",
+    )
+
+    def __init__(self, queue: int, position: int) -> None:
+        self.queue = queue
+        self.read_pos = position
+        self.committed = position
+        self.pending: dict[int, tuple[Consumer, LogRecord]] = {}
+        self.replay: dict[int, LogRecord] = {}
+        self.redeliveries: dict[int, int] = {}
+        self.outstanding: deque[int] = deque()
+
+    def is_outstanding(self, offset: int) -> bool:
+        return offset in self.pending or offset in self.replay
+
+    def mark(self) -> int:
+        """The first offset not acknowledged (what the broker gets as committed offset)."""
+        out = self.outstanding
+        while out and not self.is_outstanding(out[0]):
+            out.popleft()
+        return out[0] if out else self.read_pos
+
+
+_HOLD = object()  # key_shared: keep in replay, look further
+_STOP = object()  # nobody can take it now: stop this queue for this pass
+
+
+class Subscription:
+    """A named subscription to every queue of ``topic`` on ``broker``.
+
+    ``key_shared_selector``: ``"consistent_hashing"`` (default, Pulsar 4.x's default),
+    ``"auto_split"`` or ``"sticky"`` (each consumer passes ``hash_ranges``), or a selector
+    object. ``receiver_queue_size`` caps the messages dispatched to a consumer and not
+    yet received; ``max_look_ahead`` caps the messages held back (key_shared) before
+    reading from the broker pauses.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        topic: str,
+        name: str,
+        subscription_type: SubscriptionType | str = SubscriptionType.EXCLUSIVE,
+        *,
+        key_shared_selector: str | Any = "consistent_hashing",
+        allow_out_of_order_delivery: bool = False,
+        receiver_queue_size: int = 1000,
+        max_look_ahead: int = 10_000,
+        read_batch: int = 100,
+    ) -> None:
+        if not name:
+            raise ConfigError("a subscription needs a non-empty name")
+        queue_count = broker.queue_count(topic)
+        if queue_count is None:
+            raise ConfigError(
+                f"topic {topic!r} does not exist; create it first (broker.create_topic)"
+            )
+        if receiver_queue_size < 1:
+            raise ConfigError(f"receiver_queue_size must be >= 1; got {receiver_queue_size}")
+        if max_look_ahead < 1 or read_batch < 1:
+            raise ConfigError("max_look_ahead and read_batch must be >= 1")
+        self.broker = broker
+        self.topic = topic
+        self.name = name
+        self.type = SubscriptionType.parse(subscription_type)
+        self.allow_out_of_order_delivery = allow_out_of_order_delivery
+        self.receiver_queue_size = receiver_queue_size
+        self.max_look_ahead = max_look_ahead
+        self.read_batch = read_batch
+        self.selector: Any = None
+        if self.type is SubscriptionType.KEY_SHARED:
+            self.selector = self._make_selector(key_shared_selector)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._consumers: list[Consumer] = []
+        self._seq = itertools.count()
+        self._rr = 0  # shared: next consumer to try
+        self._next_queue = 0  # queue to start the next dispatch pass at
+        self._cursors = [
+            _Cursor(q, max(broker.committed(name, topic, q), broker.start_offset(topic, q)))
+            for q in range(queue_count)
+        ]
+        self._active: list[Consumer | None] = [None] * queue_count  # exclusive/failover
+        # key_shared: consumer -> per queue, offsets that were pending when it joined
+        self._joined_behind: dict[Consumer, dict[int, set[int]]] = {}
+        self._closed = False
+
+    @staticmethod
+    def _make_selector(spec: str | Any) -> Any:
+        if isinstance(spec, type):
+            spec = spec()
+        if not isinstance(spec, str):
+            for method in ("add_consumer", "remove_consumer", "select", "ranges"):
+                if not callable(getattr(spec, method, None)):
+                    raise ConfigError(f"key_shared_selector {spec!r} has no {method}()")
+            return spec
+        try:
+            return _SELECTORS[spec]()
+        except KeyError:
+            choices = ", ".join(repr(k) for k in _SELECTORS)
+            raise ConfigError(
+                f"unknown key_shared_selector {spec!r}; choose one of {choices} "
+                "or pass a selector object"
+            ) from None
+
+    def __repr__(self) -> str:
+        return (
+            f"Subscription(topic={self.topic!r}, name={self.name!r}, "
+            f"type={self.type.value!r}, consumers={[c.name for c in self._consumers]})"
+        )
+
+    # -- membership -----------------------------------------------------------------------
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        """Connected consumers, in the order they subscribed."""
+        with self._lock:
+            return list(self._consumers)
+
+    @property
+    def queue_count(self) -> int:
+        return len(self._cursors)
+
+    def subscribe(
+        self,
+        consumer_name: str,
+        priority: int = 0,
+        *,
+        hash_ranges: Iterable[tuple[int, int]] | None = None,
+    ) -> Consumer:
+        """Connect a consumer. ``priority`` is Pulsar's priority level (0 is the highest);
+        ``hash_ranges`` are the inclusive slot ranges of a sticky key_shared consumer."""
+        if not consumer_name:
+            raise ConfigError("a consumer needs a non-empty name")
+        with self._lock:
+            self._check_open()
+            if self.type is SubscriptionType.EXCLUSIVE and self._consumers:
+                raise ConsumerBusyError(
+                    f"subscription {self.name!r} on topic {self.topic!r} is exclusive and "
+                    f"consumer {self._consumers[0].name!r} is connected; close it first, "
+                    "or use subscription_type='failover', 'shared' or 'key_shared'"
+                )
+            if hash_ranges is not None and not isinstance(self.selector, StickyHashRangeSelector):
+                raise ConfigError(
+                    "hash_ranges is only for key_shared subscriptions with the 'sticky' selector"
+                )
+            consumer = Consumer(self, consumer_name, priority, next(self._seq))
+            if isinstance(self.selector, StickyHashRangeSelector):
+                self.selector.add_consumer(consumer, hash_ranges)
+            elif self.selector is not None:
+                self.selector.add_consumer(consumer)
+            if (
+                self.selector is not None
+                and getattr(self.selector, "moves_keys_on_join", True)
+                and not self.allow_out_of_order_delivery
+            ):
+                behind = {c.queue: set(c.pending) for c in self._cursors if c.pending}
+                if behind:
+                    self._joined_behind[consumer] = behind
+            self._consumers.append(consumer)
+            self._reassign_active()
+            self._changed.notify_all()
+            return consumer
+
+    def _remove(self, consumer: Consumer) -> None:
+        with self._lock:
+            if consumer not in self._consumers:
+                return
+            self._consumers.remove(consumer)
+            if self.selector is not None:
+                self.selector.remove_consumer(consumer)
+            self._joined_behind.pop(consumer, None)
+            for cursor in self._cursors:
+                for offset in [o for o, (c, _) in cursor.pending.items() if c is consumer]:
+                    self._to_replay(cursor, offset)
+            consumer._inbox.clear()
+            self._reassign_active()
+            self._changed.notify_all()
+
+    def _reassign_active(self) -> None:
+        if self.type is SubscriptionType.EXCLUSIVE:
+            self._active = [self._consumers[0] if self._consumers else None] * self.queue_count
+        elif self.type is SubscriptionType.FAILOVER:
+            pairs = [(c.name, c.priority) for c in self._consumers]
+            for cursor in self._cursors:
+                q = cursor.queue
+                new = self._consumers[failover_active_index(q, pairs)] if pairs else None
+                old = self._active[q]
+                if new is not old and old is not None:
+                    # Like Pulsar's cursor rewind: the new active consumer gets every
+                    # unacknowledged message of the queue again, in order.
+                    for offset in list(cursor.pending):
+                        self._to_replay(cursor, offset)
+                self._active[q] = new
+
+    def active_consumer(self, queue: int) -> Consumer | None:
+        """The consumer receiving queue ``queue`` (exclusive and failover subscriptions)."""
+        if self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            raise ConfigError(f"a {self.type.value} subscription has no single active consumer")
+        with self._lock:
+            return self._active[queue]
+
+    def close(self) -> None:
+        """Close every consumer; the committed offsets stay for the next Subscription."""
+        with self._lock:
+            for consumer in list(self._consumers):
+                consumer.close()
+            self._closed = True
+            self._changed.notify_all()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError(f"subscription {self.name!r} on {self.topic!r} is closed")
+
+    # -- positions ------------------------------------------------------------------------
+
+    def committed(self) -> dict[int, int]:
+        """Per queue, the first offset not acknowledged (as committed to the broker)."""
+        with self._lock:
+            return {c.queue: c.mark() for c in self._cursors}
+
+    def _commit(self, cursor: _Cursor) -> None:
+        mark = cursor.mark()
+        if mark != cursor.committed:
+            self.broker.commit(self.name, self.topic, cursor.queue, mark)
+            cursor.committed = mark
+
+    # -- state changes --------------------------------------------------------------------
+
+    def _to_replay(self, cursor: _Cursor, offset: int) -> None:
+        """Take a pending message back from its consumer, to dispatch again."""
+        consumer, record = cursor.pending.pop(offset)
+        if consumer._inbox.pop((cursor.queue, offset), None) is None:
+            # It had been received: count the redelivery.
+            cursor.redeliveries[offset] = cursor.redeliveries.get(offset, 0) + 1
+        cursor.replay[offset] = record
+
+    def _ack(self, refs: Iterable[MessageRef], cumulative: bool = False) -> None:
+        touched: set[int] = set()
+        for ref in refs:
+            queue, offset = ref.id if isinstance(ref, Message) else ref
+            if not 0 <= queue < len(self._cursors):
+                raise ValueError(f"topic {self.topic!r} has no queue {queue}")
+            cursor = self._cursors[queue]
+            if offset >= cursor.read_pos:
+                raise ValueError(
+                    f"message {queue}:{offset} of {self.topic!r} was never delivered "
+                    f"to subscription {self.name!r}; cannot acknowledge it"
+                )
+            doomed = (
+                [o for o in itertools.chain(cursor.pending, cursor.replay) if o <= offset]
+                if cumulative
+                else [offset]
+            )
+            for o in doomed:
+                entry = cursor.pending.pop(o, None)
+                if entry is not None:
+                    entry[0]._inbox.pop((queue, o), None)
+                cursor.replay.pop(o, None)
+                cursor.redeliveries.pop(o, None)
+            touched.add(queue)
+        for queue in touched:
+            self._commit(self._cursors[queue])
+        if touched:
+            self._changed.notify_all()
+
+    def _nack(self, refs: Iterable[MessageRef]) -> None:
+        for ref in refs:
+            queue, offset = ref.id if isinstance(ref, Message) else ref
+            cursor = self._cursors[queue]
+            if offset in cursor.pending:
+                self._to_replay(cursor, offset)
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def _has_room(self, consumer: Consumer) -> bool:
+        return len(consumer._inbox) < self.receiver_queue_size
+
+    def _is_held_back(self, consumer: Consumer, queue: int) -> bool:
+        """key_shared ordering: a consumer that joined while messages were pending waits
+        until all of them are acknowledged (or returned by a leaving consumer)."""
+        behind = self._joined_behind.get(consumer)
+        if not behind or queue not in behind:
+            return False
+        cursor = self._cursors[queue]
+        waiting = behind[queue]
+        for offset in list(waiting):
+            entry = cursor.pending.get(offset)
+            if entry is None or entry[0] is consumer:
+                waiting.discard(offset)
+        if waiting:
+            return True
+        del behind[queue]
+        if not behind:
+            del self._joined_behind[consumer]
+        return False
+
+    def _next_shared(self) -> Consumer | None:
+        ready = [c for c in self._consumers if self._has_room(c)]
+        if not ready:
+            return None
+        best = min(c.priority for c in ready)
+        n = len(self._consumers)
+        for step in range(n):
+            i = (self._rr + step) % n
+            c = self._consumers[i]
+            if c.priority == best and self._has_room(c):
+                self._rr = i + 1
+                return c
+        return None  # pragma: no cover (ready is not empty)
+
+    def _route(self, queue: int, record: LogRecord, blocked: set[tuple[int, int]]) -> Any:
+        if self.type is SubscriptionType.SHARED:
+            return self._next_shared() or _STOP
+        if self.type is not SubscriptionType.KEY_SHARED:
+            active = self._active[queue]
+            return active if active is not None and self._has_room(active) else _STOP
+        key = record.key if record.key is not None else NONE_KEY
+        h = sticky_key_hash(key)
+        if (queue, h) in blocked:
+            return _HOLD  # an earlier message of this key is held: keep the order
+        target = self.selector.select(key)
+        if target is None or not self._has_room(target) or self._is_held_back(target, queue):
+            blocked.add((queue, h))
+            return _HOLD
+        return target
+
+    def _deliver(self, cursor: _Cursor, record: LogRecord, consumer: Consumer) -> None:
+        cursor.pending[record.offset] = (consumer, record)
+        consumer._inbox[(cursor.queue, record.offset)] = Message(
+            self.topic,
+            cursor.queue,
+            record.offset,
+            record.key,
+            record.value,
+            record.timestamp,
+            record.headers,
+            cursor.redeliveries.get(record.offset, 0),
+        )
+
+    def _dispatch_queue(
+        self, cursor: _Cursor, caller: Consumer, want: int, blocked: set[tuple[int, int]]
+    ) -> bool:
+        """One step on one queue: replay first (in offset order), then up to one batch of
+        new records. True if anything moved."""
+        moved = False
+        for offset in sorted(cursor.replay):
+            if len(caller._inbox) >= want:
+                return moved
+            record = cursor.replay[offset]
+            target = self._route(cursor.queue, record, blocked)
+            if target is _STOP:
+                return moved
+            if target is not _HOLD:
+                del cursor.replay[offset]
+                self._deliver(cursor, record, target)
+                moved = True
+        if len(caller._inbox) >= want or self._held_count() >= self.max_look_ahead:
+            return moved
+        records = self.broker.read(self.topic, cursor.queue, cursor.read_pos, self.read_batch)
+        for record in records:
+            if len(caller._inbox) >= want or self._held_count() >= self.max_look_ahead:
+                break
+            target = self._route(cursor.queue, record, blocked)
+            if target is _STOP:
+                break
+            cursor.read_pos = record.offset + 1
+            cursor.outstanding.append(record.offset)
+            if target is _HOLD:
+                cursor.replay[record.offset] = record
+            else:
+                self._deliver(cursor, record, target)
+            moved = True
+        return moved
+
+    def _held_count(self) -> int:
+        return sum(len(c.replay) for c in self._cursors)
+
+    def _dispatch(self, caller: Consumer, want: int) -> None:
+        blocked: set[tuple[int, int]] = set()
+        n = len(self._cursors)
+        moved = True
+        while moved and len(caller._inbox) < want:
+            moved = False
+            start = self._next_queue
+            for i in range(n):
+                cursor = self._cursors[(start + i) % n]
+                if self._dispatch_queue(cursor, caller, want, blocked):
+                    moved = True
+                if len(caller._inbox) >= want:
+                    break
+            self._next_queue = (start + 1) % n
+
+    def _receive(self, consumer: Consumer, max_messages: int) -> list[Message]:
+        out: list[Message] = []
+        while len(out) < max_messages:
+            need = min(max_messages - len(out), self.receiver_queue_size)
+            if len(consumer._inbox) < need:
+                self._dispatch(consumer, need)
+            if not consumer._inbox:
+                break
+            while consumer._inbox and len(out) < max_messages:
+                _, message = consumer._inbox.popitem_first()
+                out.append(message)
+        return out
+
+
+class _Inbox(dict[tuple[int, int], Message]):
+    """Messages dispatched to a consumer and not yet received, in dispatch order."""
+
+    def popitem_first(self) -> tuple[tuple[int, int], Message]:
+        key = next(iter(self))
+        return key, self.pop(key)
+
+
+class Consumer:
+    """A consumer of a :class:`Subscription`; made by :meth:`Subscription.subscribe`."""
+
+    def __init__(self, subscription: Subscription, name: str, priority: int, seq: int) -> None:
+        self.subscription = subscription
+        self.name = name
+        self.priority = priority
+        self.seq = seq
+        self._inbox = _Inbox()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.name!r}, priority={self.priority}, seq={self.seq})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError(
+                f"consumer {self.name!r} of subscription {self.subscription.name!r} is closed"
+            )
+
+    def receive(self, max_messages: int = 1, timeout: float = 0.0) -> list[Message]:
+        """Up to ``max_messages`` messages; waits up to ``timeout`` seconds for the first.
+
+        ``[]`` when nothing is available for this consumer (yet).
+        """
+        if max_messages < 0:
+            raise ValueError(f"max_messages must be >= 0; got {max_messages}")
+        sub = self.subscription
+        deadline = time.monotonic() + timeout
+        with sub._lock:
+            while True:
+                self._check()
+                got = sub._receive(self, max_messages) if max_messages else []
+                left = deadline - time.monotonic()
+                if got or left <= 0 or not max_messages:
+                    return got
+                # Appends to the broker do not notify us: poll, waking early on acks/joins.
+                sub._changed.wait(min(left, 0.01))
+
+    def ack(self, messages: MessageRef | Iterable[MessageRef]) -> None:
+        """Acknowledge messages (Message objects or ``(queue, offset)`` ids).
+
+        Acknowledging twice does nothing; acknowledging a message of this subscription
+        that another consumer holds is allowed (the cursor is the subscription's).
+        """
+        with self.subscription._lock:
+            self._check()
+            self.subscription._ack(_refs(messages))
+
+    def ack_cumulative(self, message: MessageRef) -> None:
+        """Acknowledge ``message`` and every earlier message of its queue (exclusive and
+        failover subscriptions only, as in Pulsar)."""
+        sub = self.subscription
+        if sub.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            raise ConfigError(
+                f"cumulative acknowledgement is not supported on {sub.type.value} "
+                "subscriptions; acknowledge each message"
+            )
+        with sub._lock:
+            self._check()
+            sub._ack([message], cumulative=True)
+
+    def negative_acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
+        """Give messages back: they are dispatched again (to any eligible consumer)."""
+        with self.subscription._lock:
+            self._check()
+            self.subscription._nack(_refs(messages))
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """key_shared: the slot ranges this consumer owns now."""
+        sel = self.subscription.selector
+        if sel is None:
+            raise ConfigError("only key_shared consumers own hash ranges")
+        with self.subscription._lock:
+            return list(sel.ranges().get(self, []))
+
+    def close(self) -> None:
+        """Leave the subscription; unacknowledged messages go to the other consumers."""
+        if self._closed:
+            return
+        self.subscription._remove(self)
+        self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _refs(messages: MessageRef | Iterable[MessageRef]) -> Sequence[MessageRef]:
+    if isinstance(messages, Message):
+        return [messages]
+    if (
+        isinstance(messages, tuple)
+        and len(messages) == 2
+        and all(isinstance(x, int) for x in messages)
+    ):
+        return [messages]  # type: ignore[list-item]
+    return list(messages)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "Broker",
+    "Consumer",
+    "Message",
+    "Subscription",
+    "SubscriptionType",
+]
