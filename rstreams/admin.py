@@ -192,11 +192,24 @@ def cmd_group(args: argparse.Namespace) -> int:
     group = args.group or root.name
     m = FileGroupMembership(root, group, "rstreams-cli")
     members = m.describe()
-    tasks = {p.stem for p in m.tasks_dir.glob("*.lock")}
+    owners = m.task_owners()
     print(f"group {group}: generation {m.generation()}, {len(members)} live member(s)")
     for member, info in members.items():
-        print(f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago")
-    print(f"  tasks: {', '.join(sorted(tasks)) or 'none'}")
+        tasks = sorted(t for t, o in owners.items() if o == member)
+        print(
+            f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
+            f"\ttasks: {', '.join(tasks) or 'none'}"
+        )
+    broker = _broker(args)
+    try:
+        offsets = broker.group_offsets(group)
+        if offsets:
+            print("  topic\tqueue\tcommitted\tend\tlag")
+        for (topic, q), off in sorted(offsets.items()):
+            end = broker.end_offset(topic, q)
+            print(f"  {topic}\t{q}\t{off}\t{end}\t{end - off}")
+    finally:
+        broker.close()
     return 0
 
 

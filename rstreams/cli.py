@@ -108,6 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UnsupportedOperation(
             "--broker is not available in this version; the embedded runtime runs in process"
         )
+    if args.rebalance_interval < 1:
+        raise ConfigError(
+            f"--rebalance-interval must be at least 1 s; got {args.rebalance_interval}"
+        )
     if args.in_memory and args.workers not in (None, 1):
         raise ConfigError("--in-memory runs in this process: it takes no --workers")
     topology = load_topology(args.pipeline)
@@ -143,7 +147,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             "follow": args.follow,
             "guarantee": args.guarantee,
             "state": args.state,
-        }
+            "worker_args": [
+                "--allocation", args.allocation,
+                "--rebalance-interval", str(args.rebalance_interval),
+            ],
+        }  # fmt: skip
     elif args.fresh or args.follow:
         raise ConfigError("--fresh and --follow need the durable runtime; drop --in-memory")
     try:
@@ -288,6 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("rocksdb", "memory"),
         default="rocksdb",
         help="state stores of the embedded runtime (default: rocksdb)",
+    )
+    run.add_argument(
+        "--allocation",
+        choices=("averagely", "averagely_by_circle", "consistent_hash"),
+        default="averagely",
+        help="how the group splits tasks among workers (RocketMQ strategies; default averagely)",
+    )
+    run.add_argument(
+        "--rebalance-interval",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds between periodic rebalances (min 1; membership changes act at once)",
     )
     run.add_argument(
         "--follow",

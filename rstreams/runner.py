@@ -113,6 +113,7 @@ def run(
     follow: bool = False,
     guarantee: str = "exactly-once",
     state: str = "rocksdb",
+    worker_args: list[str] | None = None,
     master: str | None = None,
     spark: Any = None,
     **spark_options: Any,
@@ -198,6 +199,7 @@ def run(
             follow=follow,
             guarantee=guarantee,
             state=state,
+            worker_args=worker_args,
         )
 
     opened = {topic: _open(path) for topic, path in inputs.items()}

@@ -86,3 +86,46 @@ def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch) -> Non
         # No duplicate, no lost and no uncommitted update: strictly increasing per key.
         assert all(a < b for a, b in itertools.pairwise(values)), (key, values)
         assert values[-1] == expected[key]
+
+
+@pytest.mark.slow
+def test_rebalance_storm_with_joins_and_clean_leaves(tmp_path) -> None:
+    """Workers join and leave (SIGTERM: commit and leave) over and over while data flows."""
+    pipeline = tmp_path / "eos.py"
+    pipeline.write_text(textwrap.dedent(PIPELINE))
+    text = CORPUS.read_text(encoding="utf-8")
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(text * 2, encoding="utf-8")
+    rng = random.Random(11)
+    events = {"joins": 0, "leaves": 0}
+    next_event = [time.monotonic() + 0.3]
+
+    def storm(status) -> None:
+        now = time.monotonic()
+        if now < next_event[0]:
+            return
+        next_event[0] = now + rng.uniform(0.1, 0.4)
+        extra = [s for s in sup.procs if s >= 2]
+        if len(extra) >= 3 or (extra and rng.random() < 0.5):
+            sup.remove_worker(rng.choice(extra))  # commits and leaves the group
+            events["leaves"] += 1
+        else:
+            sup.add_worker()  # joins the group
+            events["joins"] += 1
+
+    sup = Supervisor(
+        str(pipeline), load_topology(str(pipeline)), {"lines": str(corpus)},
+        data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=storm,
+        max_restarts=10_000, max_ingest_rate=2_000,
+        worker_args=["--commit-interval", "0.1", "--allocation", "consistent_hash"],
+    )  # fmt: skip
+    try:
+        sup.run()
+        table = sup.tables()["counts"]
+    finally:
+        sup.close()
+    assert events["joins"] >= 10 and events["leaves"] >= 5
+    expected = collections.Counter(
+        w for line in text.splitlines() * 2 for w in re.findall(r"\w+", line.lower())
+    )
+    assert table == dict(expected)

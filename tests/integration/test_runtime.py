@@ -194,6 +194,13 @@ def test_follow_reads_appended_lines_until_interrupted(tmp_path) -> None:
             f.write(" c\n")
         time.sleep(3)
         assert p.poll() is None, "a followed run must not end by itself"
+        # The live group is observable: its member, the tasks it holds, lag per queue.
+        r = rstreams("group", "describe", "--data-dir", tmp_path / "d")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("group wc: generation") and "1 live member(s)" in lines[0]
+        assert "tasks: 0_0, 0_1, 1_0, 1_1" in lines[1]
+        assert any(line.split("\t")[:2] == ["  sentences", "0"] for line in lines)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
     finally:

@@ -157,6 +157,7 @@ class Supervisor:
         self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts: list[float] = []
+        self._retiring: list[subprocess.Popen[bytes]] = []
         self.spawned = 0
         self.inputs = []
         for topic, path in inputs.items():
@@ -210,16 +211,29 @@ class Supervisor:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def add_worker(self) -> int:
+        """Start one more worker (it joins the group: a rebalance); returns its slot."""
+        slot = max(self.procs, default=-1) + 1
+        self._spawn(slot)
+        return slot
+
+    def remove_worker(self, slot: int) -> None:
+        """Ask a worker to commit and leave the group (SIGTERM); it is not replaced."""
+        p = self.procs.pop(slot)
+        p.send_signal(signal.SIGTERM)
+        self._retiring.append(p)
+
     def kill_worker(self, slot: int, sig: int = signal.SIGKILL) -> None:
         """For fault-injection tests: signal one worker."""
         self.procs[slot].send_signal(sig)
 
     def _stop_workers(self, timeout: float = 30.0) -> None:
-        for p in self.procs.values():
+        procs = [*self.procs.values(), *self._retiring]
+        for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for p in self.procs.values():
+        for p in procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

@@ -34,7 +34,12 @@ from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.task import Task
 from rstreams.runtime.queues.mapper import get_mapper
-from rstreams.runtime.rebalance import AllocateAveragely, AllocateStrategy, MessageQueue
+from rstreams.runtime.rebalance import (
+    AllocateAveragely,
+    AllocateStrategy,
+    MessageQueue,
+    get_strategy,
+)
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 
 log = logging.getLogger("rstreams.worker")
@@ -286,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--maintenance-interval", type=float, default=30.0)
     ap.add_argument("--queue-mapper", default="modulo", choices=("modulo", "hash-ring"))
     ap.add_argument(
+        "--allocation",
+        default="averagely",
+        choices=("averagely", "averagely_by_circle", "consistent_hash"),
+    )
+    ap.add_argument(
         "--guarantee", default="exactly-once", choices=("exactly-once", "at-least-once")
     )
     ap.add_argument("--state", default="rocksdb", choices=("rocksdb", "memory"))
@@ -300,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         open_broker(args.data_dir),
         args.data_dir,
         member_id=args.member,
+        strategy=get_strategy(args.allocation),
         engine=EngineConfig(
             on_error=args.on_error,
             coalesce=True,

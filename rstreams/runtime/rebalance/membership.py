@@ -179,6 +179,9 @@ class FileGroupMembership:
         if not _try_lock(f):
             f.close()
             return False
+        f.truncate(0)  # for tools: who holds it
+        f.write(self.member_id)
+        f.flush()
         self._task_locks[task] = f
         return True
 
@@ -186,6 +189,19 @@ class FileGroupMembership:
         f = self._task_locks.pop(task, None)
         if f is not None:
             f.close()
+
+    def task_owners(self) -> dict[str, str]:
+        """Task -> member currently holding its lock (free tasks are left out)."""
+        owners = {}
+        for path in sorted(self.tasks_dir.glob("*.lock")):
+            try:
+                with open(path) as f:
+                    if _try_lock(f, shared=True):
+                        continue  # nobody holds it
+                    owners[path.stem] = f.read().strip() or "?"
+            except FileNotFoundError:
+                continue
+        return owners
 
     @property
     def held_tasks(self) -> list[str]:
