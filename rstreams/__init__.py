@@ -17,7 +17,19 @@ in-process driver and run it embedded (or, later, on Spark)::
       Sub-topology: 0
 """
 
-from rstreams.dsl import GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+from rstreams.dsl import (
+    GroupedStream,
+    HoppingWindow,
+    JoinedStream,
+    JoinWindow,
+    RStream,
+    SessionWindow,
+    SlidingWindow,
+    StreamBuilder,
+    TumblingWindow,
+    Windowed,
+    WindowStream,
+)
 from rstreams.errors import (
     ConfigError,
     DuplicateStepError,
@@ -39,7 +51,9 @@ __all__ = [
     "ConfigError",
     "DuplicateStepError",
     "GroupedStream",
+    "HoppingWindow",
     "InvalidFunctionError",
+    "JoinWindow",
     "JoinedStream",
     "MissingKeyError",
     "PipelineFileError",
@@ -49,11 +63,15 @@ __all__ = [
     "RunResult",
     "Serde",
     "SerdeError",
+    "SessionWindow",
+    "SlidingWindow",
     "StreamBuilder",
     "Topology",
     "TopologyError",
+    "TumblingWindow",
     "UnsupportedOperation",
     "WindowStream",
+    "Windowed",
     "__version__",
     "get_serde",
     "run",

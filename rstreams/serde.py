@@ -30,8 +30,10 @@ from typing import Any
 import msgpack
 
 from rstreams.errors import SerdeError
+from rstreams.windowed import Windowed
 
 _TUPLE_EXT = 1
+_WINDOWED_EXT = 2
 
 
 class Serde:
@@ -100,14 +102,33 @@ class BytesSerde(Serde):
         return list(data)
 
 
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Windowed):
+        out: dict[str, Any] = {"@windowed": [obj.key, obj.start, obj.end]}
+        if obj.closed is not None:
+            out["closed"] = obj.closed
+        return out
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _json_object(d: dict[str, Any]) -> Any:
+    w = d.get("@windowed")
+    if w is not None and len(d) <= 2:
+        return Windowed(w[0], w[1], w[2], d.get("closed"))
+    return d
+
+
 class JsonSerde(Serde):
-    """Compact JSON. Tuples come back as lists, as JSON has no tuple."""
+    """Compact JSON. Tuples come back as lists, as JSON has no tuple; windowed keys are
+    written as ``{"@windowed": [key, start, end]}`` and read back as :class:`Windowed`."""
 
     name = "json"
 
     def serialize(self, obj: Any) -> bytes:
         try:
-            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return json.dumps(
+                obj, separators=(",", ":"), ensure_ascii=False, default=_json_default
+            ).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise SerdeError(
                 f"value of type {type(obj).__name__} is not JSON-serializable ({e}); "
@@ -116,12 +137,14 @@ class JsonSerde(Serde):
 
     def deserialize(self, data: bytes) -> Any:
         try:
-            return json.loads(data)
+            return json.loads(data, object_hook=_json_object)
         except ValueError as e:
             raise SerdeError(f"invalid JSON ({e}): {data[:60]!r}") from None
 
 
 def _pack_default(obj: Any) -> Any:
+    if isinstance(obj, Windowed):
+        return msgpack.ExtType(_WINDOWED_EXT, _packb([obj.key, obj.start, obj.end, obj.closed]))
     if isinstance(obj, tuple):
         return msgpack.ExtType(_TUPLE_EXT, _packb(list(obj)))
     if isinstance(obj, int):  # msgpack hands over only the ints it can not encode
@@ -132,6 +155,8 @@ def _pack_default(obj: Any) -> Any:
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _TUPLE_EXT:
         return tuple(_unpackb(data))
+    if code == _WINDOWED_EXT:
+        return Windowed(*_unpackb(data))
     return msgpack.ExtType(code, data)
 
 

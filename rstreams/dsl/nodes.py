@@ -155,6 +155,63 @@ class AggregateNode(Node):
         return self.op
 
 
+@attrs.frozen(kw_only=True, eq=False, repr=False)
+class WindowAggregateNode(Node):
+    """A keyed aggregation per window (tumbling, hopping or session).
+
+    ``emit`` is ``"update"`` (every update) or ``"close"`` (one final result per window
+    once stream time passes its end plus grace, or after ``close_after_idle`` ms of wall
+    clock without updates).
+    """
+
+    stateful: ClassVar[bool] = True
+
+    op: str
+    window: Any
+    fn: Fn | None = None
+    initializer: Fn | None = None
+    merger: Fn | None = None
+    emit: str = "update"
+    close_after_idle: int | None = None
+    repartition: bool = True
+    queues: int | None = None
+    state_serde: Serde | None = None
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return f"window{self.op[0].upper()}{self.op[1:]}"
+
+
+@attrs.frozen(kw_only=True, eq=False, repr=False)
+class LateNode(Node):
+    """The side output of a window aggregation: records too late for every window."""
+
+    kind: ClassVar[str] = "late"
+
+
+JOIN_TYPES = ("inner", "left", "outer")
+
+
+@attrs.frozen(kw_only=True, eq=False, repr=False)
+class JoinNode(Node):
+    """A stream-stream join of its two parents (left, right) on key functions.
+
+    With a ``window`` (JoinWindow) records join within a time range; without, the join
+    keeps the latest value per key per side for ``ttl`` ms of stream time.
+    """
+
+    stateful: ClassVar[bool] = True
+    kind: ClassVar[str] = "join"
+
+    join_type: str
+    left_key: Fn
+    right_key: Fn
+    joiner: Fn
+    window: Any = None
+    ttl: int | None = None
+    queues: int | None = None
+
+
 @attrs.define
 class Pipeline:
     """The logical graph of one StreamBuilder: nodes in creation order plus child edges.
@@ -184,7 +241,12 @@ class Pipeline:
             depth = max(p.depth for p in parents) + 1
         else:
             chain, depth = fields["topic"], 0
-        kind = cls.kind if cls is not AggregateNode else fields["op"]
+        if cls is AggregateNode:
+            kind = fields["op"]
+        elif cls is WindowAggregateNode:
+            kind = f"window{fields['op'][0].upper()}{fields['op'][1:]}"
+        else:
+            kind = cls.kind
         if name is None:
             generated = f"source-{chain}" if not parents else f"{chain}-{kind}-{depth}"
         else:

@@ -19,15 +19,16 @@ wrapper; wrappers never change, so one stream can feed several chains (branching
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from rstreams.dsl import nodes as n
+from rstreams.dsl.windows import HoppingWindow, JoinWindow, SessionWindow, TumblingWindow, to_ms
 from rstreams.errors import (
     InvalidFunctionError,
     MissingKeyError,
     TopologyError,
-    UnsupportedOperation,
 )
 from rstreams.serde import SerdeLike, get_serde
 
@@ -235,17 +236,39 @@ class RStream(_Stream):
             queues=_check_queues(queues, "sink"),
         )
 
-    def join(self, other: RStream) -> NoReturn:
-        """Stream-stream inner join (not available yet)."""
-        raise UnsupportedOperation("join() lands with the windows and joins feature")
+    def _joined(self, other: RStream, join_type: str) -> JoinedStream:
+        if not isinstance(other, RStream):
+            raise TopologyError(f"join() expects an RStream; got {type(other).__name__} instead")
+        if other._builder is not self._builder:
+            raise TopologyError("join() can only join streams of the same StreamBuilder")
+        if other._node is self._node:
+            raise TopologyError("join() was given the same stream on both sides")
+        return JoinedStream(self, other, join_type)
 
-    def leftJoin(self, other: RStream) -> NoReturn:
-        """Stream-stream left join (not available yet)."""
-        raise UnsupportedOperation("leftJoin() lands with the windows and joins feature")
+    def join(self, other: RStream) -> JoinedStream:
+        """Inner join with ``other``: ``.where(left_key).equalTo(right_key)``, optionally
+        ``.window(JoinWindow(before, after))``, then ``.apply(joiner)``.
 
-    def outerJoin(self, other: RStream) -> NoReturn:
-        """Stream-stream outer join (not available yet)."""
-        raise UnsupportedOperation("outerJoin() lands with the windows and joins feature")
+        >>> from rstreams.dsl.windows import JoinWindow
+        >>> b = StreamBuilder("shop")
+        >>> orders, payments = b.source("orders", "json"), b.source("payments", "json")
+        >>> paid = (orders.join(payments)
+        ...     .where(lambda o: o["id"]).equalTo(lambda p: p["order"])
+        ...     .window(JoinWindow(before=0, after=60_000))
+        ...     .apply(lambda o, p: {"order": o["id"], "amount": p["amount"]}))
+        >>> paid.sink("paid-orders")
+        """
+        return self._joined(other, "inner")
+
+    def leftJoin(self, other: RStream) -> JoinedStream:
+        """Like :meth:`join`, and left records without a match are emitted as
+        ``joiner(left, None)`` once their window closes."""
+        return self._joined(other, "left")
+
+    def outerJoin(self, other: RStream) -> JoinedStream:
+        """Like :meth:`leftJoin`, and right records without a match are emitted as
+        ``joiner(None, right)`` once their window closes."""
+        return self._joined(other, "outer")
 
     def __getattr__(self, attr: str) -> Any:
         if attr in n.AGGREGATIONS or attr == "window":
@@ -380,23 +403,254 @@ class GroupedStream(_Stream):
             topic, serializer, key_serializer=key_serializer, queues=queues, name=name
         )
 
-    def window(self, spec: Any) -> WindowStream:
-        """Windowed aggregation (not available yet)."""
-        raise UnsupportedOperation("window() lands with the windows and joins feature")
+    def window(
+        self,
+        spec: Any,
+        *,
+        emit: str = "update",
+        close_after_idle: int | datetime.timedelta | None = None,
+    ) -> WindowStream:
+        """Aggregate per key and per window of event time.
+
+        ``spec`` is a TumblingWindow, HoppingWindow (SlidingWindow) or SessionWindow.
+        ``emit="update"`` emits every update (key ``Windowed(key, start, end)``);
+        ``emit="close"`` emits one final result per window when stream time passes its
+        end plus grace, or after ``close_after_idle`` (ms or timedelta) of wall clock
+        without updates. Records too late for every window go to ``.late()``.
+
+        >>> from rstreams.dsl.windows import TumblingWindow
+        >>> b = StreamBuilder("w")
+        >>> per_minute = b.source("in").keyBy(lambda v: v).window(TumblingWindow(60_000)).count()
+        >>> per_minute.sink("counts")
+        >>> per_minute.late().sink("too-late")
+        """
+        if not isinstance(spec, (TumblingWindow, HoppingWindow, SessionWindow)):
+            raise TopologyError(
+                "window() expects a TumblingWindow, HoppingWindow or SessionWindow; "
+                f"got {type(spec).__name__} instead"
+            )
+        if emit not in ("update", "close"):
+            raise TopologyError(f"window(emit=...) must be 'update' or 'close'; got {emit!r}")
+        idle = None if close_after_idle is None else to_ms(close_after_idle, "close_after_idle")
+        if idle is not None and emit != "close":
+            raise TopologyError("close_after_idle only applies with emit='close'")
+        if isinstance(self._node, (n.AggregateNode, n.WindowAggregateNode)):
+            raise TopologyError("window() needs a keyed stream; this is already an aggregation")
+        return WindowStream(self._builder, self._node, self._repartition, spec, emit, idle)
 
     def __repr__(self) -> str:
         return f"GroupedStream({self._node.name!r})"
 
 
-class WindowStream:
-    """Windowed aggregations; they land with the windows and joins feature."""
+class WindowStream(_Stream):
+    """A keyed stream cut into windows; its aggregations give a WindowStream of results
+    keyed by ``Windowed(key, start, end)``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise UnsupportedOperation("WindowStream lands with the windows and joins feature")
+    __slots__ = ("_emit", "_idle", "_spec")
+
+    def __init__(
+        self,
+        builder: StreamBuilder,
+        node: n.Node,
+        repartition: bool,
+        spec: Any,
+        emit: str = "update",
+        idle: int | None = None,
+    ) -> None:
+        super().__init__(builder, node, repartition)
+        self._spec = spec
+        self._emit = emit
+        self._idle = idle
+
+    @property
+    def aggregated(self) -> bool:
+        return isinstance(self._node, n.WindowAggregateNode)
+
+    def _agg(
+        self,
+        op: str,
+        name: str | None,
+        queues: int | None,
+        fn: Any = None,
+        initializer: Any = None,
+        merger: Any = None,
+        serde: SerdeLike | None = None,
+    ) -> WindowStream:
+        if self.aggregated:
+            raise TopologyError(f"{op}() on a windowed aggregation: it is aggregated already")
+        node = self._add(
+            n.WindowAggregateNode,
+            name,
+            op=op,
+            window=self._spec,
+            fn=fn,
+            initializer=initializer,
+            merger=merger,
+            emit=self._emit,
+            close_after_idle=self._idle,
+            repartition=self._repartition,
+            queues=_check_queues(queues, op),
+            state_serde=None if serde is None else get_serde(serde, role="serializer"),
+        )
+        return WindowStream(self._builder, node, False, self._spec, self._emit, self._idle)
+
+    def count(self, *, name: str | None = None, queues: int | None = None) -> WindowStream:
+        """Records per key per window."""
+        return self._agg("count", name, queues)
+
+    def sum(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
+            queues: int | None = None) -> WindowStream:  # fmt: skip
+        """Sum of ``fn(value)`` per key per window."""
+        return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
+
+    def min(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
+            queues: int | None = None) -> WindowStream:  # fmt: skip
+        """Smallest ``fn(value)`` per key per window."""
+        return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
+
+    def max(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
+            queues: int | None = None) -> WindowStream:  # fmt: skip
+        """Largest ``fn(value)`` per key per window."""
+        return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
+
+    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None,
+               queues: int | None = None) -> WindowStream:  # fmt: skip
+        """``acc = fn(acc, value)`` per key per window (also merges sessions: make it
+        associative)."""
+        return self._agg("reduce", name, queues, _check_fn(fn, "reduce"))
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any], Any],
+        merger: Callable[[Any, Any], Any] | None = None,
+        *,
+        name: str | None = None,
+        queues: int | None = None,
+        serde: SerdeLike | None = None,
+    ) -> WindowStream:
+        """``acc = adder(acc, value)`` per key per window from ``initializer()``; session
+        windows also need ``merger(acc1, acc2)`` to merge two sessions."""
+        if isinstance(self._spec, SessionWindow) and merger is None:
+            raise TopologyError("aggregate() over session windows needs merger= to merge sessions")
+        return self._agg(
+            "aggregate",
+            name,
+            queues,
+            _check_fn(adder, "aggregate", "adder"),
+            _check_fn(initializer, "aggregate", "initializer"),
+            _check_fn(merger, "aggregate", "merger", optional=True),
+            serde,
+        )
+
+    def _require_aggregated(self, what: str) -> None:
+        if not self.aggregated:
+            raise TopologyError(f"{what}() needs an aggregation first, e.g. .window(...).count()")
+
+    def toRStream(self, *, name: str | None = None) -> RStream:
+        """The stream of results, keyed by ``Windowed(key, start, end)``."""
+        self._require_aggregated("toRStream")
+        return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
+
+    def sink(
+        self,
+        topic: str,
+        serializer: SerdeLike | None = None,
+        *,
+        key_serializer: SerdeLike | None = None,
+        queues: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Shorthand for ``.toRStream().sink(...)``."""
+        self.toRStream().sink(
+            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
+        )
+
+    def late(self, *, name: str | None = None) -> RStream:
+        """The records that came too late for every window they belong to."""
+        self._require_aggregated("late")
+        return RStream(self._builder, self._add(n.LateNode, name), False)
+
+    def __repr__(self) -> str:
+        return f"WindowStream({self._node.name!r}, {self._spec!r})"
+
+
+#: How long a join without a window keeps a side's latest value per key (stream time).
+DEFAULT_JOIN_TTL = 24 * 3600 * 1000
 
 
 class JoinedStream:
-    """Stream-stream joins; they land with the windows and joins feature."""
+    """A join being described: ``.where(fn).equalTo(fn)[.window(JoinWindow)].apply(fn)``.
+    Immutable like the streams: every call returns a new JoinedStream."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise UnsupportedOperation("JoinedStream lands with the windows and joins feature")
+    __slots__ = ("_join_type", "_left", "_left_key", "_right", "_right_key", "_window")
+
+    def __init__(
+        self,
+        left: RStream,
+        right: RStream,
+        join_type: str,
+        left_key: Any = None,
+        right_key: Any = None,
+        window: Any = None,
+    ) -> None:
+        self._left, self._right, self._join_type = left, right, join_type
+        self._left_key, self._right_key, self._window = left_key, right_key, window
+
+    def _with(self, **changes: Any) -> JoinedStream:
+        fields = {
+            "left_key": self._left_key, "right_key": self._right_key, "window": self._window,
+        }  # fmt: skip
+        fields.update(changes)
+        return JoinedStream(self._left, self._right, self._join_type, **fields)
+
+    def where(self, fn: Callable[[Any], Any]) -> JoinedStream:
+        """The key of a left record: ``fn(left_value)``."""
+        return self._with(left_key=_check_fn(fn, "where"))
+
+    def equalTo(self, fn: Callable[[Any], Any]) -> JoinedStream:
+        """The key of a right record: ``fn(right_value)``."""
+        return self._with(right_key=_check_fn(fn, "equalTo"))
+
+    def window(self, spec: JoinWindow) -> JoinedStream:
+        """Join records whose timestamps are close (see JoinWindow)."""
+        if not isinstance(spec, JoinWindow):
+            raise TopologyError(f"a join window must be a JoinWindow; got {type(spec).__name__}")
+        return self._with(window=spec)
+
+    def apply(
+        self,
+        joiner: Callable[[Any, Any], Any],
+        *,
+        name: str | None = None,
+        ttl: int | datetime.timedelta | None = None,
+        queues: int | None = None,
+    ) -> RStream:
+        """The joined stream: ``joiner(left_value, right_value)`` per match (one side
+        None for unmatched records of left/outer joins). ``ttl`` bounds the state of a
+        join without window (default 24 h of stream time)."""
+        if self._left_key is None or self._right_key is None:
+            missing = "where(fn)" if self._left_key is None else "equalTo(fn)"
+            raise TopologyError(
+                f"join ... apply() needs {missing} first: the join key of each side"
+            )
+        if ttl is not None and self._window is not None:
+            raise TopologyError(
+                "ttl= is for joins without window; a windowed join expires by its window"
+            )
+        left = self._left
+        node = left._builder.pipeline.add(
+            n.JoinNode,
+            (left._node, self._right._node),
+            name,
+            join_type=self._join_type,
+            left_key=self._left_key,
+            right_key=self._right_key,
+            joiner=_check_fn(joiner, "apply", "joiner"),
+            window=self._window,
+            ttl=(DEFAULT_JOIN_TTL if ttl is None else to_ms(ttl, "ttl"))
+            if self._window is None
+            else None,
+            queues=_check_queues(queues, "join"),
+        )
+        return RStream(left._builder, node, False)

@@ -15,7 +15,6 @@ from rstreams import (
     RStreamsError,
     StreamBuilder,
     TopologyError,
-    UnsupportedOperation,
     WindowStream,
 )
 from rstreams.dsl import nodes as n
@@ -415,19 +414,35 @@ def test_merge_errors(make_others, message: str) -> None:
 # -- not yet supported ------------------------------------------------------------------
 
 
-def test_windows_and_joins_are_unsupported_for_now() -> None:
+def test_window_and_join_misuse_is_caught_at_build_time() -> None:
+    from rstreams import JoinWindow, SessionWindow, TumblingWindow
+
     b = StreamBuilder("j")
     left = b.source("l")
     right = b.source("r")
-    for method in (left.join, left.leftJoin, left.outerJoin):
-        with pytest.raises(UnsupportedOperation, match="join"):
-            method(right)
-    with pytest.raises(UnsupportedOperation, match="window"):
+    with pytest.raises(TopologyError, match="expects a TumblingWindow"):
         left.keyBy(len).window(None)
-    with pytest.raises(UnsupportedOperation):
-        WindowStream()
-    with pytest.raises(UnsupportedOperation):
-        JoinedStream()
+    with pytest.raises(TopologyError, match="emit"):
+        left.keyBy(len).window(TumblingWindow(10), emit="sometimes")
+    with pytest.raises(TopologyError, match="close_after_idle only applies"):
+        left.keyBy(len).window(TumblingWindow(10), close_after_idle=5)
+    with pytest.raises(TopologyError, match="needs merger="):
+        left.keyBy(len).window(SessionWindow(10)).aggregate(list, lambda a, v: a)
+    with pytest.raises(TopologyError, match="needs an aggregation first"):
+        left.keyBy(len).window(TumblingWindow(10)).toRStream()
+    with pytest.raises(TopologyError, match="must be positive"):
+        TumblingWindow(0)
+    for method in (left.join, left.leftJoin, left.outerJoin):
+        with pytest.raises(TopologyError, match=r"needs where\(fn\)"):
+            method(right).apply(lambda a, c: a)
+        with pytest.raises(TopologyError, match="expects an RStream"):
+            method(None)
+    with pytest.raises(TopologyError, match="must be a JoinWindow"):
+        left.join(right).window(TumblingWindow(5))
+    with pytest.raises(TopologyError, match="ttl= is for joins without window"):
+        left.join(right).where(len).equalTo(len).window(JoinWindow(1, 1)).apply(max, ttl=5)
+    assert isinstance(left.keyBy(len).window(TumblingWindow(10)), WindowStream)
+    assert isinstance(left.join(right), JoinedStream)
 
 
 # -- error classes ----------------------------------------------------------------------
@@ -440,13 +455,8 @@ def test_windows_and_joins_are_unsupported_for_now() -> None:
         (lambda: StreamBuilder("e").source("a").map(1), InvalidFunctionError, TypeError),
         (lambda: StreamBuilder("e").source("a").count(), MissingKeyError, AttributeError),
         (lambda: StreamBuilder("e").source("a").count(), MissingKeyError, ValueError),
-        (
-            lambda: StreamBuilder("e").source("a").join(None),
-            UnsupportedOperation,
-            NotImplementedError,
-        ),
     ],
-    ids=["topology", "function", "missing-key-attr", "missing-key-value", "unsupported"],
+    ids=["topology", "function", "missing-key-attr", "missing-key-value"],
 )
 def test_errors_are_rstreams_errors_and_builtins(trigger, expected, builtin) -> None:
     with pytest.raises(expected) as info:
