@@ -197,10 +197,16 @@ class TopologyTestDriver:
                 return
 
     def advance_time(self, ms: int) -> None:
-        """Move the driver's wall clock forward by ``ms`` milliseconds."""
+        """Move the driver's wall clock forward by ``ms`` milliseconds (and run the
+        wall-clock driven work it triggers, such as ``close_after_idle``)."""
         if ms < 0:
             raise ConfigError(f"advance_time() needs ms >= 0; got {ms}")
         self._time += ms
+        # Wall-clock work (windows closing after idling) happens now, and what it emits
+        # is processed like any other record.
+        for task in self._engine.tasks:
+            task.punctuate(self._time)
+        self._drain()
 
     # -- output ------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from typing import Any
 
 import attrs
 
@@ -134,54 +135,101 @@ def _upstream_source_topics(build: _Build, factory_name: str) -> set[str]:
     return topics
 
 
-@translate.register
-def _aggregate(node: n.AggregateNode, build: _Build) -> None:
-    parents = build.parents_of(node)
+def _keyed_input(
+    node: n.Node,
+    build: _Build,
+    parents: list[str],
+    repartition: bool,
+    partials: bool = False,
+) -> tuple[list[str], str, int | None]:
+    """Bring ``parents``' records to a keyed operator: through a shuffle topic when
+    needed (after a key change, or when several topics feed the operator, since records
+    only meet their key's state on the queue that owns the key). Returns the operator's
+    parents, the topic its store is split by, and that topic's queue count."""
     upstream = set().union(*(_upstream_source_topics(build, p) for p in parents))
-    # Records meet their key's state only if they arrive on the queue that owns the key:
-    # after a key change, or when several topics feed the operator, shuffle first.
-    repartition = node.repartition or len(upstream) > 1
-    queues: int | None
-    if repartition:
-        known = [q for t in upstream if (q := build.topics[t].queues) is not None]
-        queues = node.queues or (max(known) if known else DEFAULT_SHUFFLE_QUEUES)
-        topic = f"{build.job}-{node.name}-shuffle"
-        build.add_topic(TopicSpec(topic, "shuffle", queues, INTERNAL_SERDE, INTERNAL_SERDE))
-        build.add(
-            ProcessorFactory(
-                f"{node.name}-shuffle-sink",
-                "shuffle-sink",
-                node,
-                topic=topic,
-                options={"partials": node.op in n.COMBINABLE},
-            ),
-            parents,
-        )
-        build.add(
-            ProcessorFactory(f"{node.name}-shuffle-source", "shuffle-source", node, topic=topic), []
-        )
-        parents = [f"{node.name}-shuffle-source"]
-        input_topic = topic
-    else:
+    repartition = repartition or len(upstream) > 1
+    node_queues = getattr(node, "queues", None)
+    if not repartition:
         (input_topic,) = upstream
         queues = build.topics[input_topic].queues
-        if node.queues is not None and queues is not None and node.queues != queues:
+        if node_queues is not None and queues is not None and node_queues != queues:
             raise TopologyError(
-                f"step {node.name!r} asks for {node.queues} queues but reads topic "
+                f"step {node.name!r} asks for {node_queues} queues but reads topic "
                 f"{input_topic!r} with {queues} queues without a shuffle; "
                 "drop queues= or keyBy first"
             )
-        queues = queues or node.queues
+        return parents, input_topic, queues or node_queues
+    known = [q for t in upstream if (q := build.topics[t].queues) is not None]
+    queues = node_queues or (max(known) if known else DEFAULT_SHUFFLE_QUEUES)
+    topic = f"{build.job}-{node.name}-shuffle"
+    build.add_topic(TopicSpec(topic, "shuffle", queues, INTERNAL_SERDE, INTERNAL_SERDE))
+    sinks = [f"{node.name}-shuffle-sink"] if len(parents) == 1 else [
+        f"{node.name}-shuffle-sink-{i}" for i in range(len(parents))
+    ]  # fmt: skip
+    for sink, parent in zip(sinks, parents):
+        build.add(
+            ProcessorFactory(
+                sink, "shuffle-sink", node, topic=topic, options={"partials": partials}
+            ),
+            [parent],
+        )
+    source = f"{node.name}-shuffle-source"
+    build.add(ProcessorFactory(source, "shuffle-source", node, topic=topic), [])
+    return [source], topic, queues
+
+
+def _store(node: n.Node, build: _Build, input_topic: str, queues: int | None, serde: Any) -> str:
     store = f"{build.job}-{node.name}-store"
     changelog = f"{build.job}-{node.name}-changelog"
     build.add_topic(TopicSpec(changelog, "changelog", queues, INTERNAL_SERDE, INTERNAL_SERDE))
     build.stores[store] = StoreSpec(
-        store, node.name, changelog, input_topic, queues, node.state_serde or INTERNAL_SERDE
+        store, node.name, changelog, input_topic, queues, serde or INTERNAL_SERDE
     )
-    options = {"partials": repartition and node.op in n.COMBINABLE}
+    return store
+
+
+@translate.register
+def _aggregate(node: n.AggregateNode, build: _Build) -> None:
+    partials = node.op in n.COMBINABLE
+    parents, topic, queues = _keyed_input(
+        node, build, build.parents_of(node), node.repartition, partials
+    )
+    store = _store(node, build, topic, queues, node.state_serde)
+    # Partial aggregates travel only through a shuffle (map-side combine).
+    options = {"partials": partials and parents[0].endswith("-shuffle-source")}
     build.add(
         ProcessorFactory(node.name, "aggregate", node, stores=[store], options=options), parents
     )
+    build.exit_of[node.id] = node.name
+
+
+@translate.register
+def _window_aggregate(node: n.WindowAggregateNode, build: _Build) -> None:
+    parents, topic, queues = _keyed_input(node, build, build.parents_of(node), node.repartition)
+    store = _store(node, build, topic, queues, node.state_serde)
+    build.add(ProcessorFactory(node.name, "window-aggregate", node, stores=[store]), parents)
+    build.exit_of[node.id] = node.name
+
+
+@translate.register
+def _late(node: n.LateNode, build: _Build) -> None:
+    build.add(ProcessorFactory(node.name, "late", node), build.parents_of(node))
+    build.exit_of[node.id] = node.name
+
+
+@translate.register
+def _join(node: n.JoinNode, build: _Build) -> None:
+    # Both sides are tagged and shuffled into ONE topic, so records with equal join keys
+    # always meet in the same task: co-location by construction.
+    left, right = build.parents_of(node)
+    tags = []
+    for side, parent in (("left", left), ("right", right)):
+        tag = f"{node.name}-{side}-tag"
+        build.add(ProcessorFactory(tag, "join-tag", node, options={"side": side}), [parent])
+        tags.append(tag)
+    parents, topic, queues = _keyed_input(node, build, tags, repartition=True)
+    store = _store(node, build, topic, queues, None)
+    build.add(ProcessorFactory(node.name, "join", node, stores=[store]), parents)
     build.exit_of[node.id] = node.name
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -88,6 +90,7 @@ class StreamContext:
         producer: Producer,
         stores: dict[str, CachedStore],
         config: EngineConfig,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.job_id = job_id
         self.task_id = task_id
@@ -95,6 +98,8 @@ class StreamContext:
         self.producer = producer
         self.stores = stores
         self.config = config
+        #: Wall clock in epoch ms (the test driver's own clock there).
+        self.clock: Callable[[], int] = clock or (lambda: time.time_ns() // 1_000_000)
         self.metrics: Counter[str] = Counter()
 
     def store(self, name: str) -> CachedStore:

@@ -41,6 +41,7 @@ class Processor:
 
     def __init__(self, factory: ProcessorFactory) -> None:
         self.name = factory.name
+        self.kind = factory.kind
         self.children: list[Processor] = []
         self.ctx: StreamContext
 
@@ -60,6 +61,9 @@ class Processor:
 
     def flush(self) -> None:
         """Called at commit, parents before children."""
+
+    def punctuate(self, now: int) -> None:
+        """Called with the wall clock (ms) now and then, for time-driven work."""
 
     def close(self) -> None:
         pass
@@ -375,12 +379,12 @@ class ShuffleSinkProcessor(_SinkBase):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
         node = factory.node
-        assert isinstance(node, n.AggregateNode)
         self.partials = bool(factory.options.get("partials"))
         # The partial is computed here with the aggregation's function: report its
         # failures under the aggregation's step name, which is what the user wrote.
         self.fn_step = node.name
         if self.partials:
+            assert isinstance(node, n.AggregateNode)
             self.op = node.op
             self.to_partial, self.merge = _partial_rules(node)
             self.user_fn = node.fn
@@ -531,3 +535,7 @@ class UserSourceProcessor(SourceProcessor):
 class ShuffleSourceProcessor(SourceProcessor):
     key_serde = INTERNAL_SERDE
     value_serde = INTERNAL_SERDE
+
+
+# Windowed aggregations and joins register their processor kinds on import.
+from rstreams.runtime.engine import windowing as _windowing  # noqa: E402, F401

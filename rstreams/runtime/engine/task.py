@@ -110,7 +110,9 @@ class Task:
             )
             for name in sub.stores
         }
-        self.ctx = StreamContext(topology.job_id, self.id, queue, producer, self.stores, config)
+        self.ctx = StreamContext(
+            topology.job_id, self.id, queue, producer, self.stores, config, clock
+        )
         for p in self.processors:
             p.init(self.ctx)
         if self.exactly_once:
@@ -225,6 +227,15 @@ class Task:
         records = self.broker.read(topic, self.queue, pos, 1)
         self.positions[topic] = pos + len(records)
         self._process(topic, records)
+
+    def punctuate(self, now: int) -> None:
+        """Wall-clock driven work of the processors (e.g. closing idle windows)."""
+        try:
+            for p in self.processors:
+                p.punctuate(now)
+        except BaseException:
+            self.failed = True
+            raise
 
     @property
     def wants_commit(self) -> bool:

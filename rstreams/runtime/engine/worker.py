@@ -223,6 +223,7 @@ class Worker:
         now = time.monotonic()
         next_heartbeat = next_rebalance = next_commit = now
         next_maintenance = now + cfg.maintenance_interval
+        next_punctuate = now
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
@@ -250,6 +251,11 @@ class Worker:
                             # for its transaction.)
                             self.pool.wake(task.producer.flush())
                 self.processed += progress
+                if now >= next_punctuate:
+                    wall = wall_clock_ms()
+                    for task in self.tasks.values():
+                        task.punctuate(wall)
+                    next_punctuate = now + 0.1
                 if time.monotonic() >= next_commit:
                     self.commit()
                     next_commit = time.monotonic() + cfg.commit_interval

@@ -1,0 +1,407 @@
+"""Windowed aggregations and stream-stream joins (Kafka Streams semantics).
+
+Stream time is the largest record timestamp a task has seen; it is kept in the task's
+store, so it survives restarts and rebalances. A record updates a window [start, end)
+only if ``end > stream time - grace``; otherwise it is late. Windows whose
+``end + grace`` (sessions: ``end + gap + grace``) stream time has reached are expired:
+with ``emit="close"`` their final result is emitted first; either way their state is
+deleted (a tombstone in the changelog), so state does not grow with time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rstreams.dsl import nodes as n
+from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
+from rstreams.planner.topology import ProcessorFactory, register_processor
+from rstreams.runtime.engine.batch import Batch
+from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.engine.processors import FnProcessor, Processor, _update_rule
+from rstreams.windowed import Windowed
+
+log = logging.getLogger("rstreams.windows")
+
+_STREAM_TIME = ("t",)
+_NO_TIME = -(2**62)
+
+
+class _Out:
+    """Rows being emitted, with the input row each derives from."""
+
+    __slots__ = ("keys", "offsets", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self.values: list[Any] = []
+        self.timestamps: list[int] = []
+        self.offsets: list[int] = []
+
+    def add(self, key: Any, value: Any, ts: int, offset: int) -> None:
+        self.keys.append(key)
+        self.values.append(value)
+        self.timestamps.append(ts)
+        self.offsets.append(offset)
+
+    def batch(self, topic: str, queue: int) -> Batch:
+        return Batch(topic, queue, self.keys, self.values, self.timestamps, self.offsets)
+
+
+def _merge_rule(node: n.WindowAggregateNode) -> Callable[[Any, Any], Any]:
+    """How two sessions' aggregates combine."""
+    if node.op in ("count", "sum"):
+        return lambda a, b: a + b
+    if node.op == "min":
+        return min
+    if node.op == "max":
+        return max
+    if node.op == "reduce":
+        assert node.fn is not None
+        return node.fn
+    assert node.merger is not None
+    return node.merger
+
+
+class _TimedProcessor(Processor):
+    """Keeps stream time in the store and routes late records to ``late`` children."""
+
+    store_name: str
+
+    def init(self, ctx: StreamContext) -> None:
+        super().init(ctx)
+        self.store = ctx.store(self.store_name)
+        self.stream_time = self.store.get(_STREAM_TIME, _NO_TIME)
+        self._saved_time = self.stream_time
+        self.results = [c for c in self.children if c.kind != "late"]
+        self.late_children = [c for c in self.children if c.kind == "late"]
+
+    def emit(self, out: _Out, batch: Batch) -> None:
+        if out.keys:
+            b = out.batch(batch.topic, batch.queue)
+            for child in self.results:
+                child.process(b)
+
+    def emit_late(self, batch: Batch, idx: list[int]) -> None:
+        if not idx:
+            return
+        self.ctx.metrics["late"] += len(idx)
+        log.debug("%s: %d late record(s) at %s[%d]", self.name, len(idx), batch.topic, batch.queue)
+        late = batch.take(idx)
+        for child in self.late_children:
+            child.process(late)
+
+    def save_time(self) -> None:
+        if self.stream_time != self._saved_time:
+            self.store.put(_STREAM_TIME, self.stream_time)
+            self._saved_time = self.stream_time
+
+
+@register_processor("window-aggregate")
+class WindowAggregateProcessor(_TimedProcessor):
+    def __init__(self, factory: ProcessorFactory) -> None:
+        super().__init__(factory)
+        node = factory.node
+        assert isinstance(node, n.WindowAggregateNode)
+        self.node = node
+        self.store_name = factory.stores[0]
+        self.spec = node.window
+        self.grace = node.window.grace
+        self.session = isinstance(node.window, SessionWindow)
+        self.update = _update_rule(node)  # type: ignore[arg-type]
+        self.merge = _merge_rule(node)
+        self.emit_close = node.emit == "close"
+        self.idle = node.close_after_idle
+        self.heap: list[tuple[int, Any, int]] = []  # (close time, key, start)
+        self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
+        self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
+
+    def init(self, ctx: StreamContext) -> None:
+        super().init(ctx)
+        # Rebuild the in-memory indexes from the restored store.
+        now = ctx.clock()
+        for skey, value in self.store.items():
+            if skey == _STREAM_TIME:
+                continue
+            _, key, start = skey
+            end = value[0] if self.session else self._end(start)
+            self._track(key, start, end, now)
+
+    def _end(self, start: int) -> int:
+        return start + self.spec.size
+
+    def _close_time(self, end: int) -> int:
+        return end + self.grace + (self.spec.gap if self.session else 0)
+
+    def _track(self, key: Any, start: int, end: int, now: int) -> None:
+        heapq.heappush(self.heap, (self._close_time(end), _Key(key), start))
+        if self.session:
+            self.sessions.setdefault(key, {})[start] = end
+        if self.idle is not None:
+            self.touched[(key, start)] = now
+
+    def process(self, batch: Batch) -> None:
+        out = _Out()
+        late: list[int] = []
+        now = self.ctx.clock() if self.idle is not None else 0
+        rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
+        for i, (k, v, ts, off) in enumerate(rows):
+            if ts > self.stream_time:
+                self.stream_time = ts
+            try:
+                ok = (self._session if self.session else self._windows)(k, v, ts, off, out, now)
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.node.fn)
+                continue
+            if not ok:
+                late.append(i)
+            self._expire(out, off)
+        self.save_time()
+        self.emit(out, batch)
+        self.emit_late(batch, late)
+
+    def _windows(self, k: Any, v: Any, ts: int, off: int, out: _Out, now: int) -> bool:
+        assert isinstance(self.spec, (TumblingWindow, HoppingWindow))
+        live = [(s, e) for s, e in self.spec.windows_for(ts) if e > self.stream_time - self.grace]
+        for s, e in live:
+            skey = ("w", k, s)
+            old = self.store.get(skey)
+            new = self.update(old, v)
+            self.store.put(skey, new)
+            if old is None:
+                self._track(k, s, e, now)
+            elif self.idle is not None:
+                self.touched[(k, s)] = now
+            if not self.emit_close:
+                out.add(Windowed(k, s, e), new, ts, off)
+        return bool(live)
+
+    def _session(self, k: Any, v: Any, ts: int, off: int, out: _Out, now: int) -> bool:
+        assert isinstance(self.spec, SessionWindow)
+        gap = self.spec.gap
+        mine = self.sessions.get(k, {})
+        overlapping = sorted((s, e) for s, e in mine.items() if s - gap <= ts <= e + gap)
+        start = min([ts, *(s for s, _ in overlapping)])
+        end = max([ts, *(e for _, e in overlapping)])
+        if end < self.stream_time - self.grace:
+            return False
+        agg = self.update(None, v)
+        for s, e in overlapping:
+            old = self.store.get(("s", k, s))
+            agg = self.merge(old[1], agg)
+            self.store.delete(("s", k, s))
+            del mine[s]
+            self.touched.pop((k, s), None)
+            if not self.emit_close and (s, e) != (start, end):
+                out.add(Windowed(k, s, e), None, ts, off)  # the merged-away session
+        self.store.put(("s", k, start), (end, agg))
+        self._track(k, start, end, now)
+        if not self.emit_close:
+            out.add(Windowed(k, start, end), agg, ts, off)
+        return True
+
+    def _expire(self, out: _Out, off: int) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= self.stream_time:
+            _, wk, start = heapq.heappop(heap)
+            self._close(wk.key, start, out, off, "event-time")
+
+    def _close(self, key: Any, start: int, out: _Out, off: int, why: str) -> None:
+        skey = ("s" if self.session else "w", key, start)
+        value = self.store.get(skey)
+        if value is None:
+            return  # merged away or closed already (the heap is lazily cleaned)
+        if self.session:
+            end, agg = value
+            if self._close_time(end) > self.stream_time and why == "event-time":
+                return  # extended since: a later heap entry closes it
+            self.sessions.get(key, {}).pop(start, None)
+        else:
+            end, agg = self._end(start), value
+        if self.emit_close:
+            out.add(Windowed(key, start, end, closed=why), agg, max(start, end - 1), off)
+        self.store.delete(skey)
+        self.touched.pop((key, start), None)
+
+    def punctuate(self, now: int) -> None:
+        """Wall-clock close of windows idle for ``close_after_idle`` ms."""
+        if self.idle is None or not self.touched:
+            return
+        out = _Out()
+        for (key, start), at in list(self.touched.items()):
+            if now - at >= self.idle:
+                self._close(key, start, out, -1, "idle")
+        if out.keys:
+            b = out.batch("", self.ctx.queue)
+            for child in self.results:
+                child.process(b)
+
+
+class _Key:
+    """Heap entries compare by time, then start; keys themselves may not be orderable."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Key) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@register_processor("late")
+class LateProcessor(Processor):
+    def process(self, batch: Batch) -> None:
+        self.forward(batch)
+
+
+# -- joins ----------------------------------------------------------------------------------
+
+
+@register_processor("join-tag")
+class JoinTagProcessor(FnProcessor):
+    """Keys a side's records by its join key and tags their values with the side."""
+
+    def __init__(self, factory: ProcessorFactory) -> None:
+        Processor.__init__(self, factory)
+        node = factory.node
+        assert isinstance(node, n.JoinNode)
+        self.side = "L" if factory.options["side"] == "left" else "R"
+        self.fn = node.left_key if self.side == "L" else node.right_key
+
+    def process(self, batch: Batch) -> None:
+        keys, batch = self.apply(batch)
+        side = self.side
+        self.forward(Batch(batch.topic, batch.queue, keys, [(side, v) for v in batch.values],
+                           batch.timestamps, batch.offsets, batch.headers))  # fmt: skip
+
+
+@register_processor("join")
+class JoinProcessor(_TimedProcessor):
+    """Windowed join (buffers both sides within the window) or table join (latest value
+    per key and side, expired after ``ttl`` of stream time)."""
+
+    def __init__(self, factory: ProcessorFactory) -> None:
+        super().__init__(factory)
+        node = factory.node
+        assert isinstance(node, n.JoinNode)
+        self.node = node
+        self.store_name = factory.stores[0]
+        self.joiner = node.joiner
+        self.window = node.window
+        self.outer_left = node.join_type in ("left", "outer")
+        self.outer_right = node.join_type == "outer"
+        self.grace = node.window.grace if node.window is not None else 0
+        self.heap: list[tuple[int, str, Any, int, int]] = []
+        # windowed: (side, key) -> {(ts, seq): [value, matched]}
+        self.buffers: dict[tuple[str, Any], dict[tuple[int, int], list[Any]]] = {}
+
+    def init(self, ctx: StreamContext) -> None:
+        super().init(ctx)
+        for skey, value in self.store.items():
+            if skey == _STREAM_TIME:
+                continue
+            if self.window is not None:
+                _, side, key, ts, seq = skey
+                self.buffers.setdefault((side, key), {})[(ts, seq)] = list(value)
+                heapq.heappush(self.heap, (self._expiry(side, ts), side, _Key(key), ts, seq))
+            else:
+                _, side, key = skey
+                heapq.heappush(
+                    self.heap, (value[1] + (self.node.ttl or 0), side, _Key(key), value[1], 0)
+                )
+
+    def _expiry(self, side: str, ts: int) -> int:
+        # Both sides stay buffered for before + after + grace: any record that can still
+        # match a buffered one is not late yet (and an unmatched record is emitted only
+        # when nothing can match it any more).
+        w = self.window
+        return ts + w.before + w.after + w.grace + 1
+
+    def _late(self, side: str, ts: int) -> bool:
+        w = self.window
+        return ts + (w.after if side == "L" else w.before) + w.grace < self.stream_time
+
+    def process(self, batch: Batch) -> None:
+        out = _Out()
+        late: list[int] = []
+        rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
+        for i, (k, tagged, ts, off) in enumerate(rows):
+            side, v = tagged
+            if ts > self.stream_time:
+                self.stream_time = ts
+            try:
+                if self.window is None:
+                    self._table(side, k, v, ts, off, out)
+                elif not self._windowed(side, k, v, ts, off, out):
+                    late.append(i)
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
+                continue
+            self._expire(out, off)
+        self.save_time()
+        self.emit(out, batch)
+        self.emit_late(batch, late)
+
+    def _windowed(self, side: str, k: Any, v: Any, ts: int, off: int, out: _Out) -> bool:
+        if self._late(side, ts):
+            return False  # no record it could join is still expected
+        w = self.window
+        other = "R" if side == "L" else "L"
+        lo, hi = (ts - w.before, ts + w.after) if side == "L" else (ts - w.after, ts + w.before)
+        matched = False
+        for (ots, oseq), entry in sorted(self.buffers.get((other, k), {}).items()):
+            if lo <= ots <= hi:
+                left, right = (v, entry[0]) if side == "L" else (entry[0], v)
+                out.add(k, self.joiner(left, right), max(ts, ots), off)
+                matched = True
+                if not entry[1]:
+                    entry[1] = True
+                    self.store.put(("j", other, k, ots, oseq), (entry[0], True))
+        seq = off
+        self.buffers.setdefault((side, k), {})[(ts, seq)] = [v, matched]
+        self.store.put(("j", side, k, ts, seq), (v, matched))
+        heapq.heappush(self.heap, (self._expiry(side, ts), side, _Key(k), ts, seq))
+        return True
+
+    def _table(self, side: str, k: Any, v: Any, ts: int, off: int, out: _Out) -> None:
+        other = "R" if side == "L" else "L"
+        self.store.put(("j", side, k), (v, ts))
+        heapq.heappush(self.heap, (ts + (self.node.ttl or 0), side, _Key(k), ts, 0))
+        found = self.store.get(("j", other, k))
+        ov = None if found is None else found[0]
+        left, right = (v, ov) if side == "L" else (ov, v)
+        if (
+            found is not None
+            or (side == "L" and self.outer_left)
+            or (side == "R" and self.outer_right)
+        ):
+            out.add(k, self.joiner(left, right), ts, off)
+
+    def _expire(self, out: _Out, off: int) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= self.stream_time:
+            _, side, wk, ts, seq = heapq.heappop(heap)
+            k = wk.key
+            if self.window is None:
+                found = self.store.get(("j", side, k))
+                if found is not None and found[1] == ts:  # not overwritten since
+                    self.store.delete(("j", side, k))
+                continue
+            entries = self.buffers.get((side, k), {})
+            entry = entries.pop((ts, seq), None)
+            if entry is None:
+                continue
+            if not entries:
+                self.buffers.pop((side, k), None)
+            self.store.delete(("j", side, k, ts, seq))
+            if not entry[1] and (self.outer_left if side == "L" else self.outer_right):
+                pair = (entry[0], None) if side == "L" else (None, entry[0])
+                out.add(k, self.joiner(*pair), ts, off)
