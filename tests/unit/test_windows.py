@@ -135,7 +135,10 @@ def test_windowed_keys_round_trip_through_json_sinks() -> None:
 # -- joins ----------------------------------------------------------------------------------
 
 
-def join(kind="join", window=JoinWindow(before=5, after=10)):
+JOIN_WINDOW = JoinWindow(before=5, after=10)
+
+
+def join(kind="join", window=JOIN_WINDOW):
     b = StreamBuilder("j")
     left = b.source("orders", queues=1)
     right = b.source("payments", queues=1)
