@@ -246,6 +246,7 @@ def run(
                         time.monotonic() - start,
                     )
                 )
+        engine.end_of_input()
         engine.close()
         records_out += _collect(engine, sinks, tables, read_pos)
     finally:
@@ -292,14 +293,24 @@ def _hashable(key: Any) -> Any:
     return key
 
 
+def _row(key: Any, value: Any) -> str:
+    """One JSON line of a final table (windowed keys as {"@windowed": [...]})."""
+    import json
+
+    from rstreams.serde import _json_default
+
+    return (
+        json.dumps({"key": key, "value": value}, ensure_ascii=False, default=_json_default) + "\n"
+    )
+
+
 def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
     """Write a final table as JSON lines ``{"key": ..., "value": ...}``: to a file
     atomically (a temp file renamed into place), or to an open text stream."""
-    import json
 
     if not isinstance(path, str):
         for k, v in table.items():
-            path.write(json.dumps({"key": k, "value": v}, ensure_ascii=False) + "\n")
+            path.write(_row(k, v))
         path.flush()
         return
     target = Path(path)
@@ -307,5 +318,5 @@ def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for k, v in table.items():
-            f.write(json.dumps({"key": k, "value": v}, ensure_ascii=False) + "\n")
+            f.write(_row(k, v))
     tmp.replace(target)

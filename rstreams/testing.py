@@ -196,6 +196,16 @@ class TopologyTestDriver:
             if not pending:
                 return
 
+    def end_of_input(self) -> None:
+        """Declare the input finished: open windows close (``closed="end-of-input"``)
+        and unmatched join records of left/outer joins are emitted, as at the end of a
+        bounded run."""
+        for sub in self.topology.subtopologies:
+            for task in self._engine.tasks:
+                if task.sub is sub:
+                    task.end_of_input()
+            self._drain()
+
     def advance_time(self, ms: int) -> None:
         """Move the driver's wall clock forward by ``ms`` milliseconds (and run the
         wall-clock driven work it triggers, such as ``close_after_idle``)."""

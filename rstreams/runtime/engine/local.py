@@ -116,6 +116,16 @@ class LocalEngine:
                     return total
             total += progress
 
+    def end_of_input(self) -> None:
+        """Bounded input is over: sub-topology by sub-topology (upstream first), let its
+        tasks emit what waits for more input, and process what that causes downstream."""
+        for sub in self.topology.subtopologies:
+            for task in self.tasks:
+                if task.sub is sub:
+                    task.end_of_input()
+            self.producer.flush()
+            self.run_until_idle()
+
     def commit(self) -> None:
         for task in self.tasks:
             task.commit()

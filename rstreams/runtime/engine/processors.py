@@ -65,6 +65,9 @@ class Processor:
     def punctuate(self, now: int) -> None:
         """Called with the wall clock (ms) now and then, for time-driven work."""
 
+    def end_of_input(self) -> None:
+        """Bounded input is over: emit what waits for more input (open windows)."""
+
     def close(self) -> None:
         pass
 

@@ -265,6 +265,22 @@ class Supervisor:
                         return False
         return True
 
+    def _end_of_input_step(self) -> bool:
+        """Declare end of input one sub-topology at a time (upstream first), once the
+        previous one's tasks all finished and their output is processed. True when all
+        are done."""
+        eoi = self.root / "coordination" / self.topology.job_id / "eoi"
+        eoi.mkdir(parents=True, exist_ok=True)
+        for sub in self.topology.subtopologies:
+            n = max(self.queue_counts[t] for t in sub.source_topics)
+            tasks = [f"{sub.id}_{q}" for q in range(n)]
+            if not (eoi / str(sub.id)).exists():
+                (eoi / str(sub.id)).touch()
+                return False
+            if not all((eoi / f"{t}.done").exists() for t in tasks):
+                return False
+        return True
+
     def _records_out(self) -> int:
         return sum(
             self.broker.end_offset(t, q)
@@ -276,6 +292,8 @@ class Supervisor:
 
     def run(self) -> dict[str, Any]:
         start = time.monotonic()
+        # A new bounded run: end of input is declared afresh when this run's input is done.
+        shutil.rmtree(self.root / "coordination" / self.topology.job_id / "eoi", ignore_errors=True)
         for slot in range(self.n_workers):
             self._spawn(slot)
         pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
@@ -313,7 +331,9 @@ class Supervisor:
                         time.sleep(len(lines) / self.max_ingest_rate)
                 if self.progress is not None:
                     self.progress(self.status(start))
-                if not pending and not self.follow and self._done():
+                # Done: all input processed and committed, and end of input declared to
+                # every sub-topology in turn (it may emit more, processed in turn).
+                if not pending and not self.follow and self._done() and self._end_of_input_step():
                     break
                 if not ingested:
                     time.sleep(0.05)

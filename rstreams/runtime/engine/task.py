@@ -237,6 +237,15 @@ class Task:
             self.failed = True
             raise
 
+    def end_of_input(self) -> None:
+        """Bounded input is over for this task's inputs: let processors finish."""
+        try:
+            for p in self.processors:
+                p.end_of_input()
+        except BaseException:
+            self.failed = True
+            raise
+
     @property
     def wants_commit(self) -> bool:
         """A store's cache is full: commit now to bound memory."""

@@ -215,7 +215,7 @@ class WindowAggregateProcessor(_TimedProcessor):
             return  # merged away or closed already (the heap is lazily cleaned)
         if self.session:
             end, agg = value
-            if self._close_time(end) > self.stream_time and why == "event-time":
+            if why == "event-time" and self._close_time(end) > self.stream_time:
                 return  # extended since: a later heap entry closes it
             self.sessions.get(key, {}).pop(start, None)
         else:
@@ -224,6 +224,21 @@ class WindowAggregateProcessor(_TimedProcessor):
             out.add(Windowed(key, start, end, closed=why), agg, max(start, end - 1), off)
         self.store.delete(skey)
         self.touched.pop((key, start), None)
+
+    def end_of_input(self) -> None:
+        """Bounded input ended: with emit="close", close every open window (results say
+        "end-of-input"). In update mode every result is out already and the state stays,
+        so a later run over more input continues the windows."""
+        if not self.emit_close:
+            return
+        out = _Out()
+        while self.heap:
+            _, wk, start = heapq.heappop(self.heap)
+            self._close(wk.key, start, out, -1, "end-of-input")
+        if out.keys:
+            b = out.batch("", self.ctx.queue)
+            for child in self.results:
+                child.process(b)
 
     def punctuate(self, now: int) -> None:
         """Wall-clock close of windows idle for ``close_after_idle`` ms."""
@@ -385,9 +400,18 @@ class JoinProcessor(_TimedProcessor):
         ):
             out.add(k, self.joiner(left, right), ts, off)
 
-    def _expire(self, out: _Out, off: int) -> None:
+    def end_of_input(self) -> None:
+        """Bounded input ended: nothing can match any more; emit the unmatched."""
+        out = _Out()
+        self._expire(out, -1, everything=True)
+        if out.keys:
+            b = out.batch("", self.ctx.queue)
+            for child in self.results:
+                child.process(b)
+
+    def _expire(self, out: _Out, off: int, everything: bool = False) -> None:
         heap = self.heap
-        while heap and heap[0][0] <= self.stream_time:
+        while heap and (everything or heap[0][0] <= self.stream_time):
             _, side, wk, ts, seq = heapq.heappop(heap)
             k = wk.key
             if self.window is None:

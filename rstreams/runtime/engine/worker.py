@@ -192,6 +192,20 @@ class Worker:
             task.commit()
         self.broker.flush()
 
+    def _end_of_input(self) -> None:
+        """The supervisor declared bounded input over for a sub-topology (a control
+        file): each of its tasks here finishes (closes windows...), commits, and says so."""
+        eoi = self.membership.dir / "eoi"
+        if not eoi.is_dir():
+            return
+        for name, task in list(self.tasks.items()):
+            done = eoi / f"{name}.done"
+            if (eoi / str(task.sub.id)).exists() and not done.exists():
+                task.end_of_input()
+                task.commit()
+                self.broker.flush()
+                done.touch()
+
     def maintain(self) -> dict[str, int]:
         """Keep the log bounded: drop shuffle records every reader committed past (the
         job's own group is their only reader), compact the changelogs of owned tasks
@@ -255,6 +269,7 @@ class Worker:
                     wall = wall_clock_ms()
                     for task in self.tasks.values():
                         task.punctuate(wall)
+                    self._end_of_input()
                     next_punctuate = now + 0.1
                 if time.monotonic() >= next_commit:
                     self.commit()

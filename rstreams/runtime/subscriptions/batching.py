@@ -101,7 +101,11 @@ class KeyBasedBatcher:
         records, used = self._open.get(slot, ([], 0))
         if records and used + size > self.max_bytes:
             closed.append(self._close(slot))
-            records, used = [], 0
+            # Closing a keyless batch moves keyless records to the next queue: this one
+            # goes there too, or a later batch could overtake it.
+            q = self._queue_of(k, queue)
+            slot = (q, k)
+            records, used = self._open.get(slot, ([], 0))
         records.append((ts, k, v, headers))
         self._open[slot] = (records, used + size)
         if len(records) >= self.max_messages or used + size >= self.max_bytes:
