@@ -18,7 +18,9 @@ def build() -> StreamBuilder:
         orders.leftJoin(payments)
         .where(lambda o: o["order"])
         .equalTo(lambda p: p["order"])
-        .window(JoinWindow(before=timedelta(0), after=timedelta(minutes=5)))
+        # Grace: the two files are read one after the other, so payments arrive "late"
+        # relative to the orders read before them; an hour of grace absorbs that.
+        .window(JoinWindow(timedelta(0), timedelta(minutes=5), grace=timedelta(hours=1)))
         .apply(
             lambda o, p: {"amount": o["amount"], "paid": None if p is None else p["paid"]},
             name="paid",

@@ -16,7 +16,7 @@ def build() -> StreamBuilder:
         b.source("clicks", deserializer="json")
         .selectTimestamp(lambda click: click["ts"])
         .keyBy(lambda click: click["user"])
-        .window(SessionWindow(timedelta(minutes=30)), emit="close")
+        .window(SessionWindow(timedelta(minutes=30), grace=timedelta(minutes=10)), emit="close")
         .count(name="clicks-per-session")
         .sink("session-clicks")
     )

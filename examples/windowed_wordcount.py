@@ -20,7 +20,7 @@ def build() -> StreamBuilder:
         .selectTimestamp(lambda line: int(line.split("\t", 1)[0]))
         .flatMap(lambda line: WORD.findall(line.split("\t", 1)[1].lower()))
         .keyBy(lambda w: w)
-        .window(TumblingWindow(timedelta(minutes=1)))
+        .window(TumblingWindow(timedelta(minutes=1), grace=timedelta(minutes=5)))
         .count(name="per-minute")
         .sink("word-counts-per-minute")
     )
