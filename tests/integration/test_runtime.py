@@ -246,3 +246,47 @@ def test_state_inspection_and_bad_state_fails_loudly(tmp_path) -> None:
     r = rstreams("run", p, "--input", src, "--data-dir", data, "--workers", 1, "--state", "memory")
     assert r.returncode != 0
     assert f"{changelog}[{q}]@{bad}" in r.stderr and "refusing to restore" in r.stderr
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_killed_supervisor(tmp_path) -> None:
+    import time
+
+    src = tmp_path / "in.txt"
+    src.write_text("a\n")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "run", str(pipeline(tmp_path, 2)), "--input",
+         str(src), "--data-dir", str(tmp_path / "d"), "--workers", "2", "--follow"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        members = tmp_path / "d" / "wc" / "coordination" / "wc" / "members"
+        pids = [int(json.loads(f.read_text())["pid"]) for f in members.glob("*.json")]
+        assert len(pids) == 2
+        p.kill()  # SIGKILL: the supervisor can not clean up
+        p.wait()
+        deadline = time.monotonic() + 10
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [pid for pid in pids if _alive(pid)]
+        assert not alive, f"orphaned workers: {alive}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by init) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

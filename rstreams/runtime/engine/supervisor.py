@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,10 @@ from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker
 log = logging.getLogger("rstreams.supervisor")
 
 INGEST_HEADER = "rstreams-ingest"
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 class _Input:
@@ -177,6 +182,7 @@ class Supervisor:
         cmd = [
             sys.executable, "-m", "rstreams.runtime.engine.worker", self.pipeline_path,
             "--data-dir", str(self.root), "--member", member, "--on-error", self.on_error,
+            "--parent-pid", str(os.getpid()),
             *self.worker_args,
         ]  # fmt: skip
         self.procs[slot] = subprocess.Popen(cmd, stderr=logfile, stdout=logfile)
@@ -291,6 +297,16 @@ class Supervisor:
     # -- run -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        # SIGTERM stops a run like Ctrl-C: the workers are told to commit and leave.
+        if threading.current_thread() is not threading.main_thread():
+            return self._run()  # signals can only be handled on the main thread
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            return self._run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _run(self) -> dict[str, Any]:
         start = time.monotonic()
         # A new bounded run: end of input is declared afresh when this run's input is done.
         shutil.rmtree(self.root / "coordination" / self.topology.job_id / "eoi", ignore_errors=True)

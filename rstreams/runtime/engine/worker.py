@@ -114,6 +114,8 @@ class Worker:
         self.tasks: dict[str, Task] = {}
         self.wanted: list[str] = []
         self.stop_event = threading.Event()
+        #: Supervised workers stop when their supervisor dies (no orphans).
+        self.parent_pid: int | None = None
         self._generation = -1
         self.processed = 0
 
@@ -242,6 +244,9 @@ class Worker:
             while not self.stop_event.is_set():
                 now = time.monotonic()
                 if now >= next_heartbeat:
+                    if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                        log.warning("%s: the supervisor is gone; stopping", self.member_id)
+                        break
                     self.membership.heartbeat()
                     next_heartbeat = now + cfg.heartbeat_interval
                     # Liveness check of the others: a dead member bumps the generation.
@@ -321,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--state", default="rocksdb", choices=("rocksdb", "memory"))
     ap.add_argument("--log-level", default="WARNING")
+    ap.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="stop when this process (the supervisor) is gone",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
@@ -348,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             maintenance_interval=args.maintenance_interval,
         ),
     )
+    worker.parent_pid = args.parent_pid
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
     try:
