@@ -1,7 +1,7 @@
 """rstreams: stream processing for Python.
 
 Write a pipeline once with the fluent DSL, look at its topology, test it with the
-in-process driver and run it embedded (or, later, on Spark)::
+in-process driver and run it embedded or on Apache Spark::
 
     >>> import re
     >>> from rstreams import StreamBuilder
@@ -17,6 +17,7 @@ in-process driver and run it embedded (or, later, on Spark)::
       Sub-topology: 0
 """
 
+from rstreams import functions
 from rstreams.dsl import (
     GroupedStream,
     HoppingWindow,
@@ -73,6 +74,7 @@ __all__ = [
     "WindowStream",
     "Windowed",
     "__version__",
+    "functions",
     "get_serde",
     "run",
 ]

@@ -160,8 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.done()
     if args.output == "-":
         write_table(result.tables[sinks[0]], sys.stdout)
-    elif args.output and not on_spark:  # (the Spark run wrote and committed it)
-        write_table(result.tables[sinks[0]], args.output)
+    elif args.output:
+        if not on_spark:  # (a Spark run wrote and committed it already)
+            write_table(result.tables[sinks[0]], args.output)
     else:
         for topic, table in result.tables.items():
             _print_top(topic, table, args.top)

@@ -155,7 +155,9 @@ class Findall(Builtin):
         try:
             regex = re.compile(self.pattern, int(self.flags))
         except re.error as e:
-            raise ValueError(f"F.findall({self.pattern!r}): invalid regular expression: {e}")
+            raise ValueError(
+                f"F.findall({self.pattern!r}): invalid regular expression: {e}"
+            ) from None
         object.__setattr__(self, "_regex", regex)
 
     @property

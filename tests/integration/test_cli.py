@@ -175,7 +175,10 @@ def test_missing_pipeline_and_input(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--backend", "spark"], "--backend spark is not available"),
+        # --backend spark itself works (tests/spark/test_cli_spark.py); its options
+        # need it.
+        (["--master", "local[2]"], "--master needs --backend spark"),
+        (["--streaming"], "--streaming and --checkpoint need --backend spark"),
         (["--broker", "redis://localhost"], "--broker is not available"),
     ],
 )

@@ -31,7 +31,6 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
-from rstreams.dsl.stream import describe_fn
 from rstreams.errors import UnsupportedOperation
 from rstreams.functions import Builtin, Identity
 from rstreams.runtime.spark import encoding as enc
@@ -42,7 +41,6 @@ from rstreams.runtime.spark.native import (
     translate_flat,
     translate_map,
     truthy,
-    type_name,
 )
 from rstreams.runtime.spark.segments import (
     FAILURE_MARK,
@@ -51,10 +49,13 @@ from rstreams.runtime.spark.segments import (
     PyStep,
     Segment,
     StreamFold,
+    fn_label,
 )
 from rstreams.runtime.spark.support import BACKEND, check_supported
 from rstreams.serde import Serde, StrSerde
 
+#: Name prefix of the streaming observations counting native-step failures.
+STREAM_METRIC_PREFIX = "rstreams-failed-"
 #: Failures a native step keeps for dead letters per run (the count is exact).
 MAX_NATIVE_DEAD_LETTERS = 10_000
 
@@ -119,7 +120,7 @@ def is_identity(fn: Any) -> bool:
     code = getattr(fn, "__code__", None)
     if not isinstance(fn, types.FunctionType) or code is None:
         return False
-    ref = _IDENTITY.__code__
+    ref = _identity_ref.__code__
     return (
         code.co_code == ref.co_code
         and code.co_argcount == 1
@@ -129,7 +130,7 @@ def is_identity(fn: Any) -> bool:
     )
 
 
-def _IDENTITY(x: Any) -> Any:  # noqa: N802 - reference bytecode for is_identity
+def _identity_ref(x: Any) -> Any:  # the reference bytecode for is_identity
     return x
 
 
@@ -171,8 +172,7 @@ def field_of(kind: str, prefix: str = "v", nonnull: bool = False) -> Field:
 @functools.singledispatch
 def translate(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
     raise UnsupportedOperation(
-        f"no translation rule for {type(node).__name__} (step {node.name!r}) "
-        f"on backend {BACKEND!r}"
+        f"no translation rule for {type(node).__name__} (step {node.name!r}) on backend {BACKEND!r}"
     )
 
 
@@ -251,9 +251,10 @@ class Compiler:
                 out.append(Terminal(node, self.get(node)))
         return out
 
-    def get(self, node: n.Node, ordered: bool | None = None) -> Stream:
-        if ordered is None:
-            ordered = self.need_order[node.id]
+    def get(self, node: n.Node, ordered: bool = False) -> Stream:
+        """The compiled output of ``node``; with ``_o`` if ``ordered`` or if any consumer
+        of ``node`` needs it (one compilation serves them all)."""
+        ordered = ordered or self.need_order[node.id]
         memo_key = (node.id, ordered)
         s = self.memo.get(memo_key)
         if s is None:
@@ -339,7 +340,7 @@ class Compiler:
         info: list[Column] = [
             F.lit(step.name).alias("step"),
             F.lit(s.source.topic if s.source else None).cast("string").alias("topic"),
-            F.lit(describe_fn(fn)).alias("fn"),
+            F.lit(fn_label(fn)).alias("fn"),
             native.message.alias("error") if native.message is not None else F.lit("error"),
             F.lit("None").alias("key"),
             _repr_col(field).alias("value"),
@@ -355,6 +356,9 @@ class Compiler:
             ok = F.when(native.error, F.raise_error(payload)).otherwise(F.lit(True))
             return df.where(ok).drop("_r")
         if self.streaming:
+            # Counted per micro-batch in the query's progress (observedMetrics).
+            name = f"{STREAM_METRIC_PREFIX}{step.name}"
+            df = df.observe(name, F.sum(F.when(native.error, 1).otherwise(0)).alias("failed"))
             return df.where(~native.error)
         obs = Observation()
         df = df.observe(
@@ -404,10 +408,7 @@ class Compiler:
                 if name in have:
                     cols.append(F.col(name))
                 else:
-                    spark_type = dict(
-                        p.split(" ") for p in enc.ddl(prefix, dst)
-                    )[name]
-                    cols.append(F.lit(None).cast(spark_type).alias(name))
+                    cols.append(F.lit(None).cast(enc.spark_type(name)).alias(name))
         if s.ordered:
             cols.append(F.col(enc.ORDER))
         return attrs.evolve(s, df=s.df.select(*cols), key=key, value=value, nonnull=False)
@@ -446,6 +447,8 @@ def last_per_key(df: DataFrame, key: str, value: str, unique: bool) -> DataFrame
     if vc:
         aggs.append(F.max_by(F.struct(*vc), F.col(enc.ORDER)).alias("_v"))
     out = df.groupBy(*kc).agg(*aggs)
+    if not kc:  # a global aggregation has a row even for no input
+        out = out.where(F.col("_n") > 0)
     return out.select(*kc, *[F.col(f"_v.{c}").alias(c) for c in vc], "_n")
 
 
@@ -529,9 +532,7 @@ def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
                 df = df.select(*kc, "v_s", order)
             else:
                 df = df.select(*kc, F.explode(arr).alias("v_s"))
-            return attrs.evolve(
-                s, df=df, value=enc.STR, nonnull=True, aligned=False, unique=False
-            )
+            return attrs.evolve(s, df=df, value=enc.STR, nonnull=True, aligned=False, unique=False)
     step = PyStep("flatMap", node.name, node.fn, node.fn)
     return comp.add_step(s, step, nonnull=False, aligned=False, unique=False)
 
@@ -555,8 +556,8 @@ def _key_by(node: n.KeyByNode, comp: Compiler, ordered: bool) -> Stream:
     if is_identity(node.fn):
         if s.pending or s.number is not None:
             return comp.add_step(s, PyStep("identityKey", node.name), unique=False)
-        native = Native(s.value, dict(field_of(s.value).cols))
-        return attrs.evolve(comp.with_key(s, node, native, node.fn), unique=False)
+        same = Native(s.value, dict(field_of(s.value).cols))
+        return attrs.evolve(comp.with_key(s, node, same, node.fn), unique=False)
     if _builtin(node.fn):
         native = translate_map(node.fn, comp.field(s), comp.cal)
         if native is not None:
@@ -647,6 +648,8 @@ def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     if ordered:
         aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
     df = s.df.groupBy(*kc).agg(*aggs)
+    if not kc:  # a global aggregation has a row even for no input
+        df = df.where(F.col("v_l") > 0)
     return Stream(
         df,
         s.key,
@@ -704,7 +707,7 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     out_cols: list[Column] = [F.col(c) for c in kc]
     for c in enc.columns("v", s.value):
         suffix = c.split("_", 1)[1]
-        out_cols.append(results.get(suffix, F.lit(None).cast(_spark_type(c, s.value))).alias(c))
+        out_cols.append(results.get(suffix, F.lit(None).cast(enc.spark_type(c))).alias(c))
     if ordered:
         out_cols.append(F.col(enc.ORDER))
     out_cols.append(impure.alias("_x"))
@@ -750,19 +753,8 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     rows = full.df
     bad = table.where(F.col("_x")).select(*kc)
     if kc:
-        cond = functools.reduce(
-            lambda a, b: a & b, [rows[c].eqNullSafe(bad[c]) for c in kc]
-        )
+        cond = functools.reduce(lambda a, b: a & b, [rows[c].eqNullSafe(bad[c]) for c in kc])
         rows = rows.join(bad, cond, "left_semi")
     folded = comp.fold(attrs.evolve(full, df=rows), node, op, ordered)
     good = comp.widen(good, s.key, enc.ANY)
     return attrs.evolve(folded, df=good.df.unionByName(folded.df), python=True)
-
-
-def _spark_type(column: str, kind: str) -> str:
-    prefix = column.split("_", 1)[0]
-    return dict(p.split(" ") for p in enc.ddl(prefix, kind))[column]
-
-
-def type_name_of(s: Stream) -> Column:
-    return type_name(field_of(s.value))

@@ -78,6 +78,12 @@ def arrow_fields(prefix: str, kind: str) -> list[pa.Field]:
     return [pa.field(f"{prefix}_{suffix}", arrow) for suffix, _, arrow in _LAYOUT[kind]]
 
 
+def spark_type(column: str) -> str:
+    """Spark SQL type of a layout column: ``spark_type("k_l") == "bigint"``."""
+    suffix = column.split("_", 1)[1]
+    return next(sql for layout in _LAYOUT.values() for s, sql, _ in layout if s == suffix)
+
+
 def join_kinds(kinds: list[str]) -> str:
     """The layout that can hold the values of every given layout (for merge)."""
     distinct = set(kinds)
@@ -128,14 +134,13 @@ def encode(values: list[Any], kind: str) -> list[pa.Array]:
         return [pa.array(values, pa.int64())]
     if kind == PACKED:
         return [pa.array(_packed(values), pa.binary())]
+    try:  # the common case, text in, text out: one pass of Arrow's own type inference
+        text = pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        text = None
+    if text is not None and text.type == pa.string():
+        return [text, pa.nulls(n, pa.int64()), pa.nulls(n, pa.float64()), pa.nulls(n, pa.binary())]
     types = set(map(type, values))
-    if types == {str}:  # the common case: text in, text out
-        return [
-            pa.array(values, pa.string()),
-            pa.nulls(n, pa.int64()),
-            pa.nulls(n, pa.float64()),
-            pa.nulls(n, pa.binary()),
-        ]
     if types == {int} and all(_INT64_MIN <= v <= _INT64_MAX for v in values):
         return [
             pa.nulls(n, pa.string()),
@@ -172,7 +177,7 @@ def encode(values: list[Any], kind: str) -> list[pa.Array]:
 
 
 def _pylist(arr: Any) -> list[Any]:
-    return arr.to_pylist()  # type: ignore[no-any-return]
+    return arr.to_pylist()
 
 
 def decode(arrays: list[Any], kind: str, n: int) -> list[Any]:
@@ -227,3 +232,13 @@ def describe_order(o: bytes | None) -> tuple[int, str, int, int] | None:
 
 def suffix_type(suffix: str) -> pa.DataType:
     return _SUFFIX_TYPE[suffix]
+
+
+def hashable(key: Any) -> Any:
+    """A deserialized key as a dict key (lists -> tuples, dicts -> sorted item tuples),
+    exactly as the embedded runtime's ``run()`` builds its final tables."""
+    if isinstance(key, list):
+        return tuple(hashable(k) for k in key)
+    if isinstance(key, dict):
+        return tuple(sorted((k, hashable(v)) for k, v in key.items()))
+    return key

@@ -50,12 +50,12 @@ try:  # Python >= 3.11
     import re._constants as _c
     import re._parser as _parser
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _parser  # type: ignore[no-redef]
+    import sre_constants as _c
+    import sre_parse as _parser
 
 log = logging.getLogger("rstreams.spark")
 
-_CALIBRATION_VERSION = 1
+_CALIBRATION_VERSION = 2
 _SKIP = {0xFEFF}  # Spark's UTF-32 decoder eats a leading BOM: not testable this way
 
 
@@ -72,14 +72,17 @@ class Calibration:
     digit_removed: tuple[int, ...] = ()
     lower_fix: tuple[tuple[int, str], ...] = ()  # code point -> Python's lower()
     upper_fix: tuple[tuple[int, str], ...] = ()
+    #: Extra characters the JVM does not know at all (\p{Cn} there): testing \p{Cn}
+    #: first keeps the patch off the hot path of characters Java does know.
+    unassigned: tuple[int, ...] = ()
 
     @functools.cached_property
     def word(self) -> str:
-        return _class_body(r"\p{L}\p{N}_", self.word_extra, self.word_removed)
+        return _class_body(r"\p{L}\p{N}_", self.word_extra, self.word_removed, self.unassigned)
 
     @functools.cached_property
     def digit(self) -> str:
-        return _class_body(r"\p{Nd}", self.digit_extra, self.digit_removed)
+        return _class_body(r"\p{Nd}", self.digit_extra, self.digit_removed, self.unassigned)
 
 
 def _ranges(cps: tuple[int, ...] | list[int]) -> str:
@@ -95,9 +98,18 @@ def _ranges(cps: tuple[int, ...] | list[int]) -> str:
     return "".join(out)
 
 
-def _class_body(base: str, extra: tuple[int, ...], removed: tuple[int, ...]) -> str:
+def _class_body(
+    base: str, extra: tuple[int, ...], removed: tuple[int, ...], unassigned: tuple[int, ...]
+) -> str:
     """A Java class body (no brackets) equal to Python's class."""
-    body = base + (f"[{_ranges(extra)}]" if extra else "")
+    unknown = set(unassigned)
+    cn = [c for c in extra if c in unknown]
+    known = [c for c in extra if c not in unknown]
+    body = base
+    if cn:
+        body += f"[\\p{{Cn}}&&[{_ranges(cn)}]]"
+    if known:
+        body += f"[{_ranges(known)}]"
     if removed:
         body = f"[{body}]&&[^{_ranges(removed)}]"
     return body
@@ -121,11 +133,16 @@ def calibrate(spark: SparkSession) -> Calibration:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     java = jvm.java.lang.System.getProperty("java.version")
+    try:
+        icu = spark.conf.get("spark.sql.icu.caseMappings.enabled")
+    except Exception:  # an older Spark without the setting
+        icu = "none"
     key = "-".join(
         [
             str(_CALIBRATION_VERSION),
             spark.version,
             str(java),
+            f"icu={icu}",
             unicodedata.unidata_version,
         ]
     )
@@ -141,6 +158,7 @@ def calibrate(spark: SparkSession) -> Calibration:
             tuple(data["digit_removed"]),
             tuple((int(c), s) for c, s in data["lower_fix"]),
             tuple((int(c), s) for c, s in data["upper_fix"]),
+            tuple(data.get("unassigned", ())),
         )
     except (OSError, ValueError, KeyError, TypeError):
         cal = _measure(spark)
@@ -174,8 +192,12 @@ def _measure(spark: SparkSession) -> Calibration:
     java_w, java_d = set(row["w"]), set(row["d"])
     spark_lower = {r[0]: r[1] for r in row["lo"]}
     spark_upper = {r[0]: r[1] for r in row["up"]}
-    w_extra, w_removed, d_extra, d_removed = [], [], [], []
-    lower_fix, upper_fix = [], []
+    w_extra: list[int] = []
+    w_removed: list[int] = []
+    d_extra: list[int] = []
+    d_removed: list[int] = []
+    lower_fix: list[tuple[int, str]] = []
+    upper_fix: list[tuple[int, str]] = []
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF or cp in _SKIP:
             continue
@@ -190,6 +212,12 @@ def _measure(spark: SparkSession) -> Calibration:
             lower_fix.append((cp, ch.lower()))
         if ch.upper() != spark_upper.get(cp, ch):
             upper_fix.append((cp, ch.upper()))
+    unassigned: tuple[int, ...] = ()
+    extras = sorted(set(w_extra) | set(d_extra))
+    if extras:
+        chars = spark.createDataFrame([(cp, chr(cp)) for cp in extras], "id long, c string")
+        found = chars.where(F.col("c").rlike(r"^\p{Cn}$")).select("id").collect()
+        unassigned = tuple(sorted(r[0] for r in found))
     cal = Calibration(
         tuple(w_extra),
         tuple(w_removed),
@@ -197,6 +225,7 @@ def _measure(spark: SparkSession) -> Calibration:
         tuple(d_removed),
         tuple(lower_fix),
         tuple(upper_fix),
+        unassigned,
     )
     log.info(
         "Unicode calibration: %d word, %d digit, %d lower, %d upper differences",
@@ -255,6 +284,15 @@ def java_regex(pattern: str, flags: int, cal: Calibration) -> tuple[str, int] | 
 class _Emitter:
     def __init__(self, classes: dict[str, str]) -> None:
         self.classes = classes
+        self.behind = 0  # depth of lookbehind assertions around the current item
+
+    def wrap(self, klass: str) -> str:
+        """A class (``[...]``) as emitted here. Java steps back one UTF-16 unit in a
+        lookbehind unless the pattern's text holds a supplementary character, so inside
+        one a class carries U+10FFFF (a noncharacter) and excludes it again."""
+        if not self.behind:
+            return klass
+        return f"[{klass}{chr(0x10FFFF)}&&[^\\x{{10ffff}}]]"
 
     def category(self, cat: Any, in_class: bool) -> str:
         name = str(cat).lower()
@@ -262,7 +300,8 @@ class _Emitter:
         for kind in ("word", "digit", "space"):
             if kind in name:
                 body = self.classes[kind]
-                return f"[^{body}]" if negate else f"[{body}]"
+                klass = f"[^{body}]" if negate else f"[{body}]"
+                return klass if in_class else self.wrap(klass)
         raise _Decline(name)
 
     def seq(self, items: list[tuple[Any, Any]]) -> str:
@@ -274,13 +313,13 @@ class _Emitter:
 
     def item(self, op: Any, av: Any) -> str:
         if op is _c.LITERAL:
-            return _lit(av)
+            return chr(av) if self.behind and av > 0xFFFF else _lit(av)
         if op is _c.NOT_LITERAL:
-            return f"[^{_lit(av)}]"
+            return self.wrap(f"[^{_lit(av)}]")
         if op is _c.ANY:
-            return "."
+            return self.wrap("[^\\x{a}]") if self.behind else "."
         if op is _c.IN:
-            return self.klass(av)
+            return self.wrap(self.klass(av))
         if op is _c.BRANCH:
             return "(?:" + "|".join(self.seq(list(alt)) for alt in av[1]) + ")"
         if op is _c.SUBPATTERN:
@@ -303,12 +342,14 @@ class _Emitter:
             return self.at(av)
         if op in (_c.ASSERT, _c.ASSERT_NOT):
             direction, sub = av
-            kind = (
-                ("=" if op is _c.ASSERT else "!")
-                if direction == 1
-                else ("<=" if op is _c.ASSERT else "<!")
-            )
-            return f"(?{kind}{self.seq(list(sub))})"
+            if direction == 1:
+                return f"(?{'=' if op is _c.ASSERT else '!'}{self.seq(list(sub))})"
+            self.behind += 1
+            try:
+                inner = self.seq(list(sub))
+            finally:
+                self.behind -= 1
+            return f"(?{'<=' if op is _c.ASSERT else '<!'}{inner})"
         if op is getattr(_c, "ATOMIC_GROUP", None):
             return f"(?>{self.seq(list(av))})"
         if op is _c.GROUPREF:
@@ -327,10 +368,13 @@ class _Emitter:
         if code is _c.AT_END_STRING:
             return r"\z"
         w = f"[{self.classes['word']}]"
+        self.behind += 1
+        wb = self.wrap(w)
+        self.behind -= 1
         if code in (_c.AT_BOUNDARY, getattr(_c, "AT_UNI_BOUNDARY", None)):
-            return f"(?:(?<={w})(?!{w})|(?<!{w})(?={w}))"
+            return f"(?:(?<={wb})(?!{w})|(?<!{wb})(?={w}))"
         if code in (_c.AT_NON_BOUNDARY, getattr(_c, "AT_UNI_NON_BOUNDARY", None)):
-            return f"(?:(?<={w})(?={w})|(?<!{w})(?!{w}))"
+            return f"(?:(?<={wb})(?={w})|(?<!{wb})(?!{w}))"
         raise _Decline(str(code))
 
     def klass(self, items: list[tuple[Any, Any]]) -> str:
@@ -435,7 +479,11 @@ def _case_map(
     for h, (_, py) in zip(holders, fix):
         if len(py) != 1:
             mapped = F.replace(mapped, F.lit(h), F.lit(py))
-    guard = s.rlike("[" + _ranges([cp for cp, _ in fix]) + "]")
+    # Cheap first: most lines are ASCII (bytes == chars), and in the others Java tests
+    # one range per character before the exact list.
+    cps = [cp for cp, _ in fix]
+    klass = f"[{_lit(min(cps))}-{_lit(0x10FFFF)}&&[{_ranges(cps)}]]"
+    guard = (F.octet_length(s) != F.char_length(s)) & s.rlike(klass)
     return F.when(guard, mapped).otherwise(spark_fn(s))
 
 

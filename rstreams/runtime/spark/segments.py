@@ -20,6 +20,7 @@ sum/min/max) over records sorted by key and source order.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import operator
@@ -29,6 +30,7 @@ from typing import Any
 
 import attrs
 import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
 
 from rstreams.dsl.stream import describe_fn
 from rstreams.runtime.spark import encoding as enc
@@ -46,7 +48,7 @@ class RecordFailed(RuntimeError):
     """
 
 
-class ListParam:
+class ListParam(AccumulatorParam):
     """AccumulatorParam collecting failure descriptions (dicts) from workers."""
 
     def zero(self, value: list[Any]) -> list[Any]:
@@ -93,22 +95,31 @@ class ErrorPolicy:
         partition: int | None = None,
         row: int | None = None,
         order: bytes | None = None,
+        seq: int | None = None,
     ) -> None:
         info = {
             "step": step,
             "topic": self.topic,
-            "fn": describe_fn(fn) if fn is not None else None,
+            "fn": fn_label(fn) if fn is not None else None,
             "error": f"{type(exc).__name__}: {exc}",
             "key": _short_repr(key),
             "value": _short_repr(value),
             "partition": partition,
             "row": row,
+            "seq": seq,
             "order": order.hex() if order else None,
         }
         if self.on_error == "fail":
             raise RecordFailed(FAILURE_MARK + json.dumps(info)) from exc
         if self.accumulator is not None:
             self.accumulator.add([info])
+
+
+def fn_label(fn: Any) -> str:
+    """How error messages name a step's function: ``parse (p.py:3)`` or ``F.lower()``."""
+    from rstreams.functions import Builtin
+
+    return repr(fn) if isinstance(fn, Builtin) else describe_fn(fn)
 
 
 def _short_repr(v: Any) -> str:
@@ -135,40 +146,71 @@ def _timestamp(value: Any) -> int:
 class _Rows:
     """Columns of the records of one batch as they go through the steps.
 
-    ``idx`` maps each row to its input row (None: row i is input row i), so a failure
-    can always be traced to the source record, like the embedded engine's offsets.
+    ``keys`` is None while every key is None (records read from files). ``origin`` maps
+    a row to the input row it came from (None: row i is input row i), built lazily so
+    that a flatMap costs nothing per output word until a failure needs to be traced
+    back to its source record (like the embedded engine's offsets).
     """
 
-    __slots__ = ("idx", "keys", "order", "values")
+    __slots__ = ("keys", "order", "origin", "values")
 
     def __init__(
-        self, keys: list[Any], values: list[Any], order: list[Any] | None, idx: list[int] | None
+        self,
+        keys: list[Any] | None,
+        values: list[Any],
+        order: list[Any] | None,
+        origin: Callable[[int], int] | None = None,
     ) -> None:
         self.keys = keys
         self.values = values
         self.order = order
-        self.idx = idx
+        self.origin = origin
 
     def __len__(self) -> int:
         return len(self.values)
 
+    def key(self, i: int) -> Any:
+        return None if self.keys is None else self.keys[i]
+
     def input_row(self, i: int) -> int:
-        return i if self.idx is None else self.idx[i]
+        return i if self.origin is None else self.origin(i)
 
     def take(self, keep: list[int], values: list[Any] | None = None) -> _Rows:
-        g = operator.itemgetter
+        """The rows ``keep`` (indexes into this batch), in that order."""
+        prev = self.origin
+        origin = keep.__getitem__ if prev is None else (lambda i: prev(keep[i]))
         if not keep:
-            return _Rows([], [], [] if self.order is not None else None, [])
+            return _Rows(None, [], [] if self.order is not None else None, origin)
+        g = operator.itemgetter(*keep)
 
         def pick(col: list[Any]) -> list[Any]:
-            return [col[keep[0]]] if len(keep) == 1 else list(g(*keep)(col))
+            return [col[keep[0]]] if len(keep) == 1 else list(g(col))
 
         return _Rows(
-            pick(self.keys),
+            None if self.keys is None else pick(self.keys),
             pick(self.values) if values is None else values,
             None if self.order is None else pick(self.order),
-            [self.input_row(i) for i in keep],
+            origin,
         )
+
+    def expand(self, lens: list[int], values: list[Any]) -> _Rows:
+        """Row i repeated ``lens[i]`` times, with the new ``values`` (flatMap)."""
+        cum = list(itertools.accumulate(lens))
+        prev = self.origin
+
+        def origin(i: int) -> int:
+            j = bisect.bisect_right(cum, i)
+            return j if prev is None else prev(j)
+
+        keys = None
+        if self.keys is not None:
+            keys = list(chain.from_iterable(map(repeat, self.keys, lens)))
+        order = None
+        if self.order is not None:
+            pos = chain.from_iterable(map(range, lens))
+            parents = chain.from_iterable(map(repeat, self.order, lens))
+            order = [o + enc.be32(p) for o, p in zip(parents, pos)]
+        return _Rows(keys, values, order, origin)
 
 
 @attrs.frozen
@@ -217,7 +259,11 @@ class Segment:
             n = rb.num_rows
             names = rb.schema.names
             col = rb.column
-            keys = enc.decode([col(names.index(c)) for c in kcols], self.in_key, n)
+            keys = (
+                None
+                if self.in_key == enc.NONE
+                else enc.decode([col(names.index(c)) for c in kcols], self.in_key, n)
+            )
             values = enc.decode([col(names.index(c)) for c in vcols], self.in_value, n)
             order: list[Any] | None = None
             if self.number is not None:
@@ -250,12 +296,13 @@ class Segment:
         self.policy.failed(
             step.name,
             exc,
-            key=rows.keys[i],
+            key=rows.key(i),
             value=rows.values[i],
             fn=step.user_fn,
             partition=part,
             row=base + rows.input_row(i) if self.aligned else None,
             order=rows.order[i] if rows.order is not None else None,
+            seq=base + rows.input_row(i),
         )
 
     def _column(
@@ -288,28 +335,30 @@ class Segment:
             rows.keys = keys
             return rows
         if kind == "identityKey":
-            rows.keys = list(rows.values)
+            rows.keys = rows.values  # (lists are never changed in place)
             return rows
         if kind == "filter":
             mask, rows = self._column(step, rows, step.fn, part, base)
             keep = list(compress(range(len(mask)), mask))
             return rows if len(keep) == len(mask) else rows.take(keep)
         if kind == "flatMap":
-            fn = step.fn
-
-            def materialize(v: Any) -> Any:
-                out = fn(v)
-                return out if isinstance(out, (list, tuple)) else list(out)
-
-            outs, rows = self._column(step, rows, materialize, part, base)
+            outs, rows = self._column(step, rows, step.fn, part, base)
+            broken: list[int] = []
+            for i, out in enumerate(() if set(map(type, outs)) <= _SEQUENCES else outs):
+                if type(out) is not list and type(out) is not tuple:
+                    # An iterator failing half-way must emit nothing for its record.
+                    try:
+                        outs[i] = list(out)
+                    except Exception as e:
+                        self._fail(step, rows, i, e, part, base)
+                        broken.append(i)
+            if broken:
+                bad = set(broken)
+                keep = [i for i in range(len(outs)) if i not in bad]
+                outs = [outs[i] for i in keep]
+                rows = rows.take(keep)
             lens = list(map(len, outs))
-            values = list(chain.from_iterable(outs))
-            idx = list(chain.from_iterable(map(repeat, range(len(outs)), lens)))
-            flat = rows.take(idx, values) if values else rows.take([])
-            if flat.order is not None and values:
-                pos = chain.from_iterable(map(range, lens))
-                flat.order = [o + enc.be32(p) for o, p in zip(flat.order, pos)]
-            return flat
+            return rows.expand(lens, list(chain.from_iterable(outs)))
         if kind == "selectTimestamp":
             fn = step.fn
             _, rows = self._column(step, rows, lambda v: _timestamp(fn(v)), part, base)
@@ -342,7 +391,8 @@ class Segment:
         arrays: list[pa.Array] = []
         fields: list[pa.Field] = []
         if self.out_key is not None:
-            arrays += enc.encode(rows.keys, self.out_key)
+            keys = [None] * len(rows) if rows.keys is None else rows.keys
+            arrays += enc.encode(keys, self.out_key)
             fields += enc.arrow_fields("k", self.out_key)
         if self.out_value is not None:
             arrays += enc.encode(rows.values, self.out_value)
@@ -359,11 +409,15 @@ class Segment:
 # -- folds ----------------------------------------------------------------------------------
 
 
+_SEQUENCES = {list, tuple}
+_MERGES: dict[str, Callable[[Any, Any], Any]] = {"sum": operator.add, "min": min, "max": max}
+
+
 def update_rule(op: str, fn: Any, initializer: Any) -> Callable[[Any, Any], Any]:
     """``new = update(old or None, value)``: the embedded engine's rules
     (``_update_rule`` and the partial merges); sum/min/max receive partials."""
     if op in ("sum", "min", "max"):
-        merge: Callable[[Any, Any], Any] = {"sum": operator.add, "min": min, "max": max}[op]
+        merge = _MERGES[op]
         return lambda old, p: p if old is None else merge(old, p)
     if op == "count":
         return lambda old, v: 1 if old is None else old + 1
@@ -412,6 +466,7 @@ class Fold:
         last: Any = None
         seen = False
         part = _partition()
+        seq = 0
 
         def emit() -> None:
             if cur is not missing and seen:
@@ -427,6 +482,7 @@ class Fold:
             values = enc.decode([rb.column(names.index(c)) for c in vcols], self.value_kind, n)
             order = rb.column(names.index(enc.ORDER)).to_pylist()
             for k, v, o in zip(keys, values, order):
+                seq += 1
                 if k != cur:
                     emit()
                     cur, acc, last, seen = k, None, None, False
@@ -435,7 +491,14 @@ class Fold:
                 except Exception as e:
                     key = enc.decode([[x] for x in k], self.key_kind, 1)[0] if k else None
                     self.policy.failed(
-                        self.name, e, key=key, value=v, fn=self.fn, partition=part, order=o
+                        self.name,
+                        e,
+                        key=key,
+                        value=v,
+                        fn=self.fn,
+                        partition=part,
+                        order=o,
+                        seq=seq,
                     )
                     continue
                 last, seen = o, True
@@ -513,3 +576,50 @@ class StreamFold:
             return
         state.update((packed,))
         yield pd.DataFrame({"k_m": [key[0]], "v_m": [packed], enc.ORDER: [last]})
+
+
+@attrs.frozen
+class TableLines:
+    """Final-table rows -> ``{"key": ..., "value": ...}`` JSON lines, on the executors
+    (for outputs too big to collect). Keys and values go through the sink's serdes
+    first, as in :func:`rstreams.runtime.spark.tables.add_rows`."""
+
+    name: str
+    key_serde: Any
+    value_serde: Any
+    key_kind: str
+    value_kind: str
+    policy: ErrorPolicy
+
+    @classmethod
+    def of(cls, sink: Any, key_kind: str, value_kind: str, policy: ErrorPolicy) -> TableLines:
+        return cls(sink.name, sink.key_serde, sink.value_serde, key_kind, value_kind, policy)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        kser, vser = self.key_serde.serialize, self.value_serde.serialize
+        kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
+        for rb in batches:
+            n = rb.num_rows
+            names = rb.schema.names
+            keys = enc.decode(
+                [rb.column(names.index(c)) for c in enc.columns("k", self.key_kind)],
+                self.key_kind,
+                n,
+            )
+            values = enc.decode(
+                [rb.column(names.index(c)) for c in enc.columns("v", self.value_kind)],
+                self.value_kind,
+                n,
+            )
+            lines = []
+            for k, v in zip(keys, values):
+                try:
+                    kb = None if k is None else kser(k)
+                    vb = None if v is None else vser(v)
+                except Exception as e:
+                    self.policy.failed(self.name, e, key=k, value=v)
+                    continue
+                key = enc.hashable(None if kb is None else kde(kb))
+                value = None if vb is None else vde(vb)
+                lines.append(json.dumps({"key": key, "value": value}, ensure_ascii=False))
+            yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])

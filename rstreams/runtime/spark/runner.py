@@ -1,0 +1,406 @@
+"""``run_spark``: run a topology on Apache Spark, batch or Structured Streaming."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from py4j.protocol import Py4JError
+from pyspark import cloudpickle
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from rstreams.dsl import nodes as n
+from rstreams.errors import ConfigError, ProcessingError, RStreamsError
+from rstreams.planner.topology import Topology
+from rstreams.runner import Progress, RunResult
+from rstreams.runtime.spark import encoding as enc
+from rstreams.runtime.spark.compiler import Compiler, SourceInfo
+from rstreams.runtime.spark.native import calibrate
+from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
+from rstreams.runtime.spark.session import configure_state_store, get_session
+from rstreams.runtime.spark.tables import Failures, is_local, local_path
+
+log = logging.getLogger("rstreams.spark")
+
+ON_ERROR = ("fail", "skip", "dead-letter")
+
+
+def dead_letter_topic(job_id: str) -> str:
+    return f"{job_id}-dead-letter"
+
+
+def run_spark(
+    topology: Topology,
+    inputs: dict[str, str],
+    *,
+    outputs: dict[str, str] | None = None,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+    streaming: bool = False,
+    checkpoint: str | None = None,
+    on_error: str = "fail",
+    progress: Callable[[Progress], None] | None = None,
+    trigger_once: bool = True,
+    collect: bool = True,
+    conf: dict[str, str] | None = None,
+) -> RunResult:
+    """Run ``topology`` on Spark and return the final table of every sink.
+
+    Args:
+        topology: from ``StreamBuilder.build()``.
+        inputs: source topic -> text file, directory or glob (one record per line; the
+            source's deserializer decodes each line, e.g. ``"json"`` for JSON lines).
+            Streaming mode reads a directory, picking up files as they arrive.
+        outputs: sink topic -> path: the final table as JSON lines
+            ``{"key": ..., "value": ...}``, written to a temporary name and renamed
+            once the run succeeded. A local path gets one file (like the embedded
+            ``run``); a URL (``hdfs://``, ``s3a://``...) a directory of part files.
+            ``"<job>-dead-letter"`` may name where dead letters go.
+        master: Spark master URL (``local[*]`` by default, ``spark://host:7077``...);
+            ignored when ``spark`` is given or under spark-submit.
+        spark: a SparkSession to use (and not stop).
+        streaming: Structured Streaming over the input directories, stateful steps in
+            RocksDB state stores; ``checkpoint`` is then required, and running again
+            with the same checkpoint continues from where the last run stopped.
+        on_error: ``"fail"``, ``"skip"`` or ``"dead-letter"``, as on the embedded engine.
+        progress: called about twice a second with a :class:`~rstreams.runner.Progress`
+            whose ``detail`` names the running Spark stage.
+        trigger_once: streaming: process what is there and stop (``availableNow``);
+            False keeps running until interrupted (Ctrl-C).
+        collect: return the tables in ``RunResult.tables`` (set False for outputs too
+            big for the driver: they are then written by the executors).
+        conf: extra Spark settings for a session this call creates.
+
+    The final tables equal those of the embedded engine for the same input (keys in
+    no particular order). See docs/spark.md.
+    """
+    if on_error not in ON_ERROR:
+        raise ConfigError(f"on_error must be one of {', '.join(ON_ERROR)}; got {on_error!r}")
+    pipeline = topology.pipeline
+    if pipeline is None:
+        raise ConfigError("this Topology has no logical pipeline; build it with StreamBuilder")
+    outputs = dict(outputs or {})
+    _check_bindings(topology, inputs, outputs)
+    if streaming and not checkpoint:
+        raise ConfigError(
+            "streaming mode needs a checkpoint directory (checkpoint=...); running again "
+            "with the same one continues the counts"
+        )
+    if not collect and any(t not in outputs for t in topology.sink_topics):
+        raise ConfigError("collect=False needs an output path for every sink topic")
+    order = {t: i for i, t in enumerate(pipeline.sources)}
+    sources = {
+        topic: SourceInfo(order[topic], topic, _resolve_input(topic, path, streaming))
+        for topic, path in inputs.items()
+    }
+    session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
+    start = time.monotonic()
+    reporter = _ProgressReporter(session, progress, start) if progress else None
+    compiler: Compiler | None = None
+    by_value = _pickle_user_code_by_value(pipeline)
+    try:
+        if streaming:
+            configure_state_store(session)
+        accumulator: Any = (
+            session.sparkContext.accumulator([], ListParam()) if on_error != "fail" else None
+        )
+        compiler = Compiler(
+            session,
+            pipeline,
+            sources,
+            streaming=streaming,
+            on_error=on_error,
+            calibration=calibrate(session),
+            accumulator=accumulator,
+        )
+        failures = Failures(on_error)
+        if reporter:
+            reporter.start()
+        try:
+            if streaming:
+                from rstreams.runtime.spark.streaming import run_streaming
+
+                assert checkpoint is not None
+                tables, records_in, records_out = run_streaming(
+                    compiler, topology, outputs, checkpoint, trigger_once, failures
+                )
+            else:
+                from rstreams.runtime.spark.batch import run_batch
+
+                tables, records_in, records_out = run_batch(
+                    compiler, topology, outputs, collect, failures
+                )
+        except (PySparkException, Py4JError, RecordFailed) as e:
+            raise translate_error(e, session, sources) from None
+        if accumulator is not None:
+            failures.add_worker(accumulator.value)
+        failures.log()
+        if on_error == "dead-letter" and dead_letter_topic(topology.job_id) in outputs:
+            _write_dead_letters(failures, outputs[dead_letter_topic(topology.job_id)])
+        metrics = {"records_in": records_in, **failures.metrics()}
+        return RunResult(tables, records_in, records_out, time.monotonic() - start, metrics)
+    finally:
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+        if reporter:
+            reporter.stop()
+        if compiler is not None:
+            for df in compiler.persisted:
+                with contextlib.suppress(Exception):  # the session may be gone already
+                    df.unpersist()
+        if created:
+            session.stop()
+
+
+def _pickle_user_code_by_value(pipeline: n.Pipeline) -> list[types.ModuleType]:
+    """Ship the code of user functions to the workers by value.
+
+    cloudpickle pickles a function of an importable module by reference, and a worker
+    can not import a module that only the driver can (a script's neighbour, a test
+    file). User modules (not the standard library, not installed packages, not
+    rstreams) are registered to be pickled by value for the run.
+    """
+    fns: list[Any] = []
+    for node in pipeline.nodes:
+        fns += [getattr(node, "fn", None), getattr(node, "initializer", None)]
+        for serde in (getattr(node, "value_serde", None), getattr(node, "key_serde", None)):
+            fns += [getattr(serde, "_de", None), getattr(serde, "_ser", None)]
+    registered = set(cloudpickle.list_registry_pickle_by_value())
+    out: list[types.ModuleType] = []
+    for fn in fns:
+        name = getattr(fn, "__module__", None)
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is None or name in registered or not _is_user_module(module):
+            continue
+        cloudpickle.register_pickle_by_value(module)
+        registered.add(module.__name__)
+        out.append(module)
+    return out
+
+
+def _is_user_module(module: types.ModuleType) -> bool:
+    name = module.__name__
+    if name == "__main__" or name.split(".")[0] in ("rstreams", "pyspark", "builtins"):
+        return False
+    if name.split(".")[0] in sys.stdlib_module_names:
+        return False
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False
+    parts = Path(path).resolve().parts
+    return "site-packages" not in parts and "dist-packages" not in parts
+
+
+def _check_bindings(topology: Topology, inputs: dict[str, str], outputs: dict[str, str]) -> None:
+    missing = [t for t in topology.source_topics if t not in inputs]
+    unknown = [t for t in inputs if t not in topology.source_topics]
+    if unknown:
+        raise ConfigError(
+            f"topic(s) {unknown} are not sources of {topology.job_id!r}; "
+            f"its sources are {topology.source_topics}"
+        )
+    if missing:
+        raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
+    allowed = {*topology.sink_topics, dead_letter_topic(topology.job_id)}
+    wrong = [t for t in outputs if t not in allowed]
+    if wrong:
+        raise ConfigError(
+            f"topic(s) {wrong} are not sinks of {topology.job_id!r}; "
+            f"its sinks are {topology.sink_topics}"
+        )
+
+
+def _resolve_input(topic: str, path: str, streaming: bool) -> tuple[str, ...]:
+    """Check a local input path up front (clear errors instead of Spark's); URLs are
+    left to Spark."""
+    if path == "-":
+        raise ConfigError("the Spark backend can not read stdin; give a file or directory")
+    if not is_local(path):
+        return (path,)
+    p = local_path(path)
+    if glob.has_magic(p):
+        matches = sorted(glob.glob(p))
+        if not matches:
+            raise ConfigError(f"input {path!r} of topic {topic!r} matches no file")
+        if streaming:
+            raise ConfigError(f"streaming reads a directory; got the glob {path!r}")
+        for m in matches:
+            _check_readable(m)
+        return (os.path.abspath(p),)
+    if not os.path.exists(p):
+        raise ConfigError(f"input file {path!r} does not exist")
+    if streaming and not os.path.isdir(p):
+        raise ConfigError(f"streaming reads a directory as new files arrive; {path!r} is a file")
+    if os.path.isdir(p):
+        for root, _, files in os.walk(p):
+            for f in files:
+                if not f.startswith((".", "_")):
+                    _check_readable(os.path.join(root, f))
+    else:
+        _check_readable(p)
+    return (os.path.abspath(p),)
+
+
+def _check_readable(path: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise ConfigError(f"can not read input file {path!r}: {e.strerror}") from None
+
+
+def _write_dead_letters(failures: Failures, path: str) -> None:
+    target = Path(local_path(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in failures.dead_letters():
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(target)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+_MASK33 = (1 << 33) - 1
+
+
+def translate_error(
+    e: BaseException, spark: SparkSession, sources: dict[str, SourceInfo]
+) -> RStreamsError:
+    """A Spark failure as an rstreams error: a failed record becomes a
+    ProcessingError naming the step, the input file and line, the record and the
+    function; anything else keeps Spark's first line."""
+    text = str(e)
+    at = text.find(FAILURE_MARK)
+    if at < 0:
+        first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
+        if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
+            return ConfigError(f"Spark could not read an input: {first}")
+        return ProcessingError(f"the Spark job failed: {first}")
+    try:
+        info, _ = json.JSONDecoder().raw_decode(text, at + len(FAILURE_MARK))
+    except ValueError:
+        return ProcessingError(text[at : at + 500])
+    where, line = _locate(info, spark, sources)
+    what = f" in {info['fn']}" if info.get("fn") else ""
+    message = (
+        f"step {info['step']!r} failed on the record at {where} (key={info.get('key', 'None')}, "
+        f"value={info.get('value')}){what}: {info.get('error')}\n"
+        "  (set on_error='skip' or 'dead-letter' to keep going)"
+    )
+    return ProcessingError(
+        message,
+        step=info.get("step"),
+        topic=info.get("topic"),
+        offset=None if line is None else line - 1,
+    )
+
+
+def _locate(
+    info: dict[str, Any], spark: SparkSession, sources: dict[str, SourceInfo]
+) -> tuple[str, int | None]:
+    """('<topic>: <file> line <n>', n) of a failed record, as far as Spark tells."""
+    src: SourceInfo | None = sources.get(info.get("topic") or "")
+    partition = row = None
+    path: str | None = None
+    if info.get("mono") is not None:
+        partition, row = info["mono"] >> 33, info["mono"] & _MASK33
+    elif info.get("row") is not None and info.get("partition") is not None:
+        partition, row = info["partition"], info["row"]
+    elif info.get("order"):
+        decoded = enc.describe_order(bytes.fromhex(info["order"]))
+        if decoded is not None:
+            index, path, _, mono = decoded
+            src = next((s for s in sources.values() if s.index == index), src)
+            if mono >> 33 < 1 << 20:  # batch: a row id (streaming numbers are counters)
+                partition, row = mono >> 33, mono & _MASK33
+    topic = src.topic if src is not None else info.get("topic") or "?"
+    line = None
+    if src is not None and partition is not None and row is not None:
+        try:
+            path, line = _find_line(spark, src, partition, row)
+        except Exception as err:  # locating is best effort; the failure is what matters
+            log.debug("could not locate the failed record: %s", err)
+    if path is None:
+        return f"{topic} (file unknown)", None
+    shown = local_path(path)
+    return (f"{topic}: {shown} line {line}" if line else f"{topic}: {shown}"), line
+
+
+def _find_line(
+    spark: SparkSession, src: SourceInfo, partition: int, row: int
+) -> tuple[str | None, int | None]:
+    """Re-scan the source (same files, same splits) to turn (partition, row) into
+    (file, line)."""
+    scan = spark.read.text(list(src.paths)).select(
+        F.spark_partition_id().alias("p"),
+        F.monotonically_increasing_id().alias("m"),
+        F.col("_metadata.file_path").alias("f"),
+        F.col("_metadata.file_block_start").alias("b"),
+    )
+    target = (partition << 33) + row
+    hit = scan.where((F.col("p") == partition) & (F.col("m") == target)).select("f", "b").first()
+    if hit is None:
+        return None, None
+    before = scan.where(
+        (F.col("f") == hit["f"])
+        & ((F.col("b") < hit["b"]) | ((F.col("b") == hit["b"]) & (F.col("m") < target)))
+    ).count()
+    return hit["f"], before + 1
+
+
+# -- progress -----------------------------------------------------------------------------
+
+
+class _ProgressReporter:
+    """Polls Spark's status tracker and reports the running stage."""
+
+    def __init__(
+        self, spark: SparkSession, callback: Callable[[Progress], None], start: float
+    ) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.callback = callback
+        self.start_time = start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rstreams-progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                detail = self._detail()
+            except Exception:  # the context is stopping
+                return
+            self.callback(
+                Progress(0, 0, 0, None, time.monotonic() - self.start_time, detail=detail)
+            )
+
+    def _detail(self) -> str:
+        parts = []
+        for sid in sorted(self.tracker.getActiveStageIds()):
+            info = self.tracker.getStageInfo(sid)
+            if info is None:
+                continue
+            name = re.sub(r" at .*$", "", info.name)
+            parts.append(f"stage {sid} ({name}): {info.numCompletedTasks}/{info.numTasks} tasks")
+        return "; ".join(parts) or "Spark: waiting"

@@ -1,0 +1,153 @@
+"""The example pipelines give the same final tables on the test driver, on Spark batch
+and on Spark Structured Streaming (last value per key)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstreams import StreamBuilder, Topology
+from rstreams import functions as F
+from rstreams.runtime.spark import run_spark
+from rstreams.testing import TopologyTestDriver
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = ("wordcount", "branching", "stats")
+
+
+def driver_tables(topology: Topology, lines: list[str]) -> dict[str, dict[Any, Any]]:
+    """Final tables on the test driver: pipe every line, keep the last value per key."""
+    tables: dict[str, dict[Any, Any]] = {t: {} for t in topology.sink_topics}
+    (source,) = topology.source_topics
+    with TopologyTestDriver(topology) as driver:
+        for line in lines:
+            driver.pipe(source, line)
+        for topic in topology.sink_topics:
+            for r in driver.read(topic):
+                key = tuple(r.key) if isinstance(r.key, list) else r.key
+                tables[topic][key] = r.value
+    return tables
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory, corpus_lines: list[str]) -> Path:
+    """A third of the real corpus, split over two files of one directory."""
+    lines = corpus_lines[:2000]
+    d = tmp_path_factory.mktemp("corpus")
+    (d / "part-1.txt").write_text("\n".join(lines[:1200]) + "\n", encoding="utf-8")
+    (d / "part-2.txt").write_text("\n".join(lines[1200:]) + "\n", encoding="utf-8")
+    return d
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_driver_batch_streaming(
+    name: str,
+    example_topology: Callable[[str], Topology],
+    corpus_dir: Path,
+    corpus_lines: list[str],
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    topology = example_topology(name)
+    (source,) = topology.source_topics
+    expected = driver_tables(topology, corpus_lines[:2000])
+    assert all(expected.values())
+
+    batch = run_spark(topology, {source: str(corpus_dir)}, spark=spark)
+    assert batch.tables == expected
+    assert batch.records_in == 2000
+
+    outputs = {t: str(tmp_path / f"{t}.jsonl") for t in topology.sink_topics}
+    streaming = run_spark(
+        topology,
+        {source: str(corpus_dir)},
+        spark=spark,
+        streaming=True,
+        checkpoint=str(tmp_path / "checkpoint"),
+        outputs=outputs,
+    )
+    assert streaming.tables == expected
+    for topic, path in outputs.items():
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+        assert {r["key"]: r["value"] for r in rows} == expected[topic]
+
+
+def mixed_pipeline() -> Topology:
+    """Every node type, order-sensitive folds, tuples, floats and mixed types."""
+    b = StreamBuilder("mixed")
+    lines = b.source("lines")
+    words = lines.flatMap(lambda line: line.split())
+    # Non-commutative folds: only right if records are folded in source order.
+    words.filter(lambda w: len(w) > 3).keyBy(lambda w: w[:1].lower()).reduce(
+        lambda acc, w: acc[-40:] + "|" + w, name="concat"
+    ).sink("concat")
+    words.keyBy(len).aggregate(lambda: (), lambda acc, w: (*acc, w)[-3:], name="last3").sink(
+        "last3", "msgpack"
+    )
+    # Float sums depend on order; mixed int/float min keeps Python's tie rules.
+    words.keyBy(lambda w: len(w) % 3).sum(lambda w: 0.1 * len(w), name="fsum").sink("fsum")
+    words.keyBy(lambda w: w[:1]).min(
+        lambda w: len(w) if len(w) % 2 else float(len(w)), name="mixmin"
+    ).sink("mixmin")
+    # A stateless sink: the last value per key, in source order.
+    lines.map(lambda line: (len(line), line[:1])).filter(lambda t: t[0] > 0).sink("last")
+    # Built-ins, merge, peek, selectTimestamp, count after a native keyBy.
+    upper = lines.map(F.upper())
+    lower = lines.map(F.lower()).peek(lambda v: None).selectTimestamp(lambda v: 5)
+    upper.merge(lower).flatMap(F.words()).keyBy(F.identity()).count(name="cased").sink("cased")
+    lines.map(F.strip()).filter(F.identity()).keyBy(F.length()).max(F.length()).sink("len")
+    return b.build()
+
+
+def test_mixed_pipeline_matches_driver(corpus_lines: list[str], spark: Any, tmp_path: Path) -> None:
+    lines = corpus_lines[:600]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    topology = mixed_pipeline()
+    expected = driver_tables(topology, lines)
+    got = run_spark(topology, {"lines": str(path)}, spark=spark)
+    for topic in topology.sink_topics:
+        assert got.tables[topic] == expected[topic], topic
+    # Same Python types, not just equal values.
+    assert {type(v) for v in got.tables["last3"].values()} == {tuple}
+    assert {type(v) for v in got.tables["fsum"].values()} == {float}
+
+
+def test_reduce_on_streaming_continues_from_state(spark: Any, tmp_path: Path) -> None:
+    b = StreamBuilder("fold")
+    b.source("in").keyBy(lambda v: v[:1]).reduce(lambda a, v: a + v).sink("out")
+    topology = b.build()
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "1.txt").write_text("ab\nac\nb1\n")
+    ckpt = str(tmp_path / "ck")
+    first = run_spark(topology, {"in": str(src)}, spark=spark, streaming=True, checkpoint=ckpt)
+    assert first.tables["out"] == {"a": "abac", "b": "b1"}
+    (src / "2.txt").write_text("ad\n")
+    second = run_spark(topology, {"in": str(src)}, spark=spark, streaming=True, checkpoint=ckpt)
+    assert second.tables["out"] == {"a": "abacad", "b": "b1"}
+
+
+def test_rstreams_run_backend_spark(
+    example_topology: Callable[[str], Topology],
+    corpus_lines: list[str],
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    import rstreams
+
+    topology = example_topology("wordcount")
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(corpus_lines[:500]) + "\n", encoding="utf-8")
+    seen: list[Any] = []
+    result = rstreams.run(
+        topology, {"sentences": str(path)}, backend="spark", spark=spark, progress=seen.append
+    )
+    assert result.tables == driver_tables(topology, corpus_lines[:500])
+    assert result.records_in == 500
+    assert all(p.detail for p in seen)  # "stage N (...): done/total tasks"
