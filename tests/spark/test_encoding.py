@@ -50,7 +50,7 @@ def same(a: Any, b: Any) -> bool:
 
 @given(st.lists(values, max_size=20))
 def test_any_and_packed_layouts_round_trip_values_and_types(vals: list[Any]) -> None:
-    for kind in (enc.ANY, enc.PACKED):
+    for kind in (enc.ANY, enc.MIXED, enc.PACKED):
         back = round_trip(vals, kind)
         assert all(same(a, b) for a, b in zip(vals, back)) and len(back) == len(vals)
 
@@ -65,17 +65,19 @@ def test_text_batches_take_the_one_column_path(vals: list[str]) -> None:
 @given(values, values)
 def test_equal_values_get_equal_encodings(a: Any, b: Any) -> None:
     """groupBy on the columns groups like the engine's stores, which key by value."""
-    cols = [x.to_pylist() for x in enc.encode([a, b], enc.ANY)]
-    if same(a, b):
-        assert [c[0] for c in cols] == [c[1] for c in cols]
+    for kind in (enc.ANY, enc.MIXED):
+        cols = [x.to_pylist() for x in enc.encode([a, b], kind)]
+        if same(a, b):
+            assert [c[0] for c in cols] == [c[1] for c in cols]
 
 
-def test_int_float_bool_stay_apart() -> None:
-    cols = [x.to_pylist() for x in enc.encode([1, 1.0, True], enc.ANY)]
+@pytest.mark.parametrize("kind", [enc.ANY, enc.MIXED])
+def test_int_float_bool_stay_apart(kind: str) -> None:
+    cols = [x.to_pylist() for x in enc.encode([1, 1.0, True], kind)]
     rows = list(zip(*cols))
     assert len(set(rows)) == 3
-    assert round_trip([1, 1.0, True], enc.ANY) == [1, 1.0, True]
-    assert [type(v) for v in round_trip([1, 1.0, True], enc.ANY)] == [int, float, bool]
+    assert round_trip([1, 1.0, True], kind) == [1, 1.0, True]
+    assert [type(v) for v in round_trip([1, 1.0, True], kind)] == [int, float, bool]
 
 
 def test_values_that_can_not_be_stored_name_their_row() -> None:

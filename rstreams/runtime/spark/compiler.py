@@ -99,9 +99,9 @@ class Stream:
             if step.kind in ("map", "flatMap", "decode", "partial"):
                 value = enc.ANY
             elif step.kind == "keyBy":
-                key = enc.ANY
+                key = enc.MIXED
             elif step.kind == "identityKey":
-                key = value
+                key = enc.MIXED if value == enc.ANY else value
         return key, value
 
 
@@ -399,7 +399,7 @@ class Compiler:
         """Re-layout a flushed stream to (key, value) layouts (for unions)."""
         if (s.key, s.value) == (key, value):
             return s
-        if enc.PACKED in (s.key, s.value, key, value):
+        if not (enc.widens_natively(s.key, key) and enc.widens_natively(s.value, value)):
             return self.flush(s, as_key=key, as_value=value)
         cols: list[Column] = []
         for prefix, src, dst in (("k", s.key, key), ("v", s.value, value)):
@@ -758,3 +758,7 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     folded = comp.fold(attrs.evolve(full, df=rows), node, op, ordered)
     good = comp.widen(good, s.key, enc.ANY)
     return attrs.evolve(folded, df=good.df.unionByName(folded.df), python=True)
+
+
+# Windowed aggregations and joins register their translation rules on import.
+from rstreams.runtime.spark import windows as _windows  # noqa: E402, F401

@@ -15,6 +15,10 @@ kind       columns (``<p>`` is ``k`` or ``v``)     holds
                                                    anything else (bool, bytes, tuple,
                                                    list, dict, big ints); all null is
                                                    None
+``mixed``  ``<p>_s`` ``<p>_x`` (string, binary)     str, or msgpack of anything else:
+                                                   keys computed by Python (two
+                                                   columns to hash, not four; keys
+                                                   are grouped, never summed)
 ``packed`` ``<p>_m`` binary                        msgpack of the whole value
 ========== ======================================= ===================================
 
@@ -40,8 +44,8 @@ import pyarrow as pa
 from rstreams.errors import SerdeError
 from rstreams.serde import INTERNAL_SERDE
 
-NONE, STR, LONG, ANY, PACKED = "none", "str", "long", "any", "packed"
-KINDS = (NONE, STR, LONG, ANY, PACKED)
+NONE, STR, LONG, ANY, MIXED, PACKED = "none", "str", "long", "any", "mixed", "packed"
+KINDS = (NONE, STR, LONG, ANY, MIXED, PACKED)
 
 #: kind -> (column suffix, Spark DDL type, Arrow type) per column
 _LAYOUT: dict[str, tuple[tuple[str, str, pa.DataType], ...]] = {
@@ -54,6 +58,7 @@ _LAYOUT: dict[str, tuple[tuple[str, str, pa.DataType], ...]] = {
         ("d", "double", pa.float64()),
         ("b", "binary", pa.binary()),
     ),
+    MIXED: (("s", "string", pa.string()), ("x", "binary", pa.binary())),
     PACKED: (("m", "binary", pa.binary()),),
 }
 _SUFFIX_TYPE = {suffix: arrow for layout in _LAYOUT.values() for suffix, _, arrow in layout}
@@ -89,11 +94,21 @@ def join_kinds(kinds: list[str]) -> str:
     distinct = set(kinds)
     if len(distinct) == 1:
         return kinds[0]
-    distinct.discard(NONE)
-    if len(distinct) == 1 and distinct < {STR, LONG, ANY}:
-        # None fits every nullable layout except packed.
+    if PACKED in distinct:
+        return PACKED
+    distinct.discard(NONE)  # None fits every other layout (as nulls)
+    if len(distinct) == 1:
         return distinct.pop()
-    return ANY if PACKED not in distinct else PACKED
+    return MIXED if MIXED in distinct else ANY
+
+
+#: (from, to) layouts a DataFrame converts between by adding null columns.
+_NATIVE_WIDENING = {(STR, ANY), (LONG, ANY), (STR, MIXED)}
+
+
+def widens_natively(src: str, dst: str) -> bool:
+    """Is ``dst`` ``src`` plus null columns (no Python needed to convert)?"""
+    return src == dst or (src == NONE and dst != PACKED) or (src, dst) in _NATIVE_WIDENING
 
 
 def missing_suffixes(src: str, dst: str) -> list[tuple[str, pa.DataType]]:
@@ -134,6 +149,8 @@ def encode(values: list[Any], kind: str) -> list[pa.Array]:
         return [pa.array(values, pa.int64())]
     if kind == PACKED:
         return [pa.array(_packed(values), pa.binary())]
+    if kind == MIXED:
+        return _encode_mixed(values)
     try:  # the common case, text in, text out: one pass of Arrow's own type inference
         text = pa.array(values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -173,6 +190,27 @@ def encode(values: list[Any], kind: str) -> list[pa.Array]:
     ]
 
 
+def _encode_mixed(values: list[Any]) -> list[pa.Array]:
+    n = len(values)
+    try:
+        text = pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        text = None
+    if text is not None and text.type == pa.string():
+        return [text, pa.nulls(n, pa.binary())]
+    s: list[Any] = [None] * n
+    x: list[Any] = [None] * n
+    for i, v in enumerate(values):
+        if type(v) is str:
+            s[i] = v
+        elif v is not None:
+            try:
+                x[i] = _pack(v)
+            except SerdeError as e:
+                raise EncodeError(str(e), i) from None
+    return [pa.array(s, pa.string()), pa.array(x, pa.binary())]
+
+
 # -- Arrow -> Python values -------------------------------------------------------------
 
 
@@ -189,6 +227,15 @@ def decode(arrays: list[Any], kind: str, n: int) -> list[Any]:
     if kind == PACKED:
         col = arrays[0] if isinstance(arrays[0], list) else _pylist(arrays[0])
         return [None if m is None else _unpack(m) for m in col]
+    if kind == MIXED:
+        text, packed = arrays
+        if not isinstance(packed, list) and packed.null_count == n:
+            return text if isinstance(text, list) else _pylist(text)
+        merged = list(text) if isinstance(text, list) else _pylist(text)
+        for i, m in enumerate(packed if isinstance(packed, list) else _pylist(packed)):
+            if m is not None:
+                merged[i] = _unpack(m)
+        return merged
     s, ints, d, b = arrays
     if all(not isinstance(a, list) and a.null_count == n for a in (ints, d, b)):
         return _pylist(s)

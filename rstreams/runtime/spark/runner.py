@@ -287,7 +287,14 @@ def translate_error(
     text = str(e)
     at = text.find(FAILURE_MARK)
     if at < 0:
-        first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        first = lines[0] if lines else type(e).__name__
+        if "Traceback (most recent call last)" in text:
+            # A Python worker died outside any step: its exception line says why.
+            first = next(
+                (ln for ln in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", ln)),
+                first,
+            )
         if "PATH_NOT_FOUND" in text or "FileNotFoundException" in text:
             return ConfigError(f"Spark could not read an input: {first}")
         return ProcessingError(f"the Spark job failed: {first}")

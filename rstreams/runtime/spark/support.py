@@ -38,7 +38,9 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
     n.FlatMapNode: Support(True, True, "F.findall/F.words: regexp_extract_all + explode"),
     n.FilterNode: Support(True, True, "built-ins: native where(); else Python"),
     n.KeyByNode: Support(True, True, "built-ins and identity: native columns; else Python"),
-    n.SelectTimestampNode: Support(True, True, "Python (validated; tables carry no time)"),
+    n.SelectTimestampNode: Support(
+        True, True, "Python (validated); windows and joins recompile it to carry event time"
+    ),
     n.PeekNode: Support(True, True, "Python, once per record (cached at fan-out)"),
     n.ForeachNode: Support(True, True, "Python on the executors"),
     n.PrintNode: Support(True, True, "collected to the driver, printed in source order"),
@@ -51,6 +53,21 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
         "count/sum/min/max: groupBy + native aggregates; reduce/aggregate: sorted "
         "Arrow fold (batch), applyInPandasWithState on RocksDB (streaming); "
         "streaming allows one aggregation per path",
+    ),
+    n.WindowAggregateNode: Support(
+        True,
+        True,
+        "batch: F.window (tumbling/hopping) / F.session_window (gap + 1 ms) over the "
+        "selectTimestamp event time; count, and sum/min/max over int values; keys "
+        "Windowed(key, start, end); no lateness in batch; streaming: withWatermark(grace), "
+        "update output (see docs/windows.md)",
+    ),
+    n.LateNode: Support(True, False, "batch: always empty (no stream time, nothing is late)"),
+    n.JoinNode: Support(
+        True,
+        False,
+        "batch, windowed joins only: equi-join on the join key plus the JoinWindow time "
+        "range (inner/left/outer); key functions and joiner in Python",
     ),
 }
 
