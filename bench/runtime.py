@@ -1,6 +1,6 @@
 """Embedded runtime throughput and memory, as ratios measured in one run.
 
-    python bench/runtime.py [--mb 50]
+    python bench/runtime.py [--mb 100]
 
 On a generated corpus of --mb megabytes (examples/data/corpus.txt repeated, with word
 variants so the vocabulary grows), it times:
@@ -62,7 +62,7 @@ def table(path: Path) -> dict[str, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=float, default=50.0, help="corpus size in MB (default 50)")
+    ap.add_argument("--mb", type=float, default=100.0, help="corpus size in MB (default 100)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)

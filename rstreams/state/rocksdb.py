@@ -39,8 +39,8 @@ class RocksDBConfig:
     ``write_buffer_bytes`` is per store (RocksDB keeps up to two per store).
     """
 
-    block_cache_bytes: int = 64 * 1024 * 1024
-    write_buffer_bytes: int = 8 * 1024 * 1024
+    block_cache_bytes: int = 32 * 1024 * 1024
+    write_buffer_bytes: int = 2 * 1024 * 1024
     max_write_buffers: int = 2
     #: fsync RocksDB's WAL on every batch. The changelog is the durable record of state,
     #: so by default the local store relies on the OS (a lost tail is replayed).

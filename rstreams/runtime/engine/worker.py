@@ -56,7 +56,7 @@ class WorkerConfig:
     heartbeat_interval: float = 0.5
     rebalance_interval: float = 20.0
     commit_interval: float = 1.0
-    cache_records: int = 20_000
+    cache_records: int = 5_000
     pull_batch: int = 5_000
     pull_interval: float = 0.1
     batch_size: int = 5_000
