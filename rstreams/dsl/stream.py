@@ -143,6 +143,29 @@ class _Stream:
         return self._builder.pipeline.add(cls, (self._node,), name, **fields)
 
 
+class _Sinkable(_Stream):
+    """Grouped and windowed results: ``sink`` is ``toRStream().sink``."""
+
+    __slots__ = ()
+
+    def toRStream(self, *, name: str | None = None) -> RStream:
+        raise NotImplementedError
+
+    def sink(
+        self,
+        topic: str,
+        serializer: SerdeLike | None = None,
+        *,
+        key_serializer: SerdeLike | None = None,
+        queues: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Shorthand for ``.toRStream().sink(...)``."""
+        self.toRStream().sink(
+            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
+        )
+
+
 class RStream(_Stream):
     """A stream of records (key, value, timestamp). Immutable; every method returns a new
     stream (or None for terminal steps)."""
@@ -281,7 +304,7 @@ class RStream(_Stream):
         return f"RStream({self._node.name!r})"
 
 
-class GroupedStream(_Stream):
+class GroupedStream(_Sinkable):
     """A keyed stream, or the table of an aggregation's latest value per key.
 
     Aggregations (count, sum, min, max, reduce, aggregate) keep their state in a store
@@ -389,20 +412,6 @@ class GroupedStream(_Stream):
             return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
         return RStream(self._builder, self._node, self._repartition)
 
-    def sink(
-        self,
-        topic: str,
-        serializer: SerdeLike | None = None,
-        *,
-        key_serializer: SerdeLike | None = None,
-        queues: int | None = None,
-        name: str | None = None,
-    ) -> None:
-        """Shorthand for ``.toRStream().sink(...)``."""
-        self.toRStream().sink(
-            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
-        )
-
     def window(
         self,
         spec: Any,
@@ -442,7 +451,7 @@ class GroupedStream(_Stream):
         return f"GroupedStream({self._node.name!r})"
 
 
-class WindowStream(_Stream):
+class WindowStream(_Sinkable):
     """A keyed stream cut into windows; its aggregations give a WindowStream of results
     keyed by ``Windowed(key, start, end)``."""
 
@@ -551,20 +560,6 @@ class WindowStream(_Stream):
         """The stream of results, keyed by ``Windowed(key, start, end)``."""
         self._require_aggregated("toRStream")
         return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
-
-    def sink(
-        self,
-        topic: str,
-        serializer: SerdeLike | None = None,
-        *,
-        key_serializer: SerdeLike | None = None,
-        queues: int | None = None,
-        name: str | None = None,
-    ) -> None:
-        """Shorthand for ``.toRStream().sink(...)``."""
-        self.toRStream().sink(
-            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
-        )
 
     def late(self, *, name: str | None = None) -> RStream:
         """The records that came too late for every window they belong to."""

@@ -78,9 +78,14 @@ class _TimedProcessor(Processor):
         self.results = [c for c in self.children if c.kind != "late"]
         self.late_children = [c for c in self.children if c.kind == "late"]
 
-    def emit(self, out: _Out, batch: Batch) -> None:
+    def emit(self, out: _Out, batch: Batch | None = None) -> None:
+        """Send ``out`` to the result children (time-driven output has no input batch)."""
         if out.keys:
-            b = out.batch(batch.topic, batch.queue)
+            b = (
+                out.batch("", self.ctx.queue)
+                if batch is None
+                else out.batch(batch.topic, batch.queue)
+            )
             for child in self.results:
                 child.process(b)
 
@@ -235,10 +240,7 @@ class WindowAggregateProcessor(_TimedProcessor):
         while self.heap:
             _, wk, start = heapq.heappop(self.heap)
             self._close(wk.key, start, out, -1, "end-of-input")
-        if out.keys:
-            b = out.batch("", self.ctx.queue)
-            for child in self.results:
-                child.process(b)
+        self.emit(out)
 
     def punctuate(self, now: int) -> None:
         """Wall-clock close of windows idle for ``close_after_idle`` ms."""
@@ -248,10 +250,7 @@ class WindowAggregateProcessor(_TimedProcessor):
         for (key, start), at in list(self.touched.items()):
             if now - at >= self.idle:
                 self._close(key, start, out, -1, "idle")
-        if out.keys:
-            b = out.batch("", self.ctx.queue)
-            for child in self.results:
-                child.process(b)
+        self.emit(out)
 
 
 class _Key:
@@ -404,10 +403,7 @@ class JoinProcessor(_TimedProcessor):
         """Bounded input ended: nothing can match any more; emit the unmatched."""
         out = _Out()
         self._expire(out, -1, everything=True)
-        if out.keys:
-            b = out.batch("", self.ctx.queue)
-            for child in self.results:
-                child.process(b)
+        self.emit(out)
 
     def _expire(self, out: _Out, off: int, everything: bool = False) -> None:
         heap = self.heap

@@ -55,7 +55,11 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 log = logging.getLogger("rstreams.spark")
 
-_CALIBRATION_VERSION = 2
+_CALIBRATION_VERSION = 3
+#: Case mapping is tested after this character: it is non-ASCII (Spark maps pure-ASCII
+#: strings on a fast path that ignores the JVM's locale, other strings with the
+#: locale's rules) and neither cased nor case-ignorable (no final-sigma context).
+_CONTEXT = "\u00d7"
 _SKIP = {0xFEFF}  # Spark's UTF-32 decoder eats a leading BOM: not testable this way
 
 
@@ -127,12 +131,20 @@ def _cache_file(key: str) -> Path:
 _calibrations: dict[str, Calibration] = {}
 
 
-def calibrate(spark: SparkSession) -> Calibration:
+def calibrate(spark: SparkSession, *, case: bool = True) -> Calibration:
     """Compare this Spark's regex classes and case mapping with Python's, for every
-    code point (one Spark job, then cached in memory and under ~/.cache/rstreams)."""
+    code point (one Spark job, then cached in memory and under ~/.cache/rstreams).
+
+    With ``case=False`` the case-mapping differences are left unpatched."""
+    cal = _calibrate(spark)
+    return cal if case else attrs.evolve(cal, lower_fix=(), upper_fix=())
+
+
+def _calibrate(spark: SparkSession) -> Calibration:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     java = jvm.java.lang.System.getProperty("java.version")
+    locale = jvm.java.util.Locale.getDefault().toString()
     try:
         icu = spark.conf.get("spark.sql.icu.caseMappings.enabled")
     except Exception:  # an older Spark without the setting
@@ -142,6 +154,7 @@ def calibrate(spark: SparkSession) -> Calibration:
             str(_CALIBRATION_VERSION),
             spark.version,
             str(java),
+            f"locale={locale}",
             f"icu={icu}",
             unicodedata.unidata_version,
         ]
@@ -175,6 +188,7 @@ def calibrate(spark: SparkSession) -> Calibration:
 
 def _measure(spark: SparkSession) -> Calibration:
     c = F.col("c")
+    ctx = F.concat(F.lit(_CONTEXT), c)
     cps = (
         spark.range(0, 0x110000, numPartitions=4)
         .where(~F.col("id").between(0xD800, 0xDFFF))
@@ -186,8 +200,8 @@ def _measure(spark: SparkSession) -> Calibration:
     row = cps.agg(
         F.collect_list(F.when(c.rlike(r"^[\p{L}\p{N}_]$"), F.col("id"))).alias("w"),
         F.collect_list(F.when(c.rlike(r"^\p{Nd}$"), F.col("id"))).alias("d"),
-        F.collect_list(F.when(F.lower(c) != c, F.struct("id", F.lower(c)))).alias("lo"),
-        F.collect_list(F.when(F.upper(c) != c, F.struct("id", F.upper(c)))).alias("up"),
+        F.collect_list(F.when(F.lower(ctx) != ctx, F.struct("id", F.lower(ctx)))).alias("lo"),
+        F.collect_list(F.when(F.upper(ctx) != ctx, F.struct("id", F.upper(ctx)))).alias("up"),
     ).collect()[0]
     java_w, java_d = set(row["w"]), set(row["d"])
     spark_lower = {r[0]: r[1] for r in row["lo"]}
@@ -208,10 +222,12 @@ def _measure(spark: SparkSession) -> Calibration:
         py_d = _PY_DIGIT.match(ch) is not None
         if py_d != (cp in java_d):
             (d_extra if py_d else d_removed).append(cp)
-        if ch.lower() != spark_lower.get(cp, ch):
-            lower_fix.append((cp, ch.lower()))
-        if ch.upper() != spark_upper.get(cp, ch):
-            upper_fix.append((cp, ch.upper()))
+        in_ctx = _CONTEXT + ch
+        py_lower, py_upper = in_ctx.lower(), in_ctx.upper()
+        if py_lower != spark_lower.get(cp, in_ctx):
+            lower_fix.append((cp, py_lower[1:]))
+        if py_upper != spark_upper.get(cp, in_ctx):
+            upper_fix.append((cp, py_upper[1:]))
     unassigned: tuple[int, ...] = ()
     extras = sorted(set(w_extra) | set(d_extra))
     if extras:
