@@ -151,3 +151,38 @@ def test_rstreams_run_backend_spark(
     assert result.tables == driver_tables(topology, corpus_lines[:500])
     assert result.records_in == 500
     assert all(p.detail for p in seen)  # "stage N (...): done/total tasks"
+
+
+class RecordLines:
+    """A foreach side effect the test can see: each process appends to its own file."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, value: str) -> None:
+        import os
+
+        with open(self.directory / str(os.getpid()), "a") as f:
+            f.write(value + "\n")
+
+
+def test_print_and_foreach(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = ["b a", "c", "a a"]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n")
+
+    def topology(directory: Path) -> Topology:
+        directory.mkdir()
+        b = StreamBuilder("effects")
+        src = b.source("in")
+        src.flatMap(F.words()).print("w")
+        src.foreach(RecordLines(directory))
+        return b.build()
+
+    with TopologyTestDriver(topology(tmp_path / "driver")) as driver:
+        driver.pipe_all("in", lines)
+    expected = capsys.readouterr().out
+    run_spark(topology(tmp_path / "spark"), {"in": str(path)}, spark=spark)
+    assert capsys.readouterr().out == expected == "[w] b\n[w] a\n[w] c\n[w] a\n[w] a\n"
+    seen = [line for f in (tmp_path / "spark").iterdir() for line in f.read_text().splitlines()]
+    assert sorted(seen) == sorted(lines)  # each record once

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001 (look-alike characters are what these tests are about)
+# ruff: noqa: RUF001, RUF002 (look-alike characters are what these tests are about)
 """Built-in functions give identical results on the embedded runtime and on Spark, where
 they run as native Spark SQL (no Python per record)."""
 
@@ -189,3 +189,45 @@ def test_builtins_are_frozen_with_readable_reprs() -> None:
         "F.findall('\\\\w+')",
     ]
     assert F.words() == F.findall(r"\w+") and hash(F.lower()) == hash(F.lower())
+
+
+TURKISH = """
+import sys
+from pyspark.sql import SparkSession
+from rstreams import StreamBuilder, functions as F
+from rstreams.runtime.spark import run_spark
+
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.driver.extraJavaOptions", "-Duser.language=tr -Duser.country=TR")
+    .config("spark.ui.enabled", "false")
+    .config("spark.pyspark.python", sys.executable)
+    .getOrCreate()
+)
+lines = ["ISTANBUL İi", "ISTANBUL", "ΟΔΟΣ Iı", "x"]
+path = sys.argv[1]
+open(path, "w", encoding="utf-8").write("\\n".join(lines) + "\\n")
+for fn in (F.lower(), F.upper()):
+    b = StreamBuilder("tr")
+    b.source("in").keyBy(F.identity()).toRStream().map(fn).sink("out")
+    got = run_spark(b.build(), {"in": path}, spark=spark).tables["out"]
+    assert got == {line: fn(line) for line in lines}, got
+print("identical")
+"""
+
+
+def test_turkish_jvm_locale_is_patched(tmp_path: Path) -> None:
+    """Spark lower-cases non-ASCII strings with the JVM's locale (I -> ı in Turkish);
+    the built-ins still give Python's results. Its own JVM, so a subprocess."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tr.py"
+    script.write_text(TURKISH, encoding="utf-8")
+    r = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "lines.txt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0 and "identical" in r.stdout, r.stderr[-3000:]
