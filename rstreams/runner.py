@@ -98,6 +98,19 @@ def _open(path: str) -> tuple[BinaryIO, int | None]:
     return f, p.stat().st_size
 
 
+def check_inputs(topology: Topology, inputs: dict[str, str]) -> None:
+    """Every source topic bound to an input, and nothing else bound."""
+    missing = [t for t in topology.source_topics if t not in inputs]
+    unknown = [t for t in inputs if t not in topology.source_topics]
+    if unknown:
+        raise ConfigError(
+            f"topic(s) {unknown} are not sources of {topology.job_id!r}; "
+            f"its sources are {topology.source_topics}"
+        )
+    if missing:
+        raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
+
+
 def run(
     topology: Topology,
     inputs: dict[str, str],
@@ -166,15 +179,7 @@ def run(
         raise UnsupportedOperation(
             f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
         )
-    missing = [t for t in topology.source_topics if t not in inputs]
-    unknown = [t for t in inputs if t not in topology.source_topics]
-    if unknown:
-        raise ConfigError(
-            f"topic(s) {unknown} are not sources of {topology.job_id!r}; "
-            f"its sources are {topology.source_topics}"
-        )
-    if missing:
-        raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
+    check_inputs(topology, inputs)
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
     if follow and data_dir is None:
@@ -256,6 +261,15 @@ def run(
     return RunResult(tables, records_in, records_out, time.monotonic() - start, engine.metrics())
 
 
+def fold_records(table: dict[Any, Any], records: list[Any], spec: Any) -> None:
+    """Fold sink records (deserialized with the sink topic's serdes) into a final table:
+    the last value per key."""
+    kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
+    for r in records:
+        key = None if r.key is None else kde(r.key)
+        table[_hashable(key)] = None if r.value is None else vde(r.value)
+
+
 def _collect(
     engine: LocalEngine,
     sinks: list[str],
@@ -267,13 +281,9 @@ def _collect(
     broker = engine.broker
     for topic in sinks:
         spec = engine.topology.topics[topic]
-        kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
-        table = tables[topic]
         for q in range(engine.queue_counts[topic]):
             records = broker.read(topic, q, read_pos[(topic, q)])
-            for lr in records:
-                key = None if lr.key is None else kde(lr.key)
-                table[_hashable(key)] = None if lr.value is None else vde(lr.value)
+            fold_records(tables[topic], records, spec)
             n += len(records)
             read_pos[(topic, q)] += len(records)
             broker.purge(topic, q, read_pos[(topic, q)])

@@ -75,6 +75,27 @@ class Processor:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+def apply_column(
+    ctx: StreamContext, step: str, fn: Callable[[Any], Any], user_fn: Any, batch: Batch
+) -> tuple[list[Any], Batch]:
+    """``fn`` over the values at C speed; only if that raises, again row by row to apply
+    the on_error policy to the failing rows. Returns the results and the surviving rows."""
+    try:
+        return list(map(fn, batch.values)), batch
+    except Exception:
+        pass
+    results: list[Any] = []
+    keep: list[int] = []
+    for i, v in enumerate(batch.values):
+        try:
+            results.append(fn(v))
+        except Exception as e:
+            ctx.handle_error(step, batch.row(i), e, user_fn)
+            continue
+        keep.append(i)
+    return results, batch.take(keep)
+
+
 class FnProcessor(Processor):
     """A step that applies one user function to each value."""
 
@@ -87,21 +108,7 @@ class FnProcessor(Processor):
         self, batch: Batch, fn: Callable[[Any], Any] | None = None
     ) -> tuple[list[Any], Batch]:
         """``[fn(v) for v in values]`` and the batch of the rows that did not fail."""
-        fn = fn or self.fn
-        try:
-            return list(map(fn, batch.values)), batch
-        except Exception:
-            pass
-        results: list[Any] = []
-        keep: list[int] = []
-        for i, v in enumerate(batch.values):
-            try:
-                results.append(fn(v))
-            except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, self.fn)
-                continue
-            keep.append(i)
-        return results, batch.take(keep)
+        return apply_column(self.ctx, self.name, fn or self.fn, self.fn, batch)
 
 
 @register_processor("map")
@@ -407,27 +414,14 @@ class ShuffleSinkProcessor(_SinkBase):
                 self.send(batch.with_values([1] * len(batch)))
             return
         if self.to_partial is not None:
-            values, batch = self._apply(batch, self.to_partial)
+            values, batch = apply_column(
+                self.ctx, self.fn_step, self.to_partial, self.user_fn, batch
+            )
             batch = batch.with_values(values)
         if self.combine:
             self._send_combined(batch, *self._merge(batch))
         else:
             self.send(batch)
-
-    def _apply(self, batch: Batch, fn: Callable[[Any], Any]) -> tuple[list[Any], Batch]:
-        try:
-            return list(map(fn, batch.values)), batch
-        except Exception:
-            pass
-        out, keep = [], []
-        for i, v in enumerate(batch.values):
-            try:
-                out.append(fn(v))
-            except Exception as e:
-                self.ctx.handle_error(self.fn_step, batch.row(i), e, self.user_fn)
-                continue
-            keep.append(i)
-        return out, batch.take(keep)
 
     def _count(self, batch: Batch) -> tuple[list[Any], list[Any]]:
         try:

@@ -374,12 +374,11 @@ class Supervisor:
 
     def tables(self) -> dict[str, dict[Any, Any]]:
         """Final table (last value per key) of every sink topic, read from the log."""
-        from rstreams.runner import _hashable
+        from rstreams.runner import fold_records
 
         out: dict[str, dict[Any, Any]] = {}
         for topic in self.topology.sink_topics:
             spec = self.topology.topics[topic]
-            kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
             table: dict[Any, Any] = {}
             for q in range(self.queue_counts[topic]):
                 pos = self.broker.start_offset(topic, q)
@@ -387,9 +386,7 @@ class Supervisor:
                     records = self.broker.read(topic, q, pos, 50_000)
                     if not records:
                         break
-                    for r in records:
-                        key = None if r.key is None else kde(r.key)
-                        table[_hashable(key)] = None if r.value is None else vde(r.value)
+                    fold_records(table, records, spec)
                     pos = records[-1].offset + 1
             out[topic] = table
         return out

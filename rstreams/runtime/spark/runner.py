@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
-from rstreams.runner import Progress, RunResult
+from rstreams.runner import Progress, RunResult, check_inputs
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
@@ -209,15 +209,7 @@ def _is_user_module(module: types.ModuleType) -> bool:
 
 
 def _check_bindings(topology: Topology, inputs: dict[str, str], outputs: dict[str, str]) -> None:
-    missing = [t for t in topology.source_topics if t not in inputs]
-    unknown = [t for t in inputs if t not in topology.source_topics]
-    if unknown:
-        raise ConfigError(
-            f"topic(s) {unknown} are not sources of {topology.job_id!r}; "
-            f"its sources are {topology.source_topics}"
-        )
-    if missing:
-        raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
+    check_inputs(topology, inputs)
     allowed = {*topology.sink_topics, dead_letter_topic(topology.job_id)}
     wrong = [t for t in outputs if t not in allowed]
     if wrong:
