@@ -24,7 +24,9 @@ Built-in serdes, also selectable by name wherever a serde is accepted:
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Callable
+from json.encoder import encode_basestring as _encode_basestring  # the C one
 from typing import Any
 
 import msgpack
@@ -52,6 +54,12 @@ class Serde:
         retry one by one to find it. Override with a faster loop where possible."""
         de = self.deserialize
         return [de(d) for d in data]
+
+    def serialize_many(self, objs: list[Any]) -> list[bytes]:
+        """Serialize a column of values (none of them None). Raises on the first bad
+        one; callers then retry one by one to find it."""
+        ser = self.serialize
+        return [ser(o) for o in objs]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -84,6 +92,12 @@ class StrSerde(Serde):
         except UnicodeDecodeError:
             return [self.deserialize(d) for d in data]  # raises the clear error
 
+    def serialize_many(self, objs: list[Any]) -> list[bytes]:
+        try:
+            return list(map(str.encode, objs))
+        except TypeError:  # bytes, or a bad value: the general path sorts them out
+            return [self.serialize(o) for o in objs]
+
 
 class BytesSerde(Serde):
     """Bytes in, bytes out."""
@@ -100,6 +114,11 @@ class BytesSerde(Serde):
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         return list(data)
+
+    def serialize_many(self, objs: list[Any]) -> list[bytes]:
+        if all(type(o) is bytes for o in objs):
+            return list(objs)
+        return [self.serialize(o) for o in objs]
 
 
 def _json_default(obj: Any) -> Any:
@@ -140,6 +159,40 @@ class JsonSerde(Serde):
             return json.loads(data, object_hook=_json_object)
         except ValueError as e:
             raise SerdeError(f"invalid JSON ({e}): {data[:60]!r}") from None
+
+    def serialize_many(self, objs: list[Any]) -> list[bytes]:
+        # str and int (the usual keys and counts) skip json.dumps's Python layers; the
+        # bytes are the same as json.dumps gives.
+        enc, ser = _encode_basestring, self.serialize
+        out: list[bytes] = []
+        append = out.append
+        for o in objs:
+            t = type(o)
+            if t is str:
+                append(enc(o).encode("utf-8"))
+            elif t is int:
+                append(b"%d" % o)
+            else:
+                append(ser(o))
+        return out
+
+    def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        # The C scanner on each value, without json.loads's per-call Python layers. A
+        # value it does not take whole (surrounding blanks, other encodings, bad data)
+        # goes through json.loads, which decides.
+        scan = json.scanner.make_scanner(json.JSONDecoder(object_hook=_json_object))  # type: ignore[arg-type]
+        out: list[Any] = []
+        append = out.append
+        try:
+            for d in data:
+                text = d.decode("utf-8")
+                obj, end = scan(text, 0)
+                if end != len(text):
+                    raise ValueError
+                append(obj)
+        except Exception:
+            return [self.deserialize(d) for d in data]
+        return out
 
 
 def _pack_default(obj: Any) -> Any:
@@ -184,6 +237,14 @@ class MsgpackSerde(Serde):
                 f"value of type {type(obj).__name__} can not be stored ({e}); state and "
                 "shuffles hold None/bool/int/float/str/bytes/list/tuple/dict"
             ) from None
+
+    def serialize_many(self, objs: list[Any]) -> list[bytes]:
+        # One packer for the column: msgpack.packb builds a new one per call.
+        packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_pack_default)
+        try:
+            return list(map(packer.pack, objs))
+        except (TypeError, ValueError, OverflowError):
+            return [self.serialize(o) for o in objs]  # raises the clear error
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         # One C-level pass over the concatenation; the count check catches a record

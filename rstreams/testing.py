@@ -65,6 +65,8 @@ class OutputRecord:
 class _RecordingProducer(Producer):
     """Appends at once and remembers the global order of every record produced."""
 
+    records_order = True
+
     def __init__(self, broker: MemoryBroker) -> None:
         super().__init__(broker)
         self.unprocessed: deque[tuple[str, int]] = deque()

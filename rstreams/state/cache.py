@@ -8,6 +8,7 @@ in one batch and hands the same batch to the changelog writer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 from rstreams.errors import SerdeError
@@ -50,6 +51,8 @@ class CachedStore:
         self._kser = key_serde.serialize
         self._kde = key_serde.deserialize
         self._vser = value_serde.serialize
+        self._kser_many = key_serde.serialize_many
+        self._vser_many = value_serde.serialize_many
         self._vde = value_serde.deserialize
         self._changelog = changelog
         self._max = max_entries
@@ -68,6 +71,23 @@ class CachedStore:
                 self.flush(evict=True)
             self._cache[key] = v
         return default if v is None else v
+
+    def get_many(self, keys: list[Any]) -> list[Any]:
+        """:meth:`get` of each key (None when absent)."""
+        values = list(map(self._cache.get, keys, repeat(_MISSING)))
+        if _MISSING in values:
+            get = self.get
+            values = [get(k) if v is _MISSING else v for k, v in zip(keys, values)]
+        return values
+
+    def put_many(self, keys: list[Any], values: list[Any]) -> None:
+        """:meth:`put` of each key and value."""
+        if self._auto_flush and len(self._cache) + len(keys) > self._max:
+            for k, v in zip(keys, values):
+                self.put(k, v)
+            return
+        self._cache.update(zip(keys, values))
+        self._dirty.update(keys)
 
     def _decode(self, raw: bytes, key: Any) -> Any:
         try:
@@ -99,13 +119,26 @@ class CachedStore:
         """
         batch: list[tuple[bytes, bytes | None]] = []
         if self._dirty:
-            cache, kser, vser = self._cache, self._kser, self._vser
-            for k in self._dirty:
-                v = cache[k]
-                try:
-                    batch.append((kser(k), None if v is None else vser(v)))
-                except SerdeError as e:
-                    raise SerdeError(f"store {self.name!r}: can not store key {k!r}: {e}") from None
+            keys = list(self._dirty)
+            values = [self._cache[k] for k in keys]
+            kbs: list[bytes] | None
+            vbs: list[bytes] | None
+            try:
+                kbs = self._kser_many(keys)
+                vbs = self._vser_many(values) if None not in values else None
+            except Exception:
+                kbs = vbs = None
+            if kbs is not None and vbs is not None:
+                batch = list(zip(kbs, vbs))
+            else:  # deletes, or a value that can not be stored: one by one
+                kser, vser = self._kser, self._vser
+                for k, v in zip(keys, values):
+                    try:
+                        batch.append((kser(k), None if v is None else vser(v)))
+                    except SerdeError as e:
+                        raise SerdeError(
+                            f"store {self.name!r}: can not store key {k!r}: {e}"
+                        ) from None
             self._dirty.clear()
         if self.full:
             self._cache.clear()

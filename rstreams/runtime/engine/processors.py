@@ -26,7 +26,7 @@ from typing import Any
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
 from rstreams.planner.topology import ProcessorFactory, register_processor
-from rstreams.runtime.engine.batch import Batch
+from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.queues.base import LogRecord
 from rstreams.serde import INTERNAL_SERDE, Serde
@@ -260,7 +260,9 @@ def _update_rule(node: n.AggregateNode) -> Callable[[Any, Any], Any]:
 class AggregateProcessor(Processor):
     """Keyed aggregation over a state store; emits (key, new aggregate) per input record.
 
-    With ``coalesce`` on, only the latest update per key is kept and emitted at flush.
+    With ``coalesce`` on, only the latest update per key is kept and emitted at flush;
+    partial aggregates (count/sum/min/max behind a shuffle) are then merged a batch at a
+    time: per key within the batch, then one state read and write per distinct key.
     """
 
     def __init__(self, factory: ProcessorFactory) -> None:
@@ -269,14 +271,20 @@ class AggregateProcessor(Processor):
         assert isinstance(node, n.AggregateNode)
         self.store_name = factory.stores[0]
         self.user_fn = node.fn
-        if factory.options.get("partials"):
+        self.op = node.op
+        self.partials = bool(factory.options.get("partials"))
+        if self.partials:
             _, merge = _partial_rules(node)
+            self.merge = merge
             self.update: Callable[[Any, Any], Any] = lambda old, p: (
                 p if old is None else merge(old, p)
             )
         else:
             self.update = _update_rule(node)
-        self.pending: dict[Any, tuple[Any, int, int]] = {}
+        # The coalesced updates: value, timestamp and source offset per key.
+        self.pending: dict[Any, Any] = {}
+        self.pending_ts: dict[Any, int] = {}
+        self.pending_offsets: dict[Any, int] = {}
         self._origin = ("", 0)
 
     def init(self, ctx: StreamContext) -> None:
@@ -285,6 +293,8 @@ class AggregateProcessor(Processor):
         self.coalesce = ctx.config.coalesce
 
     def process(self, batch: Batch) -> None:
+        if self.coalesce and self.partials and self._merge_batch(batch):
+            return
         get, put, update = self.store.get, self.store.put, self.update
         out: list[Any] = []
         failed: list[int] = []
@@ -303,27 +313,58 @@ class AggregateProcessor(Processor):
         if not self.coalesce:
             self.forward(batch.with_values(out))
             return
-        pending = self.pending
-        for k, new, ts, off in zip(batch.keys, out, batch.timestamps, batch.offsets):
-            pending[k] = (new, ts, off)
+        self._remember(batch.keys, out, batch)
+
+    def _merge_batch(self, batch: Batch) -> bool:
+        """Merge a batch of partials into state; False (nothing done) if any merge fails,
+        so the record-by-record path can apply the error policy."""
+        keys, values = batch.keys, batch.values
+        try:
+            if len(set(keys)) != len(keys):
+                keys, values = self._combine(keys, values)
+            olds = self.store.get_many(keys)
+            if self.op in ("count", "sum"):
+                news = [p if o is None else o + p for o, p in zip(olds, values)]
+            else:
+                merge = self.merge
+                news = [p if o is None else merge(o, p) for o, p in zip(olds, values)]
+        except Exception:
+            return False
+        self.store.put_many(keys, news)
+        self._remember(keys, news, batch)
+        return True
+
+    def _combine(self, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
+        acc: dict[Any, Any] = {}
+        get = acc.get
+        if self.op in ("count", "sum"):
+            for k, v in zip(keys, values):
+                old = get(k, _MISSING)
+                acc[k] = v if old is _MISSING else old + v
+        else:
+            merge = self.merge
+            for k, v in zip(keys, values):
+                old = get(k, _MISSING)
+                acc[k] = v if old is _MISSING else merge(old, v)
+        return list(acc), list(acc.values())
+
+    def _remember(self, keys: list[Any], values: list[Any], batch: Batch) -> None:
+        self.pending.update(zip(keys, values))
+        self.pending_ts.update(zip(batch.keys, batch.timestamps))  # the key's last record
+        self.pending_offsets.update(zip(batch.keys, batch.offsets))
         self._origin = (batch.topic, batch.queue)
 
     def flush(self) -> None:
         if self.pending:
             keys = list(self.pending)
-            rows = list(self.pending.values())
+            values = list(self.pending.values())
+            timestamps = list(map(self.pending_ts.__getitem__, keys))
+            offsets = list(map(self.pending_offsets.__getitem__, keys))
             self.pending.clear()
+            self.pending_ts.clear()
+            self.pending_offsets.clear()
             topic, queue = self._origin
-            self.forward(
-                Batch(
-                    topic,
-                    queue,
-                    keys,
-                    [r[0] for r in rows],
-                    [r[1] for r in rows],
-                    [r[2] for r in rows],
-                )
-            )
+            self.forward(Batch(topic, queue, keys, values, timestamps, offsets))
 
 
 class _SinkBase(Processor):
@@ -345,14 +386,61 @@ class _SinkBase(Processor):
         super().init(ctx)
         self.queues = ctx.producer.queue_count(self.topic)
         self.queue_of = ctx.config.queue_mapper.queue_for
+        self.queues_for = ctx.config.queue_mapper.queues_for
 
     def process(self, batch: Batch) -> None:
         self.send(batch)
 
     def send(self, batch: Batch) -> None:
+        if not batch.values:
+            return
+        try:
+            kbs = self._column(self.key_serde, batch.keys, self.round_robin_none_keys)
+            vbs = self._column(self.value_serde, batch.values, True)
+        except Exception:
+            self._send_one_by_one(batch)  # finds the bad records, applies on_error
+            return
+        nq, topic = self.queues, self.topic
+        rr = next(self._round_robin) % nq  # keyless records of one batch stay together
+        rows = list(zip(batch.timestamps, kbs, vbs, batch.headers or repeat(())))
+        send_many = self.ctx.producer.send_many
+        if nq == 1:
+            send_many(topic, 0, rows)
+            return
+        if None in kbs:
+            present = [i for i, kb in enumerate(kbs) if kb is not None]
+            qs = [rr] * len(kbs)
+            for i, q in zip(present, self.queues_for(gather(kbs, present), nq)):
+                qs[i] = q
+        else:
+            qs = self.queues_for(kbs, nq)
+        if self.ctx.producer.records_order:
+            for q, row in zip(qs, rows):
+                send_many(topic, q, [row])
+            return
+        buckets: list[list[Any]] = [[] for _ in range(nq)]
+        appends = [b.append for b in buckets]
+        for q, row in zip(qs, rows):
+            appends[q](row)
+        for q, bucket in enumerate(buckets):
+            if bucket:
+                send_many(topic, q, bucket)
+
+    @staticmethod
+    def _column(serde: Serde, column: list[Any], keep_none: bool) -> list[Any]:
+        """Serialized column; None stays None when ``keep_none``."""
+        if keep_none and None in column:
+            present = [i for i, x in enumerate(column) if x is not None]
+            out: list[Any] = [None] * len(column)
+            for i, b in zip(present, serde.serialize_many(gather(column, present))):
+                out[i] = b
+            return out
+        return serde.serialize_many(column)
+
+    def _send_one_by_one(self, batch: Batch) -> None:
         kser, vser, nq = self.key_serde.serialize, self.value_serde.serialize, self.queues
         send, topic, queue_of = self.ctx.producer.send, self.topic, self.queue_of
-        rr = next(self._round_robin) % nq  # keyless records of one batch stay together
+        rr = next(self._round_robin) % nq
         none_rr = self.round_robin_none_keys
         headers = batch.headers or repeat(())
         rows = zip(batch.keys, batch.values, batch.timestamps, headers)

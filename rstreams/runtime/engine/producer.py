@@ -17,6 +17,10 @@ class Producer:
     has been processed in the local engine), in the order they were sent per queue.
     """
 
+    #: Whether the order of records across queues matters to this producer (the test
+    #: driver replays records in production order); otherwise sends are grouped by queue.
+    records_order = False
+
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
         self._pending: dict[tuple[str, int], list[Pending]] = defaultdict(list)

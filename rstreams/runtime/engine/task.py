@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from rstreams.errors import RStreamsError, SerdeError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
@@ -49,6 +51,19 @@ Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 TXN_HEADER = "rs.txn"
 
 log = logging.getLogger("rstreams.task")
+
+
+def _pack_txn(txn: dict[str, Any]) -> bytes:
+    # Plain msgpack, not the internal serde: rows and headers are tuples that must come
+    # back as tuples, and the serde's tuple extension costs a Python call per row.
+    return msgpack.packb(txn, use_bin_type=True)
+
+
+def _unpack_txn(data: bytes) -> dict[str, Any]:
+    txn = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
+    if not isinstance(txn, dict):
+        raise ValueError(f"a transaction is a map, not {type(txn).__name__}")
+    return txn
 
 
 def transactions_topic(job_id: str) -> str:
@@ -288,7 +303,7 @@ class Task:
             return
         self.txn_seq += 1
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
-        row = (ts, None, INTERNAL_SERDE.serialize(txn), ())
+        row = (ts, None, _pack_txn(txn), ())
         at = self.broker.append(self.txn_topic, self.txn_queue, [row])
         self.broker.flush()  # the commit point
         maybe_crash("txn-written")
@@ -321,7 +336,7 @@ class Task:
             if redo and self._has_marker(topic, q, hint, marker):
                 continue
             ts, k, v, h = rows[0]
-            rows = [(ts, k, v, (*tuple(tuple(x) for x in h), marker)), *rows[1:]]
+            rows = [(ts, k, v, (*h, marker)), *rows[1:]]
             self.broker.append(topic, q, rows)
             maybe_crash("txn-applying")
         self.broker.flush()
@@ -352,8 +367,8 @@ class Task:
             return
         (last,) = self.broker.read(self.txn_topic, self.txn_queue, end - 1, 1)
         try:
-            txn = INTERNAL_SERDE.deserialize(last.value or b"")
-        except SerdeError as e:
+            txn = _unpack_txn(last.value or b"")
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise SerdeError(
                 f"task {self.id}: unreadable transaction record at "
                 f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
