@@ -30,8 +30,10 @@ and ``ValueError`` on bad input (``F.json_field("a")("{oops")``); the step's
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import sys
 from typing import Any
 
 import attrs
@@ -55,8 +57,20 @@ __all__ = [
     "words",
 ]
 
-#: ``str.strip()`` with no argument removes exactly these characters (``str.isspace``).
-PY_WHITESPACE = "".join(c for c in map(chr, range(0x110000)) if c.isspace())
+
+@functools.cache
+def _py_whitespace() -> str:
+    return "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+
+
+def __getattr__(name: str) -> Any:
+    # ``PY_WHITESPACE``: the characters ``str.strip()`` with no argument removes (those
+    # of ``str.isspace``). Computed on first use: scanning every code point costs 0.1 s,
+    # which every process start (CLI, workers) would otherwise pay.
+    if name == "PY_WHITESPACE":
+        return _py_whitespace()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 

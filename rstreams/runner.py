@@ -264,10 +264,26 @@ def run(
 def fold_records(table: dict[Any, Any], records: list[Any], spec: Any) -> None:
     """Fold sink records (deserialized with the sink topic's serdes) into a final table:
     the last value per key."""
-    kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
-    for r in records:
-        key = None if r.key is None else kde(r.key)
-        table[_hashable(key)] = None if r.value is None else vde(r.value)
+    if not records:
+        return
+    # Only each key's last record counts: pick those on the raw bytes (in log order, so
+    # that keys written as different bytes still fold in order), then decode columns.
+    raw_keys = [r.key for r in records]
+    last = sorted(dict(zip(raw_keys, range(len(raw_keys)))).values())
+    keys = _decode_column(spec.key_serde, [raw_keys[i] for i in last])
+    values = _decode_column(spec.value_serde, [records[i].value for i in last])
+    try:
+        table.update(zip(keys, values))
+    except TypeError:  # unhashable keys (lists, dicts): make them hashable
+        for k, v in zip(keys, values):
+            table[_hashable(k)] = v
+
+
+def _decode_column(serde: Any, column: list[bytes | None]) -> list[Any]:
+    if None in column:
+        de = serde.deserialize
+        return [None if b is None else de(b) for b in column]
+    return serde.deserialize_many(column)
 
 
 def _collect(

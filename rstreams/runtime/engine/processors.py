@@ -490,6 +490,12 @@ class ShuffleSinkProcessor(_SinkBase):
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
         self.combine = ctx.config.combine
+        self.max_keys = ctx.config.cache_entries
+        # The partials combined since the last flush (the commit), per key, with the
+        # latest timestamp of each key's records.
+        self._acc: dict[Any, Any] = {}
+        self._ts: dict[Any, int] = {}
+        self._origin: tuple[str, int, int] = ("", 0, 0)
 
     def process(self, batch: Batch) -> None:
         if not self.partials:
@@ -497,7 +503,7 @@ class ShuffleSinkProcessor(_SinkBase):
             return
         if self.op == "count":
             if self.combine:
-                self._send_combined(batch, *self._count(batch))
+                self._combine(batch, *self._count(batch))
             else:
                 self.send(batch.with_values([1] * len(batch)))
             return
@@ -507,7 +513,7 @@ class ShuffleSinkProcessor(_SinkBase):
             )
             batch = batch.with_values(values)
         if self.combine:
-            self._send_combined(batch, *self._merge(batch))
+            self._combine(batch, *self._merge(batch))
         else:
             self.send(batch)
 
@@ -529,22 +535,45 @@ class ShuffleSinkProcessor(_SinkBase):
                 self.ctx.handle_error(self.fn_step, batch.row(i), e, self.user_fn)
         return list(acc), list(acc.values())
 
-    def _send_combined(self, batch: Batch, keys: list[Any], values: list[Any]) -> None:
+    def _combine(self, batch: Batch, keys: list[Any], values: list[Any]) -> None:
+        """Fold a batch's partials into those of the commit interval (map-side combine
+        over the interval: output of a task becomes visible at its commit anyway)."""
         if not keys:
             return
-        # A combined record stands for the whole batch: it carries the batch's latest
-        # timestamp and last source offset.
-        n_ = len(keys)
-        self.send(
-            Batch(
-                batch.topic,
-                batch.queue,
-                keys,
-                values,
-                [max(batch.timestamps)] * n_,
-                [batch.offsets[-1]] * n_,
-            )
-        )
+        acc = self._acc
+        get, merge = acc.get, self.merge
+        merged: dict[Any, Any] = {}  # keys are distinct within a batch: no chaining
+        try:
+            if self.op in ("count", "sum"):
+                for k, v in zip(keys, values):
+                    old = get(k, _MISSING)
+                    merged[k] = v if old is _MISSING else old + v
+            else:
+                for k, v in zip(keys, values):
+                    old = get(k, _MISSING)
+                    merged[k] = v if old is _MISSING else merge(old, v)
+        except Exception:
+            # Partials of different batches that do not merge: send what came before
+            # as it is, start over with this batch; the aggregation reports the failure.
+            self.flush()
+            merged = dict(zip(keys, values))
+        acc.update(merged)
+        # A combined record carries the latest timestamp of its key's batches, and the
+        # last source offset combined.
+        self._ts.update(dict.fromkeys(keys, max(batch.timestamps)))
+        self._origin = (batch.topic, batch.queue, batch.offsets[-1])
+        if len(acc) >= self.max_keys:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._acc:
+            return
+        keys, values = list(self._acc), list(self._acc.values())
+        timestamps = list(map(self._ts.__getitem__, keys))
+        topic, queue, offset = self._origin
+        self._acc.clear()
+        self._ts.clear()
+        self.send(Batch(topic, queue, keys, values, timestamps, [offset] * len(keys)))
 
 
 class SourceProcessor(Processor):
@@ -572,11 +601,13 @@ class SourceProcessor(Processor):
             headers if any(headers) else None,
         )
         try:
-            keys = (
-                raw_keys
-                if raw_keys.count(None) == len(raw_keys)
-                else [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
-            )
+            nones = raw_keys.count(None)
+            if nones == len(raw_keys):
+                keys = raw_keys
+            elif nones == 0:
+                keys = self.key_serde.deserialize_many(raw_keys)  # type: ignore[arg-type]
+            else:
+                keys = [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
             values = (
                 self.value_serde.deserialize_many(raw_values)  # type: ignore[arg-type]
                 if None not in raw_values

@@ -268,9 +268,15 @@ class Task:
 
     # -- commit --------------------------------------------------------------------------
 
-    def commit(self) -> None:
+    @property
+    def uncommitted(self) -> bool:
+        """Input was processed since the last commit."""
+        return self.positions != self.committed
+
+    def commit(self) -> list[tuple[str, int]]:
+        """Commit what was done since the last commit; returns the queues written to."""
         if self.failed:
-            return
+            return []
         maybe_crash("commit-start")
         for p in self.processors:
             p.flush()  # coalesced updates go out now
@@ -283,12 +289,12 @@ class Task:
                 self.failed = True
                 raise
         if not self.exactly_once:
-            self.producer.flush()
+            written = self.producer.flush()
             for name, items in changes.items():
                 self._apply_store_change(name, items, ts)
             self.broker.flush()
             self._commit_offsets(self.positions)
-            return
+            return written
         appends: list[list[Any]] = [
             [topic, q, self.broker.end_offset(topic, q), rows]
             for (topic, q), rows in self.producer.take().items()
@@ -300,7 +306,7 @@ class Task:
                 appends.append([topic, self.queue, self.broker.end_offset(topic, self.queue), rows])
         offsets = dict(self.positions)
         if not appends and offsets == self.committed:
-            return
+            return []
         self.txn_seq += 1
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
         row = (ts, None, _pack_txn(txn), ())
@@ -313,6 +319,7 @@ class Task:
             self.broker.purge(self.txn_topic, self.txn_queue, at)
         for name, items in changes.items():
             self._apply_store_change(name, items, ts, via_changelog=False)
+        return [(topic, q) for topic, q, _, _ in appends]
 
     def _apply_store_change(
         self,

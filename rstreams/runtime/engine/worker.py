@@ -190,9 +190,11 @@ class Worker:
                 self._start_task(name)
 
     def commit(self) -> None:
+        written: list[tuple[str, int]] = []
         for task in self.tasks.values():
-            task.commit()
+            written += task.commit()
         self.broker.flush()
+        self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 
     def _end_of_input(self) -> None:
         """The supervisor declared bounded input over for a sub-topology (a control
@@ -283,6 +285,11 @@ class Worker:
                     log.debug("%s: maintenance %s", self.member_id, self.maintain())
                     next_maintenance = time.monotonic() + cfg.maintenance_interval
                 if not progress:
+                    if any(t.uncommitted for t in self.tasks.values()):
+                        # Input ran dry: commit now, not at the timer, so output (which
+                        # exactly-once shows only at commit) moves on at once.
+                        self.commit()
+                        next_commit = time.monotonic() + cfg.commit_interval
                     self.stop_event.wait(cfg.idle_sleep)
         finally:
             self.pool.stop()
