@@ -31,6 +31,7 @@ import attrs
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.gctune import tuned
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
 
 __all__ = ["Progress", "RunResult", "run"]
@@ -180,6 +181,30 @@ def run(
             f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
         )
     check_inputs(topology, inputs)
+    with tuned():
+        return _run_embedded(
+            topology, inputs, on_error=on_error, chunk_lines=chunk_lines, progress=progress,
+            workers=workers, data_dir=data_dir, pipeline=pipeline, fresh=fresh,
+            follow=follow, guarantee=guarantee, state=state, worker_args=worker_args,
+        )  # fmt: skip
+
+
+def _run_embedded(
+    topology: Topology,
+    inputs: dict[str, str],
+    *,
+    on_error: str,
+    chunk_lines: int,
+    progress: Callable[[Progress], None] | None,
+    workers: int | None,
+    data_dir: str | None,
+    pipeline: str | None,
+    fresh: bool,
+    follow: bool,
+    guarantee: str,
+    state: str,
+    worker_args: list[str] | None,
+) -> RunResult:
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
     if follow and data_dir is None:

@@ -11,7 +11,7 @@ to several children); each step builds new column lists.
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -26,6 +26,30 @@ def gather(column: list[Any], idx: list[int]) -> list[Any]:
     return [column[idx[0]]] if idx else []
 
 
+def _repeat_index(counts: list[int]) -> list[int]:
+    """``[0] * counts[0] + [1] * counts[1] + ...``"""
+    return list(chain.from_iterable(map(repeat, range(len(counts)), counts)))
+
+
+class _Expanded:
+    """Offsets of a flatMap's output, built only when asked for."""
+
+    __slots__ = ("counts", "parent")
+
+    def __init__(self, parent: list[int], counts: list[int]) -> None:
+        self.parent = parent
+        self.counts = counts
+
+    def build(self) -> list[int]:
+        return gather(self.parent, _repeat_index(self.counts))
+
+    def last(self) -> int:
+        for i in range(len(self.counts) - 1, -1, -1):
+            if self.counts[i]:
+                return self.parent[i]
+        raise IndexError("an empty batch has no last offset")
+
+
 class Batch:
     """Records of one source queue, column by column (all lists of equal length).
 
@@ -34,7 +58,7 @@ class Batch:
     ``headers`` is None when no record of the batch has headers.
     """
 
-    __slots__ = ("headers", "keys", "offsets", "queue", "timestamps", "topic", "values")
+    __slots__ = ("_offsets", "headers", "keys", "queue", "timestamps", "topic", "values")
 
     def __init__(
         self,
@@ -43,7 +67,7 @@ class Batch:
         keys: list[Any],
         values: list[Any],
         timestamps: list[int],
-        offsets: list[int],
+        offsets: list[int] | _Expanded,
         headers: list[Headers] | None = None,
     ) -> None:
         self.topic = topic
@@ -51,11 +75,46 @@ class Batch:
         self.keys = keys
         self.values = values
         self.timestamps = timestamps
-        self.offsets = offsets
+        self._offsets = offsets
         self.headers = headers
 
     def __len__(self) -> int:
         return len(self.values)
+
+    @property
+    def offsets(self) -> list[int]:
+        """The source offset of each row (built on first use after a flatMap)."""
+        if isinstance(self._offsets, _Expanded):
+            self._offsets = self._offsets.build()
+        return self._offsets
+
+    @property
+    def last_offset(self) -> int:
+        offsets = self._offsets
+        if isinstance(offsets, _Expanded):
+            return offsets.last()
+        return offsets[-1]
+
+    def expand(self, counts: list[int], values: list[Any]) -> Batch:
+        """Row ``i`` repeated ``counts[i]`` times, with new ``values`` (a flatMap)."""
+        n = len(values)
+        if n and self.keys.count(None) == len(self.keys) and self.headers is None:
+            # Keyless records without headers (the usual input): only offsets and
+            # timestamps vary, and offsets are only needed to name a failing record.
+            ts = self.timestamps
+            if ts.count(ts[0]) == len(ts) and set(map(type, ts)) == {int}:
+                timestamps = [ts[0]] * n
+            else:
+                timestamps = gather(ts, _repeat_index(counts))
+            return Batch(
+                self.topic,
+                self.queue,
+                [None] * n,
+                values,
+                timestamps,
+                _Expanded(self.offsets, counts),
+            )
+        return self.take(_repeat_index(counts), values)
 
     def row(self, i: int) -> Record:
         """Row ``i`` as a Record (for error messages and dead letters)."""
@@ -74,17 +133,17 @@ class Batch:
 
     def with_values(self, values: list[Any]) -> Batch:
         return Batch(
-            self.topic, self.queue, self.keys, values, self.timestamps, self.offsets, self.headers
+            self.topic, self.queue, self.keys, values, self.timestamps, self._offsets, self.headers
         )
 
     def with_keys(self, keys: list[Any]) -> Batch:
         return Batch(
-            self.topic, self.queue, keys, self.values, self.timestamps, self.offsets, self.headers
+            self.topic, self.queue, keys, self.values, self.timestamps, self._offsets, self.headers
         )
 
     def with_timestamps(self, timestamps: list[int]) -> Batch:
         return Batch(
-            self.topic, self.queue, self.keys, self.values, timestamps, self.offsets, self.headers
+            self.topic, self.queue, self.keys, self.values, timestamps, self._offsets, self.headers
         )
 
     def take(self, idx: list[int], values: list[Any] | None = None) -> Batch:

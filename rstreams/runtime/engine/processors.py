@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections import Counter
+from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable
 from itertools import chain, repeat
 from typing import Any
@@ -73,6 +73,14 @@ class Processor:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def apply_column(
@@ -152,16 +160,26 @@ class SelectTimestampProcessor(FnProcessor):
 @register_processor("flatMap")
 class FlatMapProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
-        outs, batch = self.apply(batch, self._materialize)
-        lens = list(map(len, outs))
-        values = list(chain.from_iterable(outs))
-        idx = list(chain.from_iterable(map(repeat, range(len(outs)), lens)))
-        self.forward(batch.take(idx, values))
+        outs, batch = self.apply(batch)
+        if not set(map(type, outs)) <= {list, tuple}:
+            outs, batch = self._materialize(outs, batch)
+        self.forward(batch.expand(list(map(len, outs)), list(chain.from_iterable(outs))))
 
-    def _materialize(self, value: Any) -> Any:
-        # A failure half-way through an iterator must emit nothing for that record.
-        out = self.fn(value)
-        return out if isinstance(out, (list, tuple)) else list(out)
+    def _materialize(self, outs: list[Any], batch: Batch) -> tuple[list[Any], Batch]:
+        # Generators and other iterables run now, one by one: a failure half-way through
+        # one must emit nothing for that record, and follows the on_error policy.
+        results: list[Any] = []
+        keep: list[int] = []
+        for i, out in enumerate(outs):
+            if type(out) not in (list, tuple):
+                try:
+                    out = list(out)
+                except Exception as e:
+                    self.ctx.handle_error(self.name, batch.row(i), e, self.fn)
+                    continue
+            results.append(out)
+            keep.append(i)
+        return results, (batch if len(keep) == len(outs) else batch.take(keep))
 
 
 @register_processor("foreach")
@@ -491,10 +509,10 @@ class ShuffleSinkProcessor(_SinkBase):
         super().init(ctx)
         self.combine = ctx.config.combine
         self.max_keys = ctx.config.cache_entries
-        # The partials combined since the last flush (the commit), per key, with the
-        # latest timestamp of each key's records.
+        # The partials combined since the last flush (the commit), per key; the latest
+        # timestamp and the last source offset they combine.
         self._acc: dict[Any, Any] = {}
-        self._ts: dict[Any, int] = {}
+        self._max_ts: int | None = None
         self._origin: tuple[str, int, int] = ("", 0, 0)
 
     def process(self, batch: Batch) -> None:
@@ -503,7 +521,7 @@ class ShuffleSinkProcessor(_SinkBase):
             return
         if self.op == "count":
             if self.combine:
-                self._combine(batch, *self._count(batch))
+                self._count_into(batch)
             else:
                 self.send(batch.with_values([1] * len(batch)))
             return
@@ -517,12 +535,18 @@ class ShuffleSinkProcessor(_SinkBase):
         else:
             self.send(batch)
 
-    def _count(self, batch: Batch) -> tuple[list[Any], list[Any]]:
+    def _count_into(self, batch: Batch) -> None:
+        """Count the batch's keys straight into the interval's counts (a C loop)."""
+        keys = batch.keys
         try:
-            c = Counter(batch.keys)
+            _count_elements(self._acc, keys)
         except TypeError:
-            return self._merge(batch.with_values([1] * len(batch)))
-        return list(c), list(c.values())
+            # An unhashable key: the keys before it were counted; the rest goes through
+            # the record-by-record path, which reports the bad ones.
+            i = next(i for i, k in enumerate(keys) if not _hashable(k))
+            rest = batch.take(list(range(i, len(keys))))
+            self._combine(rest, *self._merge(rest.with_values([1] * len(rest))))
+        self._noted(batch)
 
     def _merge(self, batch: Batch) -> tuple[list[Any], list[Any]]:
         acc: dict[Any, Any] = {}
@@ -558,22 +582,28 @@ class ShuffleSinkProcessor(_SinkBase):
             self.flush()
             merged = dict(zip(keys, values))
         acc.update(merged)
-        # A combined record carries the latest timestamp of its key's batches, and the
-        # last source offset combined.
-        self._ts.update(dict.fromkeys(keys, max(batch.timestamps)))
-        self._origin = (batch.topic, batch.queue, batch.offsets[-1])
-        if len(acc) >= self.max_keys:
+        self._noted(batch)
+
+    def _noted(self, batch: Batch) -> None:
+        # A combined record stands for many: it carries the latest timestamp of the
+        # records combined since the last flush and the last source offset combined.
+        ts = max(batch.timestamps)
+        if self._max_ts is None or ts > self._max_ts:
+            self._max_ts = ts
+        self._origin = (batch.topic, batch.queue, batch.last_offset)
+        if len(self._acc) >= self.max_keys:
             self.flush()
 
     def flush(self) -> None:
         if not self._acc:
             return
         keys, values = list(self._acc), list(self._acc.values())
-        timestamps = list(map(self._ts.__getitem__, keys))
         topic, queue, offset = self._origin
+        n_ = len(keys)
+        ts = self._max_ts if self._max_ts is not None else 0
         self._acc.clear()
-        self._ts.clear()
-        self.send(Batch(topic, queue, keys, values, timestamps, [offset] * len(keys)))
+        self._max_ts = None
+        self.send(Batch(topic, queue, keys, values, [ts] * n_, [offset] * n_))
 
 
 class SourceProcessor(Processor):
@@ -588,16 +618,16 @@ class SourceProcessor(Processor):
         self.topic = factory.topic
 
     def process_log(self, queue: int, records: list[LogRecord]) -> None:
-        raw_keys = [lr.key for lr in records]
-        raw_values = [lr.value for lr in records]
-        headers = [lr.headers for lr in records]
+        if not records:
+            return
+        offsets, timestamps, raw_keys, raw_values, headers = map(list, zip(*records))
         batch = Batch(
             self.topic,
             queue,
             raw_keys,
             raw_values,
-            [lr.timestamp for lr in records],
-            [lr.offset for lr in records],
+            timestamps,
+            offsets,
             headers if any(headers) else None,
         )
         try:
@@ -605,11 +635,11 @@ class SourceProcessor(Processor):
             if nones == len(raw_keys):
                 keys = raw_keys
             elif nones == 0:
-                keys = self.key_serde.deserialize_many(raw_keys)  # type: ignore[arg-type]
+                keys = self.key_serde.deserialize_many(raw_keys)
             else:
                 keys = [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
             values = (
-                self.value_serde.deserialize_many(raw_values)  # type: ignore[arg-type]
+                self.value_serde.deserialize_many(raw_values)
                 if None not in raw_values
                 else [None if v is None else self.value_serde.deserialize(v) for v in raw_values]
             )

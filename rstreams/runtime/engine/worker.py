@@ -28,6 +28,7 @@ import attrs
 
 from rstreams.errors import ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
+from rstreams.runtime.engine import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
@@ -285,9 +286,12 @@ class Worker:
                     log.debug("%s: maintenance %s", self.member_id, self.maintain())
                     next_maintenance = time.monotonic() + cfg.maintenance_interval
                 if not progress:
-                    if any(t.uncommitted for t in self.tasks.values()):
+                    if time.monotonic() >= next_commit - cfg.commit_interval * 0.9 and any(
+                        t.uncommitted for t in self.tasks.values()
+                    ):
                         # Input ran dry: commit now, not at the timer, so output (which
-                        # exactly-once shows only at commit) moves on at once.
+                        # exactly-once shows only at commit) moves on at once; at most
+                        # ten times per commit interval.
                         self.commit()
                         next_commit = time.monotonic() + cfg.commit_interval
                     self.stop_event.wait(cfg.idle_sleep)
@@ -367,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     worker.parent_pid = args.parent_pid
+    gctune.tune()
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
     try:

@@ -109,7 +109,7 @@ def encode_batch(
         raise TypeError(f"{_RECORD_SHAPE}; got {len(columns)} fields")
     timestamps = columns[0]
     max_ts = max(timestamps)
-    if not isinstance(max_ts, int) or not all(type(t) is int for t in timestamps):
+    if not isinstance(max_ts, int) or not set(map(type, timestamps)) <= {int}:
         raise TypeError(f"record timestamps must be int milliseconds; got {max_ts!r}")
     n = len(timestamps)
     return encode_columns(list(range(n)), *columns), n, max_ts
@@ -156,7 +156,7 @@ def decode_frame(frame: memoryview, base: int, count: int, last_delta: int) -> l
             offsets: Iterable[int] = range(base, base + count)
         else:
             offsets = [base + d for d in deltas]
-        return list(map(LogRecord, offsets, *columns))
+        return LogRecord.many(offsets, *columns)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise FrameError(-1, f"undecodable payload ({e})") from None
 
