@@ -344,15 +344,31 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def _row(key: Any, value: Any) -> str:
-    """One JSON line of a final table (windowed keys as {"@windowed": [...]})."""
+def _json_texts(objs: list[Any]) -> list[str]:
+    """JSON text of each object, as ``json.dumps`` writes it (str and int without its
+    Python layers: the usual keys and values of a final table)."""
     import json
 
-    from rstreams.serde import _json_default
+    from rstreams.serde import _encode_basestring, _json_default
 
-    return (
-        json.dumps({"key": key, "value": value}, ensure_ascii=False, default=_json_default) + "\n"
-    )
+    out: list[str] = []
+    append = out.append
+    for o in objs:
+        t = type(o)
+        if t is str:
+            append(_encode_basestring(o))
+        elif t is int:
+            append(int.__repr__(o))
+        else:
+            append(json.dumps(o, ensure_ascii=False, default=_json_default))
+    return out
+
+
+def _rows(table: dict[Any, Any]) -> list[str]:
+    """The JSON lines of a final table (windowed keys as {"@windowed": [...]})."""
+    keys = _json_texts(list(table))
+    values = _json_texts(list(table.values()))
+    return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
 
 
 def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
@@ -360,14 +376,12 @@ def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
     atomically (a temp file renamed into place), or to an open text stream."""
 
     if not isinstance(path, str):
-        for k, v in table.items():
-            path.write(_row(k, v))
+        path.writelines(_rows(table))
         path.flush()
         return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for k, v in table.items():
-            f.write(_row(k, v))
+        f.writelines(_rows(table))
     tmp.replace(target)

@@ -286,12 +286,15 @@ class Worker:
                     log.debug("%s: maintenance %s", self.member_id, self.maintain())
                     next_maintenance = time.monotonic() + cfg.maintenance_interval
                 if not progress:
-                    if time.monotonic() >= next_commit - cfg.commit_interval * 0.9 and any(
-                        t.uncommitted for t in self.tasks.values()
+                    tasks = self.tasks.values()
+                    if (
+                        time.monotonic() >= next_commit - cfg.commit_interval * 0.9
+                        and any(t.uncommitted for t in tasks)
+                        and not any(t.lag() for t in tasks)
                     ):
-                        # Input ran dry: commit now, not at the timer, so output (which
-                        # exactly-once shows only at commit) moves on at once; at most
-                        # ten times per commit interval.
+                        # Input ran dry (not just a pull in flight): commit now, not at
+                        # the timer, so output (which exactly-once shows only at commit)
+                        # moves on at once; at most ten times per commit interval.
                         self.commit()
                         next_commit = time.monotonic() + cfg.commit_interval
                     self.stop_event.wait(cfg.idle_sleep)
