@@ -34,6 +34,7 @@ import functools
 import json
 import re
 import sys
+from itertools import repeat
 from typing import Any
 
 import attrs
@@ -89,6 +90,22 @@ class Builtin:
     def __call__(self, value: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def column(self, values: list[Any]) -> list[Any]:
+        """``[self(v) for v in values]``; built-ins override it with a C-level loop for
+        the usual input (all ``str``). Raises if any value fails; the engine then goes
+        record by record to apply the error policy."""
+        return list(map(self, values))
+
+
+def _all_str(values: list[Any]) -> bool:
+    return set(map(type, values)) <= {str}
+
+
+def _str_column(fn: Builtin, method: Any, values: list[Any]) -> list[Any]:
+    # Exactly str (not a subclass that may override the method): call the method
+    # itself from a C loop, without the built-in's Python layer.
+    return list(map(method, values)) if _all_str(values) else list(map(fn, values))
+
 
 @attrs.frozen(repr=False)
 class Identity(Builtin):
@@ -96,6 +113,9 @@ class Identity(Builtin):
 
     def __call__(self, value: Any) -> Any:
         return value
+
+    def column(self, values: list[Any]) -> list[Any]:
+        return values  # columns are never changed in place
 
     def __repr__(self) -> str:
         return "F.identity()"
@@ -108,6 +128,9 @@ class Lower(Builtin):
     def __call__(self, value: Any) -> str:
         return _require_str(value, "F.lower()").lower()
 
+    def column(self, values: list[Any]) -> list[Any]:
+        return _str_column(self, str.lower, values)
+
     def __repr__(self) -> str:
         return "F.lower()"
 
@@ -118,6 +141,9 @@ class Upper(Builtin):
 
     def __call__(self, value: Any) -> str:
         return _require_str(value, "F.upper()").upper()
+
+    def column(self, values: list[Any]) -> list[Any]:
+        return _str_column(self, str.upper, values)
 
     def __repr__(self) -> str:
         return "F.upper()"
@@ -136,6 +162,11 @@ class Strip(Builtin):
     def __call__(self, value: Any) -> str:
         return _require_str(value, "F.strip()").strip(self.chars)
 
+    def column(self, values: list[Any]) -> list[Any]:
+        if not _all_str(values):
+            return list(map(self, values))
+        return list(map(str.strip, values, repeat(self.chars)))
+
     def __repr__(self) -> str:
         return "F.strip()" if self.chars is None else f"F.strip({self.chars!r})"
 
@@ -146,6 +177,9 @@ class Length(Builtin):
 
     def __call__(self, value: Any) -> int:
         return len(_require_str(value, "F.length()"))
+
+    def column(self, values: list[Any]) -> list[Any]:
+        return _str_column(self, len, values)
 
     def __repr__(self) -> str:
         return "F.length()"
@@ -181,6 +215,9 @@ class Findall(Builtin):
 
     def __call__(self, value: Any) -> list[Any]:
         return self._regex.findall(_require_str(value, repr(self)))
+
+    def column(self, values: list[Any]) -> list[Any]:
+        return _str_column(self, self._regex.findall, values)
 
     def __repr__(self) -> str:
         flags = f", flags={re.RegexFlag(self.flags)!s}" if self.flags else ""

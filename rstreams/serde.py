@@ -250,12 +250,14 @@ class MsgpackSerde(Serde):
         # One C-level pass over the concatenation; the count check catches a record
         # that holds zero or several objects, and then the slow path names the bad one.
         unpacker = msgpack.Unpacker(raw=False, ext_hook=_ext_hook, strict_map_key=False)
-        unpacker.feed(b"".join(data))
+        joined = b"".join(data)
+        unpacker.feed(joined)
         try:
             out = list(unpacker)
         except Exception:
             out = []
-        if len(out) != len(data) or not all(data):
+        # Unpacking stops quietly at a truncated last object: all bytes must be used.
+        if len(out) != len(data) or unpacker.tell() != len(joined) or not all(data):
             return [self.deserialize(d) for d in data]  # raises on the bad one
         return out
 

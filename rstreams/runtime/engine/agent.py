@@ -13,27 +13,27 @@ timer is due (``pull_interval``, default 100 ms) or at once while data keeps com
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
+from collections import deque
 from typing import Protocol
 
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 
 class Readable(Protocol):
-    def read(
+    def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
-    ) -> list[LogRecord]: ...
+    ) -> RecordColumns: ...
 
 
-def _offset(r: LogRecord) -> int:
-    return r.offset
+_EMPTY = RecordColumns(range(0), (), (), (), ())
 
 
 class QueueCache:
     """A bounded window of one queue's records with one cursor per consumer.
 
+    Records are held as the column chunks they were read in (no object per record).
     Cursors are offsets (the next offset the consumer wants). ``capacity`` bounds the
     number of cached records; :meth:`room` says how many more fit.
 
@@ -41,11 +41,11 @@ class QueueCache:
     >>> c.add([LogRecord(i, 0, None, b"x") for i in range(3)])
     >>> c.room()
     0
-    >>> [r.offset for r in c.take("a", 10)]
+    >>> list(c.take("a", 10).offsets)
     [0, 1, 2]
     >>> c.room()  # b has not read them yet: nothing can be purged
     0
-    >>> [r.offset for r in c.take("b", 2)], c.room()
+    >>> list(c.take("b", 2).offsets), c.room()
     ([0, 1], 2)
     """
 
@@ -53,48 +53,62 @@ class QueueCache:
         if capacity < 1:
             raise ValueError(f"cache capacity must be >= 1; got {capacity}")
         self.capacity = capacity
-        self._records: list[LogRecord] = []
+        self._chunks: deque[RecordColumns] = deque()
+        self._size = 0  # records held: those of the chunks, less the first one's _skip
+        self._skip = 0  # leading records of the first chunk every cursor has passed
         self._cursors = dict.fromkeys(consumers, start)
         self.next_offset = start  # where the agent pulls next
         self._lock = threading.Lock()
 
     def room(self) -> int:
         with self._lock:
-            return self.capacity - len(self._records)
+            return self.capacity - self._size
 
-    def add(self, records: list[LogRecord]) -> None:
-        if not records:
+    def add(self, records: RecordColumns | list[LogRecord]) -> None:
+        if isinstance(records, list):
+            records = RecordColumns.from_records(records)
+        if not len(records):
             return
         with self._lock:
-            if len(records) > self.capacity - len(self._records):
+            if len(records) > self.capacity - self._size:
                 raise OverflowError("the agent must not pull more than the cache has room for")
-            self._records.extend(records)
-            self.next_offset = records[-1].offset + 1
+            self._chunks.append(records)
+            self._size += len(records)
+            self.next_offset = records.last_offset + 1
 
-    def take(self, consumer: str, max_records: int) -> list[LogRecord]:
-        """Up to ``max_records`` records at and after ``consumer``'s cursor."""
+    def take(self, consumer: str, max_records: int) -> RecordColumns:
+        """Up to ``max_records`` records at and after ``consumer``'s cursor (from one
+        chunk: the consumer comes back for the next)."""
         with self._lock:
             cursor = self._cursors[consumer]
-            recs = self._records
-            if not recs or cursor >= self.next_offset:
-                return []
-            i = max(0, cursor - recs[0].offset)
-            if i >= len(recs) or recs[i].offset != cursor:
-                # Offsets have gaps (a compacted topic): find the first one >= cursor.
-                i = bisect.bisect_left(recs, cursor, key=_offset)
-            out = recs[i : i + max_records]
-            if out:
-                self._cursors[consumer] = out[-1].offset + 1
-                self._purge()
+            if cursor >= self.next_offset:
+                return _EMPTY
+            for chunk in self._chunks:  # usually the first
+                if chunk.last_offset >= cursor:
+                    break
+            else:
+                return _EMPTY
+            # Offsets may have gaps (a compacted topic): index_of finds the first >= cursor.
+            i = chunk.index_of(cursor)
+            out = chunk if i == 0 and max_records >= len(chunk) else chunk.slice(i, i + max_records)
+            self._cursors[consumer] = out.last_offset + 1
+            self._purge()
             return out
 
     def _purge(self) -> None:
-        n = bisect.bisect_left(self._records, min(self._cursors.values()), key=_offset)
-        if n:
-            del self._records[:n]
+        low = min(self._cursors.values())
+        chunks = self._chunks
+        while chunks and chunks[0].last_offset < low:
+            self._size -= len(chunks.popleft()) - self._skip
+            self._skip = 0
+        if chunks:
+            i = chunks[0].index_of(low)
+            if i > self._skip:
+                self._size -= i - self._skip
+                self._skip = i
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._size
 
 
 class PullingAgent:
@@ -127,7 +141,7 @@ class PullingAgent:
         if room <= 0:
             self.due = now  # backpressure: retry as soon as a consumer makes room
             return 0
-        records = self.broker.read(
+        records = self.broker.read_columns(
             self.topic, self.queue, self.cache.next_offset, min(room, self.batch)
         )
         self.cache.add(records)

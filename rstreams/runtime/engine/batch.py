@@ -58,7 +58,16 @@ class Batch:
     ``headers`` is None when no record of the batch has headers.
     """
 
-    __slots__ = ("_offsets", "headers", "keys", "queue", "timestamps", "topic", "values")
+    __slots__ = (
+        "_max_ts",
+        "_offsets",
+        "headers",
+        "keys",
+        "queue",
+        "timestamps",
+        "topic",
+        "values",
+    )
 
     def __init__(
         self,
@@ -69,7 +78,9 @@ class Batch:
         timestamps: list[int],
         offsets: list[int] | _Expanded,
         headers: list[Headers] | None = None,
+        max_ts: int | None = None,
     ) -> None:
+        self._max_ts = max_ts  # known when the timestamps are one repeated value
         self.topic = topic
         self.queue = queue
         self.keys = keys
@@ -89,6 +100,12 @@ class Batch:
         return self._offsets
 
     @property
+    def max_timestamp(self) -> int:
+        if self._max_ts is None:
+            self._max_ts = max(self.timestamps)
+        return self._max_ts
+
+    @property
     def last_offset(self) -> int:
         offsets = self._offsets
         if isinstance(offsets, _Expanded):
@@ -102,8 +119,9 @@ class Batch:
             # Keyless records without headers (the usual input): only offsets and
             # timestamps vary, and offsets are only needed to name a failing record.
             ts = self.timestamps
+            max_ts = None
             if ts.count(ts[0]) == len(ts) and set(map(type, ts)) == {int}:
-                timestamps = [ts[0]] * n
+                timestamps, max_ts = [ts[0]] * n, ts[0]
             else:
                 timestamps = gather(ts, _repeat_index(counts))
             return Batch(
@@ -113,6 +131,7 @@ class Batch:
                 values,
                 timestamps,
                 _Expanded(self.offsets, counts),
+                max_ts=max_ts,
             )
         return self.take(_repeat_index(counts), values)
 
@@ -133,13 +152,15 @@ class Batch:
 
     def with_values(self, values: list[Any]) -> Batch:
         return Batch(
-            self.topic, self.queue, self.keys, values, self.timestamps, self._offsets, self.headers
-        )
+            self.topic, self.queue, self.keys, values, self.timestamps, self._offsets,
+            self.headers, self._max_ts,
+        )  # fmt: skip
 
     def with_keys(self, keys: list[Any]) -> Batch:
         return Batch(
-            self.topic, self.queue, keys, self.values, self.timestamps, self._offsets, self.headers
-        )
+            self.topic, self.queue, keys, self.values, self.timestamps, self._offsets,
+            self.headers, self._max_ts,
+        )  # fmt: skip
 
     def with_timestamps(self, timestamps: list[int]) -> Batch:
         return Batch(

@@ -25,10 +25,11 @@ from typing import Any
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
+from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
 
 COMBINABLE = n.COMBINABLE
@@ -89,6 +90,8 @@ def apply_column(
     """``fn`` over the values at C speed; only if that raises, again row by row to apply
     the on_error policy to the failing rows. Returns the results and the surviving rows."""
     try:
+        if isinstance(fn, Builtin):
+            return fn.column(batch.values), batch
         return list(map(fn, batch.values)), batch
     except Exception:
         pass
@@ -587,7 +590,7 @@ class ShuffleSinkProcessor(_SinkBase):
     def _noted(self, batch: Batch) -> None:
         # A combined record stands for many: it carries the latest timestamp of the
         # records combined since the last flush and the last source offset combined.
-        ts = max(batch.timestamps)
+        ts = batch.max_timestamp
         if self._max_ts is None or ts > self._max_ts:
             self._max_ts = ts
         self._origin = (batch.topic, batch.queue, batch.last_offset)
@@ -617,29 +620,29 @@ class SourceProcessor(Processor):
         assert factory.topic is not None
         self.topic = factory.topic
 
-    def process_log(self, queue: int, records: list[LogRecord]) -> None:
-        if not records:
+    def process_log(self, queue: int, records: RecordColumns) -> None:
+        if not len(records):
             return
-        offsets, timestamps, raw_keys, raw_values, headers = map(list, zip(*records))
+        raw_keys, raw_values = list(records.keys), list(records.values)
         batch = Batch(
             self.topic,
             queue,
             raw_keys,
             raw_values,
-            timestamps,
-            offsets,
-            headers if any(headers) else None,
+            list(records.timestamps),
+            list(records.offsets),
+            list(records.headers) if any(records.headers) else None,
         )
         try:
             nones = raw_keys.count(None)
             if nones == len(raw_keys):
                 keys = raw_keys
             elif nones == 0:
-                keys = self.key_serde.deserialize_many(raw_keys)
+                keys = self.key_serde.deserialize_many(raw_keys)  # type: ignore[arg-type]
             else:
                 keys = [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
             values = (
-                self.value_serde.deserialize_many(raw_values)
+                self.value_serde.deserialize_many(raw_values)  # type: ignore[arg-type]
                 if None not in raw_values
                 else [None if v is None else self.value_serde.deserialize(v) for v in raw_values]
             )

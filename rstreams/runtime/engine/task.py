@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,13 @@ from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues._logformat import encode_batch
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
 from rstreams.state.stores import KeyValueStore, MemoryStore
 
-Fetch = Callable[[str, int, int, int], list[LogRecord]]
+Fetch = Callable[[str, int, int, int], RecordColumns]
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 
 TXN_HEADER = "rs.txn"
@@ -135,7 +136,7 @@ class Task:
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committed = dict(self.positions)
         self._commits = 0
-        self.fetch: Fetch = fetch or broker.read
+        self.fetch: Fetch = fetch or broker.read_columns
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
         self.failed = False
@@ -171,28 +172,30 @@ class Task:
                 inner.clear()  # type: ignore[attr-defined]
             serde = self.stores[name].value_serde
             while pos < end:
-                records = self.broker.read(topic, self.queue, pos, 10_000)
-                if not records:
+                records = self.broker.read_columns(topic, self.queue, pos, 10_000)
+                if not len(records):
                     break
                 self._check(records, serde, topic)
-                items = [(r.key, r.value) for r in records if r.key is not None]
-                pos = records[-1].offset + 1
-                self._write_store(inner, items, pos, topic)
+                pos = records.last_offset + 1
+                self._write_store(inner, records.keys, records.values, pos, topic)
                 n += len(records)
         if n:
             log.info("task %s: restored %d changelog records", self.id, n)
         return n
 
-    def _check(self, records: list[LogRecord], serde: Any, topic: str) -> None:
+    def _check(self, records: RecordColumns, serde: Any, topic: str) -> None:
         """Refuse state that can not be read back, naming where it is: never reset it."""
-        values = [r.value for r in records if r.value is not None]
         try:
-            serde.deserialize_many(values)
-            INTERNAL_SERDE.deserialize_many([r.key for r in records if r.key is not None])
+            if not all(records.keys):  # None, or b"" (no msgpack value is empty)
+                raise SerdeError("a changelog record has no key")
+            values = records.values
+            # Values may be None (tombstones); b"" is never a valid value and fails below.
+            serde.deserialize_many(values if all(values) else [v for v in values if v is not None])
+            INTERNAL_SERDE.deserialize_many(records.keys)  # type: ignore[arg-type]
             return
         except Exception:
             pass
-        for r in records:
+        for r in records.records():
             try:
                 if r.key is None:
                     raise SerdeError("a changelog record has no key")
@@ -206,12 +209,17 @@ class Task:
                 ) from None
 
     def _write_store(
-        self, inner: KeyValueStore, items: list[tuple[bytes, bytes | None]], offset: int, topic: str
+        self,
+        inner: KeyValueStore,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        offset: int,
+        topic: str,
     ) -> None:
         if hasattr(inner, "meta"):
-            inner.write_batch(items, meta={"changelog_offset": offset})  # type: ignore[call-arg]
+            inner.write_columns(keys, values, meta={"changelog_offset": offset})  # type: ignore[attr-defined]
         else:
-            inner.write_batch(items)
+            inner.write_batch(list(zip(keys, values)))
 
     # -- processing ----------------------------------------------------------------------
 
@@ -223,13 +231,13 @@ class Task:
         n = 0
         for topic, pos in self.positions.items():
             records = self.fetch(topic, self.queue, pos, max_records)
-            if records:
-                self.positions[topic] = records[-1].offset + 1
+            if len(records):
+                self.positions[topic] = records.last_offset + 1
                 self._process(topic, records)
                 n += len(records)
         return n
 
-    def _process(self, topic: str, records: list[LogRecord]) -> None:
+    def _process(self, topic: str, records: RecordColumns) -> None:
         try:
             self.sources[topic].process_log(self.queue, records)
         except BaseException:
@@ -239,9 +247,10 @@ class Task:
     def process_next(self, topic: str) -> None:
         """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
         pos = self.positions[topic]
-        records = self.broker.read(topic, self.queue, pos, 1)
-        self.positions[topic] = pos + len(records)
-        self._process(topic, records)
+        records = self.broker.read_columns(topic, self.queue, pos, 1)
+        if len(records):
+            self.positions[topic] = records.last_offset + 1
+            self._process(topic, records)
 
     def punctuate(self, now: int) -> None:
         """Wall-clock driven work of the processors (e.g. closing idle windows)."""
@@ -295,19 +304,26 @@ class Task:
             self.broker.flush()
             self._commit_offsets(self.positions)
             return written
-        appends: list[list[Any]] = [
-            [topic, q, self.broker.end_offset(topic, q), rows]
-            for (topic, q), rows in self.producer.take().items()
-        ]
+        outputs = list(self.producer.take().items())
         for name, items in changes.items():
             if items:
-                rows = [(ts, k, v, ()) for k, v in items]
-                topic = self.changelogs[name]
-                appends.append([topic, self.queue, self.broker.end_offset(topic, self.queue), rows])
+                outputs.append(
+                    ((self.changelogs[name], self.queue), [(ts, k, v, ()) for k, v in items])
+                )
         offsets = dict(self.positions)
-        if not appends and offsets == self.committed:
+        if not outputs and offsets == self.committed:
             return []
         self.txn_seq += 1
+        # Each append is encoded once, as the frame payload it becomes, marker included:
+        # applying the transaction (now or on recovery) writes those bytes as they are.
+        marker = (TXN_HEADER, f"{self.id}:{self.txn_seq}".encode())
+        appends: list[list[Any]] = []
+        for (topic, q), rows in outputs:
+            t0, k0, v0, h0 = rows[0]
+            rows[0] = (t0, k0, v0, (*h0, marker))
+            encoded = encode_batch(rows)
+            assert encoded is not None
+            appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
         row = (ts, None, _pack_txn(txn), ())
         at = self.broker.append(self.txn_topic, self.txn_queue, [row])
@@ -319,7 +335,7 @@ class Task:
             self.broker.purge(self.txn_topic, self.txn_queue, at)
         for name, items in changes.items():
             self._apply_store_change(name, items, ts, via_changelog=False)
-        return [(topic, q) for topic, q, _, _ in appends]
+        return [(topic, q) for topic, q, *_ in appends]
 
     def _apply_store_change(
         self,
@@ -333,18 +349,17 @@ class Task:
         topic = self.changelogs[name]
         if via_changelog:
             self.broker.append(topic, self.queue, [(ts, k, v, ()) for k, v in items])
+        keys, values = zip(*items)
         self._write_store(
-            self.stores[name].inner, items, self.broker.end_offset(topic, self.queue), topic
+            self.stores[name].inner, keys, values, self.broker.end_offset(topic, self.queue), topic
         )
 
     def _apply(self, txn: dict[str, Any], redo: bool) -> None:
         marker = (TXN_HEADER, f"{txn['task']}:{txn['seq']}".encode())
-        for topic, q, hint, rows in txn["appends"]:
+        for topic, q, hint, payload, count, max_ts in txn["appends"]:
             if redo and self._has_marker(topic, q, hint, marker):
                 continue
-            ts, k, v, h = rows[0]
-            rows = [(ts, k, v, (*h, marker)), *rows[1:]]
-            self.broker.append(topic, q, rows)
+            self.broker.append_encoded(topic, q, payload, count, max_ts)
             maybe_crash("txn-applying")
         self.broker.flush()
         self._commit_offsets(txn["offsets"])

@@ -34,6 +34,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.task import Task
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import (
     AllocateAveragely,
@@ -130,7 +131,7 @@ class Worker:
         sub = self.topology.subtopologies[sub_id]
         caches: dict[str, QueueCache] = {}
 
-        def fetch(topic: str, q: int, offset: int, max_records: int) -> list[Any]:
+        def fetch(topic: str, q: int, offset: int, max_records: int) -> RecordColumns:
             return caches[topic].take(name, max_records)
 
         # Each task has its own producer: a transaction carries that task's output only.

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import msgpack
 
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 MAGIC = b"RL"
 VERSION = 1
@@ -148,15 +148,23 @@ def frame_crc_ok(frame: memoryview, crc: int) -> bool:
 
 def decode_frame(frame: memoryview, base: int, count: int, last_delta: int) -> list[LogRecord]:
     """The records of a whole frame (header included), absolute offsets restored."""
+    return decode_columns(frame, base, count, last_delta).records()
+
+
+def decode_columns(frame: memoryview, base: int, count: int, last_delta: int) -> RecordColumns:
+    """:func:`decode_frame` as columns (no object per record)."""
     try:
-        deltas, *columns = msgpack.unpackb(frame[HEADER_SIZE:], raw=False, use_list=False)
+        deltas, timestamps, keys, values, headers = msgpack.unpackb(
+            frame[HEADER_SIZE:], raw=False, use_list=False
+        )
+        columns = (timestamps, keys, values, headers)
         if not len(deltas) == count == min(map(len, columns)) == max(map(len, columns)):
             raise ValueError(f"columns of {len(deltas)} records; the header says {count}")
         if last_delta == count - 1:  # dense: deltas are 0..count-1
-            offsets: Iterable[int] = range(base, base + count)
+            offsets: Sequence[int] = range(base, base + count)
         else:
             offsets = [base + d for d in deltas]
-        return LogRecord.many(offsets, *columns)
+        return RecordColumns(offsets, timestamps, keys, values, headers)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise FrameError(-1, f"undecodable payload ({e})") from None
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Iterable, Sequence
 from functools import partial
+from itertools import chain, pairwise
 from operator import itemgetter
 from typing import Any
 
@@ -68,6 +70,96 @@ class LogRecord(tuple):
 
 
 _new_record = partial(tuple.__new__, LogRecord)
+
+
+class RecordColumns:
+    """Records of one queue as columns: what brokers hand to the engine.
+
+    ``offsets`` is a ``range`` when they are dense (the usual case), else a sequence;
+    the other columns are sequences of the same length.
+
+    >>> c = RecordColumns(range(5, 8), [0, 0, 1], [None] * 3, [b"a", b"b", b"c"], [()] * 3)
+    >>> len(c), c.last_offset, c.slice(1, 3).values
+    (3, 7, [b'b', b'c'])
+    >>> [r.offset for r in c.records()]
+    [5, 6, 7]
+    """
+
+    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
+
+    def __init__(
+        self,
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[Headers],
+    ) -> None:
+        self.offsets = offsets
+        self.timestamps = timestamps
+        self.keys = keys
+        self.values = values
+        self.headers = headers
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def last_offset(self) -> int:
+        return self.offsets[-1]
+
+    def slice(self, start: int, stop: int) -> RecordColumns:
+        return RecordColumns(
+            self.offsets[start:stop],
+            self.timestamps[start:stop],
+            self.keys[start:stop],
+            self.values[start:stop],
+            self.headers[start:stop],
+        )
+
+    def index_of(self, offset: int) -> int:
+        """Position of the first record with an offset >= ``offset``."""
+        offsets = self.offsets
+        if isinstance(offsets, range):
+            return min(max(offset - offsets.start, 0), len(offsets))
+        return bisect.bisect_left(offsets, offset)
+
+    def records(self) -> list[LogRecord]:
+        return LogRecord.many(self.offsets, self.timestamps, self.keys, self.values, self.headers)
+
+    @classmethod
+    def from_records(cls, records: Sequence[LogRecord]) -> RecordColumns:
+        if not records:
+            return cls(range(0), [], [], [], [])
+        offsets, timestamps, keys, values, headers = zip(*records)
+        return cls(offsets, timestamps, keys, values, headers)
+
+    @classmethod
+    def concat(cls, parts: Sequence[RecordColumns]) -> RecordColumns:
+        """One object for several consecutive parts (the part itself when one)."""
+        parts = [p for p in parts if len(p)]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls(range(0), [], [], [], [])
+        offsets: Sequence[int]
+        if all(isinstance(p.offsets, range) for p in parts) and all(
+            a.last_offset + 1 == b.offsets[0] for a, b in pairwise(parts)
+        ):
+            offsets = range(parts[0].offsets[0], parts[-1].last_offset + 1)
+        else:
+            offsets = list(chain.from_iterable(p.offsets for p in parts))
+        return cls(
+            offsets,
+            list(chain.from_iterable(p.timestamps for p in parts)),
+            list(chain.from_iterable(p.keys for p in parts)),
+            list(chain.from_iterable(p.values for p in parts)),
+            list(chain.from_iterable(p.headers for p in parts)),
+        )
+
+    def __repr__(self) -> str:
+        span = f"{self.offsets[0]}..{self.last_offset}" if len(self) else "empty"
+        return f"<RecordColumns {len(self)} records, offsets {span}>"
 
 
 def queue_for_key(key: bytes, queues: int) -> int:

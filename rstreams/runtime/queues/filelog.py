@@ -93,6 +93,7 @@ from rstreams.runtime.queues._logformat import (
     ReadBuffer,
     SparseIndex,
     build_frame,
+    decode_columns,
     decode_frame,
     encode_batch,
     encode_records,
@@ -101,7 +102,7 @@ from rstreams.runtime.queues._logformat import (
     iter_frames,
     read_header,
 )
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +331,7 @@ class _Queue:
         self.open_closed: OrderedDict[int, _Segment] = OrderedDict()
         # the last decoded frame: reads of fewer records than a batch decode it once
         self.cache_key: tuple[int, int] = (-1, -1)
-        self.cache_records: list[LogRecord] = []
+        self.cache_columns = RecordColumns(range(0), [], [], [], [])
         # the last block read (of validated, so unchanging, bytes), for the next read
         self.read_buffer = ReadBuffer()
 
@@ -708,14 +709,19 @@ class FileBroker:
         records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
     ) -> int:
         """Append (timestamp, key, value, headers) tuples as one batch; the first new offset."""
-        q = self._queue(topic, queue)
         batch = encode_batch(records)
+        if batch is None:
+            return self.end_offset(topic, queue)
+        return self.append_encoded(topic, queue, *batch)
+
+    def append_encoded(
+        self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
+    ) -> int:
+        """Append a batch already encoded by ``_logformat.encode_batch``; the first new offset."""
+        q = self._queue(topic, queue)
         with q.mutex, q.write_lock:
             self._catch_up(q, locked=True)
             base = q.end
-            if batch is None:
-                return base
-            payload, count, max_ts = batch
             frame = build_frame(base, payload, count, count - 1, max_ts)
             seg = q.segments[-1]
             if seg.size > 0 and seg.size + len(frame) > q.topic.segment_bytes:
@@ -790,32 +796,38 @@ class FileBroker:
 
         At most ``max_records`` of them; ``[]`` at the end of the queue.
         """
+        return self.read_columns(topic, queue, offset, max_records).records()
+
+    def read_columns(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> RecordColumns:
+        """:meth:`read` as columns: no object per record (what the engine reads)."""
         q = self._queue(topic, queue)
+        out = _Collected(offset)
         with q.mutex:
             if offset < q.start:
                 raise ConfigError(
                     f"offset {offset} of {topic}[{queue}] was purged; the queue starts at {q.start}"
                 )
             if max_records is not None and max_records <= 0:
-                return []
+                return out.columns()
             if offset >= q.end:
                 self._refresh(q)
                 if offset >= q.end:
-                    return []
+                    return out.columns()
             limit = sys.maxsize if max_records is None else max_records
-            out: list[LogRecord] = []
             self._read_retrying(q, offset, limit, out)
-            if len(out) < limit:  # short of what was asked: take in what others appended since
+            if out.count < limit:  # short of what was asked: take in what others appended since
                 known = q.end
                 self._refresh(q)
                 if q.end > known:
-                    self._read_retrying(q, out[-1].offset + 1 if out else offset, limit, out)
-            return out
+                    self._read_retrying(q, out.next_offset, limit, out)
+            return out.columns()
 
-    def _read_retrying(self, q: _Queue, offset: int, limit: int, out: list[LogRecord]) -> None:
+    def _read_retrying(self, q: _Queue, offset: int, limit: int, out: _Collected) -> None:
         for attempt in range(8):
             try:
-                self._read_into(q, out[-1].offset + 1 if out else offset, limit, out)
+                self._read_into(q, max(offset, out.next_offset), limit, out)
                 return
             except FileNotFoundError:  # a segment was purged or merged by another process
                 if attempt == 7:
@@ -827,13 +839,12 @@ class FileBroker:
                         f"the queue starts at {q.start}"
                     ) from None
 
-    def _read_into(self, q: _Queue, offset: int, limit: int, out: list[LogRecord]) -> None:
+    def _read_into(self, q: _Queue, offset: int, limit: int, out: _Collected) -> None:
         i = max(bisect_right(q.bases, offset) - 1, 0)
         segments = q.segments
-        while i < len(segments) and len(out) < limit:
+        while i < len(segments) and out.count < limit:
             self._read_segment(q, segments[i], offset, limit, out)
-            if out:
-                offset = out[-1].offset + 1
+            offset = max(offset, out.next_offset)
             i += 1
 
     def _open_closed(self, q: _Queue, seg: _Segment) -> None:
@@ -859,7 +870,7 @@ class FileBroker:
         return idx
 
     def _read_segment(
-        self, q: _Queue, seg: _Segment, offset: int, limit: int, out: list[LogRecord]
+        self, q: _Queue, seg: _Segment, offset: int, limit: int, out: _Collected
     ) -> None:
         """Append to ``out`` the records of ``seg`` with offsets >= ``offset``, up to ``limit``."""
         if seg.fd < 0:
@@ -891,7 +902,7 @@ class FileBroker:
         expect: int,
         offset: int,
         limit: int,
-        out: list[LogRecord],
+        out: _Collected,
     ) -> None:
         try:
             buffer = q.read_buffer.use(seg.gen)
@@ -907,28 +918,19 @@ class FileBroker:
                 assert frame is not None
                 key = (seg.gen, fpos)
                 if key == q.cache_key:
-                    records = q.cache_records
+                    columns = q.cache_columns
                 else:
                     if not frame_crc_ok(frame, crc):
                         raise FrameError(fpos, "crc mismatch")
                     try:
-                        records = decode_frame(frame, base, count, last_delta)
+                        columns = decode_columns(frame, base, count, last_delta)
                     except FrameError as e:
                         raise FrameError(fpos, e.reason) from None
-                    q.cache_key, q.cache_records = key, records
-                j = 0
-                if base < offset:
-                    if last_delta == count - 1:
-                        j = offset - base
-                    else:
-                        while records[j].offset < offset:
-                            j += 1
-                want = limit - len(out)
-                if j == 0 and want >= count:
-                    out.extend(records)
-                else:
-                    out.extend(records[j : j + want])
-                if len(out) >= limit:
+                    q.cache_key, q.cache_columns = key, columns
+                j = columns.index_of(offset) if base < offset else 0
+                want = limit - out.count
+                out.add(columns if j == 0 and want >= count else columns.slice(j, j + want))
+                if out.count >= limit:
                     return
         except FrameError as e:
             if expect >= 0 and e.pos == pos:
@@ -1201,6 +1203,26 @@ class FileBroker:
                         q.write_lock.close()
                         q.maint_lock.close()
             self._create_lock.close()
+
+
+class _Collected:
+    """Column parts gathered by a read, and where the next record would start."""
+
+    __slots__ = ("count", "next_offset", "parts")
+
+    def __init__(self, offset: int) -> None:
+        self.parts: list[RecordColumns] = []
+        self.count = 0
+        self.next_offset = offset
+
+    def add(self, part: RecordColumns) -> None:
+        if len(part):
+            self.parts.append(part)
+            self.count += len(part)
+            self.next_offset = part.last_offset + 1
+
+    def columns(self) -> RecordColumns:
+        return RecordColumns.concat(self.parts)
 
 
 class _StaleIndex(Exception):

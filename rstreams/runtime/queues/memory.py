@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_frame
+from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 
 class MemoryQueue:
@@ -97,6 +98,15 @@ class MemoryBroker:
         )
         return first
 
+    def append_encoded(
+        self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
+    ) -> int:
+        """Append a batch encoded by ``_logformat.encode_batch`` (as the file log stores it)."""
+        records = decode_frame(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
+        return self.append(
+            topic, queue, [(r.timestamp, r.key, r.value, r.headers) for r in records]
+        )
+
     def read(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> list[LogRecord]:
@@ -107,6 +117,11 @@ class MemoryBroker:
             )
         i = offset - q.base
         return q.records[i:] if max_records is None else q.records[i : i + max_records]
+
+    def read_columns(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> RecordColumns:
+        return RecordColumns.from_records(self.read(topic, queue, offset, max_records))
 
     def end_offset(self, topic: str, queue: int) -> int:
         return self._queue(topic, queue).end
