@@ -88,8 +88,8 @@ class StrSerde(Serde):
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         try:
-            return [d.decode("utf-8") for d in data]
-        except UnicodeDecodeError:
+            return list(map(bytes.decode, data))  # UTF-8, strict
+        except (UnicodeDecodeError, TypeError):
             return [self.deserialize(d) for d in data]  # raises the clear error
 
     def serialize_many(self, objs: list[Any]) -> list[bytes]:

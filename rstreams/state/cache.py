@@ -73,11 +73,21 @@ class CachedStore:
         return default if v is None else v
 
     def get_many(self, keys: list[Any]) -> list[Any]:
-        """:meth:`get` of each key (None when absent)."""
+        """:meth:`get` of each key (None when absent); keys not cached are read from the
+        store in one lookup."""
         values = list(map(self._cache.get, keys, repeat(_MISSING)))
-        if _MISSING in values:
-            get = self.get
-            values = [get(k) if v is _MISSING else v for k, v in zip(keys, values)]
+        if _MISSING not in values:
+            return values
+        missing = [i for i, v in enumerate(values) if v is _MISSING]
+        if self._auto_flush and len(self._cache) + len(missing) > self._max:
+            get = self.get  # may evict: one at a time
+            return [get(k) if v is _MISSING else v for k, v in zip(keys, values)]
+        mkeys = [keys[i] for i in missing]
+        raws = self.inner.get_many(self._kser_many(mkeys))
+        for i, k, raw in zip(missing, mkeys, raws):
+            v = None if raw is None else self._decode(raw, k)
+            self._cache[k] = v
+            values[i] = v
         return values
 
     def put_many(self, keys: list[Any], values: list[Any]) -> None:

@@ -98,6 +98,11 @@ class RocksDBStore(KeyValueStore):
         v = self._db.get(key)
         return None if v is None else bytes(v)
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        found = self._db.get(list(keys))  # one multi-get
+        assert found is not None
+        return [None if v is None else bytes(v) for v in found]
+
     def put(self, key: bytes, value: bytes) -> None:
         self.write_batch([(key, value)])
 

@@ -14,6 +14,10 @@ class KeyValueStore:
     def get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """:meth:`get` of each key (stores override it with one lookup for all)."""
+        return [self.get(k) for k in keys]
+
     def put(self, key: bytes, value: bytes) -> None:
         raise NotImplementedError
 

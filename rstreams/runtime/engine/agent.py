@@ -6,9 +6,11 @@ fast consumer reads as soon as records are in, a slow one lags, and an entry is 
 once every cursor has passed it. When the cache is full the agent stops pulling until
 there is room (backpressure); it never drops a record nobody has read.
 
-Agents are driven by one :class:`AgentPool` thread per worker: an agent pulls when its
-timer is due (``pull_interval``, default 100 ms) or at once while data keeps coming
-(the last pull was full), and never when its cache has no room.
+Agents are driven by one :class:`AgentPool` per worker, from the worker's loop (as
+Orleans runs agents in turns on the silo's scheduler) or, optionally, on a thread of
+their own: an agent pulls when its timer is due (``pull_interval``, default 100 ms) or
+at once while data keeps coming (the last pull was full), and never when its cache has
+no room.
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ class PullingAgent:
 
 
 class AgentPool:
-    """Runs the pulling agents of one worker on a background thread."""
+    """The pulling agents of one worker: :meth:`pull_all` runs the due ones (call it from
+    a loop), or :meth:`start` runs them on a background thread."""
 
     def __init__(self, idle_sleep: float = 0.005) -> None:
         self._agents: dict[tuple[str, int], PullingAgent] = {}

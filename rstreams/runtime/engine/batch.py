@@ -113,27 +113,39 @@ class Batch:
         return offsets[-1]
 
     def expand(self, counts: list[int], values: list[Any]) -> Batch:
-        """Row ``i`` repeated ``counts[i]`` times, with new ``values`` (a flatMap)."""
+        """Row ``i`` repeated ``counts[i]`` times, with new ``values`` (a flatMap).
+
+        Columns that hold one repeated value (no keys yet, a chunk of input read at one
+        time) are repeated without an index, and offsets are only built when asked for
+        (to name a failing record): for the usual input only the values are new lists.
+        """
         n = len(values)
-        if n and self.keys.count(None) == len(self.keys) and self.headers is None:
-            # Keyless records without headers (the usual input): only offsets and
-            # timestamps vary, and offsets are only needed to name a failing record.
-            ts = self.timestamps
-            max_ts = None
-            if ts.count(ts[0]) == len(ts) and set(map(type, ts)) == {int}:
-                timestamps, max_ts = [ts[0]] * n, ts[0]
-            else:
-                timestamps = gather(ts, _repeat_index(counts))
-            return Batch(
-                self.topic,
-                self.queue,
-                [None] * n,
-                values,
-                timestamps,
-                _Expanded(self.offsets, counts),
-                max_ts=max_ts,
-            )
-        return self.take(_repeat_index(counts), values)
+        index: list[int] | None = None
+
+        def repeated(column: list[Any]) -> list[Any]:
+            nonlocal index
+            if index is None:
+                index = _repeat_index(counts)
+            return gather(column, index)
+
+        keys = self.keys
+        keys = [None] * n if keys.count(None) == len(keys) else repeated(keys)
+        ts = self.timestamps
+        max_ts = None
+        if ts and ts.count(ts[0]) == len(ts) and set(map(type, ts)) == {int}:
+            timestamps, max_ts = [ts[0]] * n, ts[0]
+        else:
+            timestamps = repeated(ts)
+        return Batch(
+            self.topic,
+            self.queue,
+            keys,
+            values,
+            timestamps,
+            _Expanded(self.offsets, counts),
+            None if self.headers is None else repeated(self.headers),
+            max_ts=max_ts,
+        )
 
     def row(self, i: int) -> Record:
         """Row ``i`` as a Record (for error messages and dead letters)."""
