@@ -33,6 +33,7 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.gctune import tuned
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
+from rstreams.runtime.queues.base import RecordColumns
 
 __all__ = ["Progress", "RunResult", "run"]
 
@@ -70,18 +71,55 @@ class RunResult:
     metrics: dict[str, int]
 
 
-def _lines(f: BinaryIO, chunk_lines: int) -> Iterator[tuple[list[bytes], int]]:
-    """Chunks of lines (without line ends) and the bytes consumed so far."""
-    chunk: list[bytes] = []
+def line_chunks(
+    f: BinaryIO, chunk_lines: int, *, last_partial: bool = True, block: int = 1 << 20
+) -> Iterator[tuple[list[bytes], int]]:
+    """Chunks of ``chunk_lines`` lines (without their line ends: ``\n`` and any ``\r``
+    before it) and the bytes consumed so far.
+
+    The file is read in large blocks and split in C, not a line at a time. A last line
+    without a newline is a chunk of its own, kept as it is, when ``last_partial``
+    (a finished file); otherwise it is left unread (a file still being written).
+    """
     consumed = 0
-    for raw in f:
-        consumed += len(raw)
-        chunk.append(raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw)
-        if len(chunk) >= chunk_lines:
+    rest = b""
+    pending: list[bytes] = []
+    cr = False  # seen a \r: strip it from line ends
+
+    def take(n: int) -> tuple[list[bytes], int]:
+        chunk = pending[:n]
+        del pending[:n]
+        size = sum(map(len, chunk)) + len(chunk)  # the lines and their newlines
+        if cr:
+            chunk = [line.rstrip(b"\r") for line in chunk]
+        return chunk, size
+
+    while data := f.read(block):
+        if rest:
+            data = rest + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            rest = data
+            continue
+        rest = data[cut + 1 :]
+        body = data[:cut]
+        cr = cr or b"\r" in body
+        pending.extend(body.split(b"\n"))
+        while len(pending) >= chunk_lines:
+            chunk, size = take(chunk_lines)
+            consumed += size
             yield chunk, consumed
-            chunk = []
-    if chunk:
+    if pending:
+        chunk, size = take(len(pending))
+        consumed += size
         yield chunk, consumed
+    if rest and last_partial:
+        consumed += len(rest)
+        yield [rest], consumed
+
+
+def _lines(f: BinaryIO, chunk_lines: int) -> Iterator[tuple[list[bytes], int]]:
+    return line_chunks(f, chunk_lines)
 
 
 def _open(path: str) -> tuple[BinaryIO, int | None]:
@@ -110,6 +148,10 @@ def check_inputs(topology: Topology, inputs: dict[str, str]) -> None:
         )
     if missing:
         raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
+
+
+#: Seconds between commits of an in-process run.
+COMMIT_INTERVAL = 1.0
 
 
 def run(
@@ -249,6 +291,7 @@ def _run_embedded(
     iters = {t: _lines(f, chunk_lines) for t, (f, _) in opened.items()}
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     rounds = 0
+    next_commit = start + COMMIT_INTERVAL
     try:
         while iters:
             for topic in list(iters):
@@ -263,9 +306,14 @@ def _run_embedded(
                 records_in += len(lines)
             rounds += 1
             producer.flush()
-            engine.run_until_idle()
-            records_out += _collect(engine, sinks, tables, read_pos)
-            engine.purge_consumed()
+            # Commit about once a second, as workers do: updates to the same key in
+            # between are combined and coalesced instead of written and read back.
+            commit = time.monotonic() >= next_commit
+            engine.run_until_idle(commit=commit)
+            if commit:
+                records_out += _collect(engine, sinks, tables, read_pos)
+                engine.purge_consumed()
+                next_commit = time.monotonic() + COMMIT_INTERVAL
             if progress is not None:
                 progress(
                     Progress(
@@ -286,17 +334,19 @@ def _run_embedded(
     return RunResult(tables, records_in, records_out, time.monotonic() - start, engine.metrics())
 
 
-def fold_records(table: dict[Any, Any], records: list[Any], spec: Any) -> None:
+def fold_records(table: dict[Any, Any], records: RecordColumns | list[Any], spec: Any) -> None:
     """Fold sink records (deserialized with the sink topic's serdes) into a final table:
     the last value per key."""
-    if not records:
+    if isinstance(records, list):
+        records = RecordColumns.from_records(records)
+    if not len(records):
         return
     # Only each key's last record counts: pick those on the raw bytes (in log order, so
     # that keys written as different bytes still fold in order), then decode columns.
-    raw_keys = [r.key for r in records]
+    raw_keys, raw_values = records.keys, records.values
     last = sorted(dict(zip(raw_keys, range(len(raw_keys)))).values())
     keys = _decode_column(spec.key_serde, [raw_keys[i] for i in last])
-    values = _decode_column(spec.value_serde, [records[i].value for i in last])
+    values = _decode_column(spec.value_serde, [raw_values[i] for i in last])
     try:
         table.update(zip(keys, values))
     except TypeError:  # unhashable keys (lists, dicts): make them hashable
@@ -323,7 +373,7 @@ def _collect(
     for topic in sinks:
         spec = engine.topology.topics[topic]
         for q in range(engine.queue_counts[topic]):
-            records = broker.read(topic, q, read_pos[(topic, q)])
+            records = broker.read_columns(topic, q, read_pos[(topic, q)])
             fold_records(tables[topic], records, spec)
             n += len(records)
             read_pos[(topic, q)] += len(records)

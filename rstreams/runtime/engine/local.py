@@ -101,8 +101,10 @@ class LocalEngine:
                 for t in task.sources:
                     self.readers[(t, q)] = task
 
-    def run_until_idle(self) -> int:
-        """Process until no task has input left; commits at the end. Returns records read."""
+    def run_until_idle(self, commit: bool = True) -> int:
+        """Process until no task has input left; commits at the end (unless told not
+        to: combined and coalesced updates then wait for a later commit). Returns
+        records read."""
         total = 0
         while True:
             progress = 0
@@ -111,6 +113,8 @@ class LocalEngine:
                     progress += n
                     self.producer.flush()
             if progress == 0:
+                if not commit:
+                    return total
                 self.commit()  # may emit coalesced updates: loop until nothing moves
                 if not any(t.lag() for t in self.tasks):
                     return total

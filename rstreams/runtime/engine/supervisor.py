@@ -63,28 +63,13 @@ class _Input:
         """Chunks of whole lines from the current position. A last line without a newline
         is taken as a line at the end of a bounded file, but left for later when following
         a file that is still being written."""
+        from rstreams.runner import line_chunks
+
+        start = self.position  # the caller moves position on as chunks are appended
         with open(self.path, "rb") as f:
-            f.seek(self.position)
-            pos = self.position
-            chunk: list[bytes] = []
-            for raw in f:
-                pos += len(raw)
-                if not raw.endswith(b"\n"):
-                    pos -= len(raw)
-                    break
-                chunk.append(raw.rstrip(b"\r\n"))
-                if len(chunk) >= chunk_lines:
-                    yield chunk, pos
-                    chunk = []
-            else:
-                if chunk:
-                    yield chunk, pos
-                return
-            if not follow:
-                chunk.append(raw)
-                pos += len(raw)
-            if chunk:
-                yield chunk, pos
+            f.seek(start)
+            for lines, consumed in line_chunks(f, chunk_lines, last_partial=not follow):
+                yield lines, start + consumed
 
 
 def _ingested_position(broker: Any, topic: str, queues: int, file_id: str) -> int:
@@ -314,7 +299,7 @@ class Supervisor:
             self._spawn(slot)
         pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
         rr = 0
-        next_look = 0.0
+        next_look = next_report = 0.0
         try:
             while True:
                 if self.follow and not pending and time.monotonic() >= next_look:
@@ -345,14 +330,15 @@ class Supervisor:
                     ingested = True
                     if self.max_ingest_rate:
                         time.sleep(len(lines) / self.max_ingest_rate)
-                if self.progress is not None:
+                if self.progress is not None and time.monotonic() >= next_report:
                     self.progress(self.status(start))
+                    next_report = time.monotonic() + 0.1
                 # Done: all input processed and committed, and end of input declared to
                 # every sub-topology in turn (it may emit more, processed in turn).
                 if not pending and not self.follow and self._done() and self._end_of_input_step():
                     break
                 if not ingested:
-                    time.sleep(0.05)
+                    time.sleep(0.02)
         except KeyboardInterrupt:
             if not self.follow:
                 raise
@@ -383,11 +369,11 @@ class Supervisor:
             for q in range(self.queue_counts[topic]):
                 pos = self.broker.start_offset(topic, q)
                 while True:
-                    records = self.broker.read(topic, q, pos, 50_000)
-                    if not records:
+                    records = self.broker.read_columns(topic, q, pos, 200_000)
+                    if not len(records):
                         break
                     fold_records(table, records, spec)
-                    pos = records[-1].offset + 1
+                    pos = records.last_offset + 1
             out[topic] = table
         return out
 

@@ -286,7 +286,8 @@ class Worker:
                     for task in self.tasks.values():
                         task.punctuate(wall)
                     self._end_of_input()
-                    next_punctuate = now + 0.1
+                    # Idle: look again soon (the end of a bounded run waits on this).
+                    next_punctuate = now + (0.1 if progress else 0.02)
                 if time.monotonic() >= next_commit:
                     self.commit()
                     next_commit = time.monotonic() + cfg.commit_interval

@@ -92,10 +92,17 @@ class MemoryBroker:
         """Append (timestamp, key, value, headers) tuples; returns the first new offset."""
         q = self._queue(topic, queue)
         first = q.end
-        q.records.extend(
-            LogRecord(i, ts, key, value, headers)
-            for i, (ts, key, value, headers) in enumerate(records, first)
-        )
+        columns = list(zip(*records))
+        if columns:
+            if len(columns) != 4:
+                raise TypeError(
+                    "records must be (timestamp, key, value, headers) tuples; "
+                    f"got {len(columns)} fields"
+                )
+            timestamps, keys, values, headers = columns
+            q.records.extend(
+                LogRecord.many(range(first, first + len(keys)), timestamps, keys, values, headers)
+            )
         return first
 
     def append_encoded(
