@@ -31,15 +31,23 @@ ROOT = Path(__file__).resolve().parents[1]
 WORD = re.compile(r"\w+")
 
 
-def make_corpus(path: Path, mb: float, grow_vocabulary: bool = True) -> None:
+def make_corpus(path: Path, mb: float, grow_vocabulary: bool = True, rename_every: int = 0) -> None:
+    """About ``mb`` MB of examples/data/corpus.txt copies. With ``grow_vocabulary``,
+    three copies in four rename a word per line (one of 97 variants), so the vocabulary
+    grows like real text; ``rename_every=N`` instead renames every N-th word of each
+    line with the copy's number: many more keys (N=3: ten times as many)."""
     base = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
     target = int(mb * 1_000_000)
     size, copy = 0, 0
     with path.open("w", encoding="utf-8") as f:
         while size < target:
-            for line in base:
-                # Every 4th copy renames some words, so the vocabulary keeps growing.
-                if grow_vocabulary and copy % 4:
+            for i, line in enumerate(base):
+                if rename_every:
+                    words = line.split(" ")
+                    tag = f"_{copy}_{i % 7}"
+                    words[::rename_every] = [w + tag for w in words[::rename_every]]
+                    text = " ".join(words)
+                elif grow_vocabulary and copy % 4:
                     text = line.replace("e", f"e{copy % 97}", 1)
                 else:
                     text = line

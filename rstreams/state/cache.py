@@ -117,6 +117,17 @@ class CachedStore:
         self.put(key, None)
 
     @property
+    def held(self) -> int:
+        """Entries in memory (the process's cache budget counts them)."""
+        return len(self._cache)
+
+    def drop_clean(self) -> None:
+        """Forget cached entries that are already in the store (memory pressure)."""
+        if len(self._dirty) < len(self._cache):
+            cache = self._cache
+            self._cache = {k: cache[k] for k in self._dirty}
+
+    @property
     def full(self) -> bool:
         """More keys are cached than ``max_entries``: time to commit."""
         return len(self._cache) >= self._max

@@ -233,3 +233,42 @@ def test_without_changelog_writer() -> None:
     s.put("a", 1)
     s.flush()
     assert len(inner) == 1
+
+
+def test_process_cache_budget_bounds_memory_and_keeps_counts_exact() -> None:
+    """Many more keys than the budget: what tasks hold stays under it after every batch
+    (stored state is forgotten, then the biggest holders commit), counts stay exact."""
+    from collections import Counter
+
+    from rstreams import StreamBuilder
+    from rstreams.runtime.engine.context import EngineConfig
+    from rstreams.runtime.engine.local import LocalEngine
+    from rstreams.runtime.engine.task import relieve_memory
+
+    b = StreamBuilder("budget")
+    b.source("in", queues=2).flatMap(str.split).keyBy(lambda w: w).count(queues=2).sink("out")
+    budget = 300
+    engine = LocalEngine(
+        b.build(), config=EngineConfig(coalesce=True, combine=True, cache_entries=budget)
+    )
+    words = [f"w{i % 2_000}" for i in range(20_000)]
+    for i in range(0, len(words), 1_000):
+        engine.producer.send_many(
+            "in", (i // 1_000) % 2, [(0, None, " ".join(words[i : i + 1_000]).encode(), ())]
+        )
+    engine.producer.flush()
+    most = 0
+    while n := sum(t.poll(1) for t in engine.tasks):
+        engine.producer.flush()
+        relieve_memory(engine.tasks, budget)
+        most = max(most, sum(t.held() for t in engine.tasks))
+        assert n
+    engine.commit()
+    engine.run_until_idle()
+    assert most <= budget
+    assert sum(t.held() for t in engine.tasks) <= budget
+    table = {}
+    for q in range(engine.queue_counts["out"]):
+        for r in engine.broker.read("out", q, 0):
+            table[r.key] = r.value
+    assert {k.decode().strip('"'): int(v) for k, v in table.items()} == Counter(words)

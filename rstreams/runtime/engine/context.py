@@ -47,7 +47,11 @@ class EngineConfig:
     coalesce: bool = False
     combine: bool = True
     batch_size: int = 1000
-    cache_entries: int = 100_000
+    #: Entries (keys) the tasks of one process may keep in memory, all together: cached
+    #: state, partials combined before a shuffle, updates coalesced until a commit.
+    #: Past it, cached state that is already stored is forgotten first, then the
+    #: tasks holding the most commit early. Memory follows this, not the key count.
+    cache_entries: int = 250_000
     default_queues: int = 1
     #: How sinks (shuffles included) map keys to queues; every producer of a job must
     #: agree, so it is part of the engine's configuration, not of a single sink.

@@ -13,7 +13,7 @@ from rstreams.errors import ConfigError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, transactions_topic
+from rstreams.runtime.engine.task import Task, relieve_memory, transactions_topic
 from rstreams.runtime.queues.memory import MemoryBroker
 
 #: Segment size of shuffle and changelog topics: small enough that purging consumed
@@ -112,6 +112,7 @@ class LocalEngine:
                 while n := task.poll(self.config.batch_size):
                     progress += n
                     self.producer.flush()
+                    relieve_memory(self.tasks, self.config.cache_entries)
             if progress == 0:
                 if not commit:
                     return total

@@ -63,6 +63,11 @@ class Processor:
     def flush(self) -> None:
         """Called at commit, parents before children."""
 
+    def held(self) -> int:
+        """Entries (keys) held in memory until the next flush: counted against the
+        process's cache budget."""
+        return 0
+
     def punctuate(self, now: int) -> None:
         """Called with the wall clock (ms) now and then, for time-driven work."""
 
@@ -375,6 +380,9 @@ class AggregateProcessor(Processor):
         self.pending_offsets.update(zip(batch.keys, batch.offsets))
         self._origin = (batch.topic, batch.queue)
 
+    def held(self) -> int:
+        return len(self.pending)
+
     def flush(self) -> None:
         if self.pending:
             keys = list(self.pending)
@@ -596,6 +604,9 @@ class ShuffleSinkProcessor(_SinkBase):
         self._origin = (batch.topic, batch.queue, batch.last_offset)
         if len(self._acc) >= self.max_keys:
             self.flush()
+
+    def held(self) -> int:
+        return len(self._acc)
 
     def flush(self) -> None:
         if not self._acc:

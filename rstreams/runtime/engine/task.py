@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,27 @@ def _unpack_txn(data: bytes) -> dict[str, Any]:
     if not isinstance(txn, dict):
         raise ValueError(f"a transaction is a map, not {type(txn).__name__}")
     return txn
+
+
+def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]]:
+    """Keep what the tasks of a process hold in memory under ``budget`` entries: first
+    forget cached state that is already stored, then commit the tasks that hold the
+    most (a commit writes out their changed state, combined partials and coalesced
+    updates). Returns the queues the commits wrote to."""
+    if sum(t.held() for t in tasks) <= budget:
+        return []
+    for t in tasks:
+        t.drop_clean()
+    held = {t: t.held() for t in tasks}
+    total = sum(held.values())
+    written: list[tuple[str, int]] = []
+    for t in sorted(tasks, key=held.__getitem__, reverse=True):
+        if total <= budget:
+            break
+        written += t.commit()
+        t.drop_clean()  # what the commit stored
+        total -= held[t] - t.held()
+    return written
 
 
 def transactions_topic(job_id: str) -> str:
@@ -269,6 +290,15 @@ class Task:
         except BaseException:
             self.failed = True
             raise
+
+    def held(self) -> int:
+        """Entries this task keeps in memory: cached state, combined partials,
+        coalesced updates (see :func:`relieve_memory`)."""
+        return sum(s.held for s in self.stores.values()) + sum(p.held() for p in self.processors)
+
+    def drop_clean(self) -> None:
+        for s in self.stores.values():
+            s.drop_clean()
 
     @property
     def wants_commit(self) -> bool:

@@ -33,7 +33,7 @@ from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.task import Task, relieve_memory
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import (
@@ -280,6 +280,8 @@ class Worker:
                             # need not wait for their timer. (Exactly-once output waits
                             # for its transaction.)
                             self.pool.wake(task.producer.flush())
+                if progress:
+                    self.pool.wake(relieve_memory(self.tasks.values(), self.engine.cache_entries))
                 self.processed += progress
                 if now >= next_punctuate:
                     wall = wall_clock_ms()
