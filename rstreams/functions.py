@@ -1,8 +1,10 @@
 """Built-in functions: use them wherever a step takes a function.
 
 Each built-in is a small immutable callable. On the embedded engine and in the test
-driver it runs as the plain Python shown in its docstring; the Spark backend compiles it
-to a native Spark SQL expression instead, so no Python runs per record. Results are the
+driver it runs as the plain Python shown in its docstring, a whole column at a time
+where it can (``F.lower()`` over a batch of ``str`` is ``map(str.lower, values)``: no
+Python call per record); the Spark backend compiles it to a native Spark SQL
+expression instead, so no Python runs per record. Results are the
 same on every backend (the Spark backend corrects the places where Java's regular
 expressions or Unicode tables differ from Python's; see docs/spark.md).
 
