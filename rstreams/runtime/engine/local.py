@@ -13,7 +13,12 @@ from rstreams.errors import ConfigError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, relieve_memory, transactions_topic
+from rstreams.runtime.engine.task import (
+    Task,
+    commit_tasks,
+    relieve_memory,
+    transactions_topic,
+)
 from rstreams.runtime.queues.memory import MemoryBroker
 
 #: Segment size of shuffle and changelog topics: small enough that purging consumed
@@ -132,8 +137,7 @@ class LocalEngine:
             self.run_until_idle()
 
     def commit(self) -> None:
-        for task in self.tasks:
-            task.commit()
+        commit_tasks(self.tasks, self.broker)
 
     def purge_consumed(self) -> None:
         """Drop records every reader has committed past (in-memory runs stay bounded)."""

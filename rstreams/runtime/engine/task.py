@@ -67,6 +67,42 @@ def _unpack_txn(data: bytes) -> dict[str, Any]:
     return txn
 
 
+class _Commit:
+    """A commit between its phases (see :func:`commit_tasks`)."""
+
+    __slots__ = ("changes", "ts", "txn", "written")
+
+    def __init__(
+        self,
+        txn: dict[str, Any] | None,
+        changes: dict[str, list[tuple[bytes, bytes | None]]],
+        ts: int,
+        written: list[tuple[str, int]],
+    ) -> None:
+        self.txn = txn
+        self.changes = changes
+        self.ts = ts
+        self.written = written
+
+
+def commit_tasks(tasks: Collection[Task], broker: Any) -> list[tuple[str, int]]:
+    """Commit several tasks of a process together (group commit): every task's
+    transaction is appended, then all are made durable with one flush (each file is
+    synced once, however many tasks wrote to it), then all outputs are written and made
+    durable with one more, then offsets are committed. Returns the queues written to."""
+    begun = [(t, c) for t in tasks if (c := t._commit_begin()) is not None]
+    if not begun:
+        return []
+    broker.flush()  # exactly-once: the commit point of every transaction
+    for t, c in begun:
+        t._commit_apply(c)
+    if any(c.txn is not None for _, c in begun):
+        broker.flush()
+    for t, c in begun:
+        t._commit_end(c)
+    return [q for _, c in begun for q in c.written]
+
+
 def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]]:
     """Keep what the tasks of a process hold in memory under ``budget`` entries: first
     forget cached state that is already stored, then commit the tasks that hold the
@@ -157,6 +193,7 @@ class Task:
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committed = dict(self.positions)
         self._commits = 0
+        self._txn_at = 0  # offset of the last transaction record
         self.fetch: Fetch = fetch or broker.read_columns
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
@@ -314,8 +351,13 @@ class Task:
 
     def commit(self) -> list[tuple[str, int]]:
         """Commit what was done since the last commit; returns the queues written to."""
+        return commit_tasks([self], self.broker)
+
+    def _commit_begin(self) -> _Commit | None:
+        """First phase of a commit: flush processors, take state changes; at-least-once,
+        write everything; exactly-once, append the transaction (not yet durable)."""
         if self.failed:
-            return []
+            return None
         maybe_crash("commit-start")
         for p in self.processors:
             p.flush()  # coalesced updates go out now
@@ -331,9 +373,7 @@ class Task:
             written = self.producer.flush()
             for name, items in changes.items():
                 self._apply_store_change(name, items, ts)
-            self.broker.flush()
-            self._commit_offsets(self.positions)
-            return written
+            return _Commit(None, {}, ts, written)
         outputs = list(self.producer.take().items())
         for name, items in changes.items():
             if items:
@@ -342,7 +382,7 @@ class Task:
                 )
         offsets = dict(self.positions)
         if not outputs and offsets == self.committed:
-            return []
+            return None
         self.txn_seq += 1
         # Each append is encoded once, as the frame payload it becomes, marker included:
         # applying the transaction (now or on recovery) writes those bytes as they are.
@@ -355,17 +395,28 @@ class Task:
             assert encoded is not None
             appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
-        row = (ts, None, _pack_txn(txn), ())
-        at = self.broker.append(self.txn_topic, self.txn_queue, [row])
-        self.broker.flush()  # the commit point
-        maybe_crash("txn-written")
-        self._apply(txn, redo=False)
+        at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, _pack_txn(txn), ())])
+        self._txn_at = at
+        return _Commit(txn, changes, ts, [(topic, q) for topic, q, *_ in appends])
+
+    def _commit_apply(self, c: _Commit) -> None:
+        """Second phase, once the transaction is durable (the commit point): write its
+        outputs (made durable before the third phase)."""
+        if c.txn is not None:
+            maybe_crash("txn-written")
+            self._append_outputs(c.txn, redo=False)
+
+    def _commit_end(self, c: _Commit) -> None:
+        """Third phase, once the outputs are durable: commit the offsets, write the stores."""
+        if c.txn is None:
+            self._commit_offsets(self.positions)
+            return
+        self._commit_offsets(c.txn["offsets"])
         self._commits += 1
         if self._commits % 100 == 0:  # only the last transaction is ever read again
-            self.broker.purge(self.txn_topic, self.txn_queue, at)
-        for name, items in changes.items():
-            self._apply_store_change(name, items, ts, via_changelog=False)
-        return [(topic, q) for topic, q, *_ in appends]
+            self.broker.purge(self.txn_topic, self.txn_queue, self._txn_at)
+        for name, items in c.changes.items():
+            self._apply_store_change(name, items, c.ts, via_changelog=False)
 
     def _apply_store_change(
         self,
@@ -385,14 +436,17 @@ class Task:
         )
 
     def _apply(self, txn: dict[str, Any], redo: bool) -> None:
+        self._append_outputs(txn, redo)
+        self.broker.flush()
+        self._commit_offsets(txn["offsets"])
+
+    def _append_outputs(self, txn: dict[str, Any], redo: bool) -> None:
         marker = (TXN_HEADER, f"{txn['task']}:{txn['seq']}".encode())
         for topic, q, hint, payload, count, max_ts in txn["appends"]:
             if redo and self._has_marker(topic, q, hint, marker):
                 continue
             self.broker.append_encoded(topic, q, payload, count, max_ts)
             maybe_crash("txn-applying")
-        self.broker.flush()
-        self._commit_offsets(txn["offsets"])
 
     def _has_marker(self, topic: str, q: int, hint: int, marker: tuple[str, bytes]) -> bool:
         pos = max(hint, self.broker.start_offset(topic, q))

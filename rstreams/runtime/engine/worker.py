@@ -33,7 +33,7 @@ from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, relieve_memory
+from rstreams.runtime.engine.task import Task, commit_tasks, relieve_memory
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import (
@@ -196,9 +196,7 @@ class Worker:
                 self._start_task(name)
 
     def commit(self) -> None:
-        written: list[tuple[str, int]] = []
-        for task in self.tasks.values():
-            written += task.commit()
+        written = commit_tasks(list(self.tasks.values()), self.broker)
         self.broker.flush()
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 

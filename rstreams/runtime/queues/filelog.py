@@ -803,6 +803,18 @@ class FileBroker:
     ) -> RecordColumns:
         """:meth:`read` as columns: no object per record (what the engine reads)."""
         q = self._queue(topic, queue)
+        try:
+            return self._read_columns(q, offset, max_records)
+        except FileNotFoundError:
+            # Maintenance in another process kept replacing segments as we relisted
+            # them: read once more while holding it off (it takes this lock to swap).
+            with q.maint_lock:  # taken before the mutex, as maintenance does
+                with q.mutex:
+                    self._relist(q, locked=False)
+                return self._read_columns(q, offset, max_records)
+
+    def _read_columns(self, q: _Queue, offset: int, max_records: int | None) -> RecordColumns:
+        topic, queue = q.topic.name, q.number
         out = _Collected(offset)
         with q.mutex:
             if offset < q.start:
@@ -825,12 +837,12 @@ class FileBroker:
             return out.columns()
 
     def _read_retrying(self, q: _Queue, offset: int, limit: int, out: _Collected) -> None:
-        for attempt in range(8):
+        for attempt in range(4):
             try:
                 self._read_into(q, max(offset, out.next_offset), limit, out)
                 return
             except FileNotFoundError:  # a segment was purged or merged by another process
-                if attempt == 7:
+                if attempt == 3:
                     raise
                 self._relist(q, locked=False)
                 if offset < q.start:
