@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -85,9 +85,20 @@ class _RecordingProducer(Producer):
         self.unprocessed.append((topic, queue))
         self.order.setdefault(topic, []).append((queue, offset))
 
-    def send_many(self, topic: str, queue: int, items: list[Any]) -> None:
+    def send_many(self, topic: str, queue: int, items: Sequence[Any]) -> None:
         for ts, k, v, h in items:
             self.send(topic, queue, k, v, ts, h)
+
+    def send_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: list[int],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers: list[Headers],
+    ) -> None:
+        self.send_many(topic, queue, list(zip(timestamps, keys, values, headers)))
 
     def flush(self) -> list[tuple[str, int]]:
         return []

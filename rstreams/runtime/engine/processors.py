@@ -431,10 +431,11 @@ class _SinkBase(Processor):
             return
         nq, topic = self.queues, self.topic
         rr = next(self._round_robin) % nq  # keyless records of one batch stay together
-        rows = list(zip(batch.timestamps, kbs, vbs, batch.headers or repeat(())))
-        send_many = self.ctx.producer.send_many
-        if nq == 1:
-            send_many(topic, 0, rows)
+        producer = self.ctx.producer
+        timestamps = batch.timestamps
+        headers = batch.headers or [()] * len(kbs)
+        if nq == 1 and not producer.records_order:
+            producer.send_columns(topic, 0, list(timestamps), kbs, vbs, list(headers))
             return
         if None in kbs:
             present = [i for i, kb in enumerate(kbs) if kb is not None]
@@ -443,17 +444,20 @@ class _SinkBase(Processor):
                 qs[i] = q
         else:
             qs = self.queues_for(kbs, nq)
-        if self.ctx.producer.records_order:
-            for q, row in zip(qs, rows):
-                send_many(topic, q, [row])
+        if producer.records_order:
+            for q, row in zip(qs, zip(timestamps, kbs, vbs, headers)):
+                producer.send_many(topic, q, [row])
             return
-        buckets: list[list[Any]] = [[] for _ in range(nq)]
-        appends = [b.append for b in buckets]
-        for q, row in zip(qs, rows):
-            appends[q](row)
-        for q, bucket in enumerate(buckets):
-            if bucket:
-                send_many(topic, q, bucket)
+        rows_of: list[list[int]] = [[] for _ in range(nq)]
+        appends = [r.append for r in rows_of]
+        for i, q in enumerate(qs):
+            appends[q](i)
+        for q, idx in enumerate(rows_of):
+            if idx:
+                producer.send_columns(
+                    topic, q, gather(timestamps, idx), gather(kbs, idx), gather(vbs, idx),
+                    gather(headers, idx),
+                )  # fmt: skip
 
     @staticmethod
     def _column(serde: Serde, column: list[Any], keep_none: bool) -> list[Any]:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from itertools import chain
 
 from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.memory import MemoryBroker
 
 Pending = tuple[int, bytes | None, bytes | None, Headers]
+#: Records as columns: timestamps, keys, values, headers.
+Columns = tuple[list[int], list[bytes | None], list[bytes | None], list[Headers]]
 
 
 class Producer:
@@ -15,6 +19,7 @@ class Producer:
 
     Records reach the broker at flush (the task flushes at commit, and whenever a batch
     has been processed in the local engine), in the order they were sent per queue.
+    They are kept as columns, the way sinks produce them and the log encodes them.
     """
 
     #: Whether the order of records across queues matters to this producer (the test
@@ -23,7 +28,7 @@ class Producer:
 
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
-        self._pending: dict[tuple[str, int], list[Pending]] = defaultdict(list)
+        self._pending: dict[tuple[str, int], list[Columns]] = defaultdict(list)
 
     def send(
         self,
@@ -34,10 +39,26 @@ class Producer:
         timestamp: int,
         headers: Headers,
     ) -> None:
-        self._pending[(topic, queue)].append((timestamp, key, value, headers))
+        self._pending[(topic, queue)].append(([timestamp], [key], [value], [headers]))
 
-    def send_many(self, topic: str, queue: int, items: list[Pending]) -> None:
-        self._pending[(topic, queue)].extend(items)
+    def send_many(self, topic: str, queue: int, items: Sequence[Pending]) -> None:
+        """Records as (timestamp, key, value, headers) tuples."""
+        if items:
+            ts, keys, values, headers = map(list, zip(*items))
+            self._pending[(topic, queue)].append((ts, keys, values, headers))
+
+    def send_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: list[int],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers: list[Headers],
+    ) -> None:
+        """Records as columns of equal length (not copied: the caller lets go of them)."""
+        if values:
+            self._pending[(topic, queue)].append((timestamps, keys, values, headers))
 
     def queue_count(self, topic: str) -> int:
         n = self.broker.queue_count(topic)
@@ -45,14 +66,26 @@ class Producer:
             raise KeyError(topic)
         return n
 
-    def take(self) -> dict[tuple[str, int], list[Pending]]:
+    def take(self) -> dict[tuple[str, int], Columns]:
         """Hand over what is pending without writing it (a transaction writes it)."""
         pending, self._pending = self._pending, defaultdict(list)
-        return dict(pending)
+        return {key: _joined(chunks) for key, chunks in pending.items()}
 
     def flush(self) -> list[tuple[str, int]]:
         """Append what is pending; returns the (topic, queue)s written to."""
         pending, self._pending = self._pending, defaultdict(list)
-        for (topic, queue), items in pending.items():
-            self.broker.append(topic, queue, items)
+        for (topic, queue), chunks in pending.items():
+            self.broker.append_columns(topic, queue, *_joined(chunks))
         return list(pending)
+
+
+def _joined(chunks: list[Columns]) -> Columns:
+    if len(chunks) == 1:
+        return chunks[0]
+    ts, keys, values, headers = zip(*chunks)
+    return (
+        list(chain.from_iterable(ts)),
+        list(chain.from_iterable(keys)),
+        list(chain.from_iterable(values)),
+        list(chain.from_iterable(headers)),
+    )

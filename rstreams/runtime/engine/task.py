@@ -40,7 +40,7 @@ from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues._logformat import encode_batch
+from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
@@ -377,9 +377,10 @@ class Task:
         outputs = list(self.producer.take().items())
         for name, items in changes.items():
             if items:
-                outputs.append(
-                    ((self.changelogs[name], self.queue), [(ts, k, v, ()) for k, v in items])
-                )
+                keys, values = map(list, zip(*items))
+                n = len(keys)
+                changelog = (self.changelogs[name], self.queue)
+                outputs.append((changelog, ([ts] * n, keys, values, [()] * n)))
         offsets = dict(self.positions)
         if not outputs and offsets == self.committed:
             return None
@@ -388,10 +389,10 @@ class Task:
         # applying the transaction (now or on recovery) writes those bytes as they are.
         marker = (TXN_HEADER, f"{self.id}:{self.txn_seq}".encode())
         appends: list[list[Any]] = []
-        for (topic, q), rows in outputs:
-            t0, k0, v0, h0 = rows[0]
-            rows[0] = (t0, k0, v0, (*h0, marker))
-            encoded = encode_batch(rows)
+        for (topic, q), (timestamps, keys, values, headers) in outputs:
+            headers = list(headers)
+            headers[0] = (*headers[0], marker)
+            encoded = encode_column_batch(timestamps, keys, values, headers)
             assert encoded is not None
             appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}

@@ -107,12 +107,25 @@ def encode_batch(
         return None
     if len(columns) != 4:
         raise TypeError(f"{_RECORD_SHAPE}; got {len(columns)} fields")
-    timestamps = columns[0]
+    return encode_column_batch(*columns)
+
+
+def encode_column_batch(
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[tuple],
+) -> tuple[bytes, int, int] | None:
+    """:func:`encode_batch` of records given as columns (of equal length)."""
+    n = len(timestamps)
+    if not n:
+        return None
+    if not n == len(keys) == len(values) == len(headers):
+        raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
     max_ts = max(timestamps)
     if not isinstance(max_ts, int) or not set(map(type, timestamps)) <= {int}:
         raise TypeError(f"record timestamps must be int milliseconds; got {max_ts!r}")
-    n = len(timestamps)
-    return encode_columns(list(range(n)), *columns), n, max_ts
+    return encode_columns(list(range(n)), timestamps, keys, values, headers), n, max_ts
 
 
 def encode_records(records: Sequence[LogRecord]) -> bytes:

@@ -81,7 +81,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -96,6 +96,7 @@ from rstreams.runtime.queues._logformat import (
     decode_columns,
     decode_frame,
     encode_batch,
+    encode_column_batch,
     encode_records,
     find_frame_after,
     frame_crc_ok,
@@ -710,6 +711,21 @@ class FileBroker:
     ) -> int:
         """Append (timestamp, key, value, headers) tuples as one batch; the first new offset."""
         batch = encode_batch(records)
+        if batch is None:
+            return self.end_offset(topic, queue)
+        return self.append_encoded(topic, queue, *batch)
+
+    def append_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[tuple],
+    ) -> int:
+        """:meth:`append` of records given as columns; the first new offset."""
+        batch = encode_column_batch(timestamps, keys, values, headers)
         if batch is None:
             return self.end_offset(topic, queue)
         return self.append_encoded(topic, queue, *batch)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_frame
@@ -103,6 +103,23 @@ class MemoryBroker:
             q.records.extend(
                 LogRecord.many(range(first, first + len(keys)), timestamps, keys, values, headers)
             )
+        return first
+
+    def append_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[tuple],
+    ) -> int:
+        """:meth:`append` of records given as columns; the first new offset."""
+        q = self._queue(topic, queue)
+        first = q.end
+        q.records.extend(
+            LogRecord.many(range(first, first + len(values)), timestamps, keys, values, headers)
+        )
         return first
 
     def append_encoded(
