@@ -66,9 +66,14 @@ class _ProgressLine:
         pct = f" {100 * p.bytes_read / p.bytes_total:5.1f}%" if p.bytes_total else ""
         lag = f", lag {p.lag:,}" if p.lag is not None else ""
         rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
+        restoring = getattr(p, "restoring", None)
+        state = ""
+        if restoring:
+            done, total = restoring
+            state = f"  restoring state {100 * done / total:3.0f}% ({done:,}/{total:,})"
         sys.stderr.write(
-            f"\r  {p.records_in:,} records in, {p.records_out:,} out{lag}{pct}  "
-            f"{rate:,.0f} records/s "
+            f"\r\033[K  {p.records_in:,} records in, {p.records_out:,} out{lag}{pct}  "
+            f"{rate:,.0f} records/s{state} "
         )
         sys.stderr.flush()
 

@@ -53,6 +53,9 @@ class Progress:
     detail: str = ""
     #: Records read but not yet committed (durable runtime only).
     lag: int | None = None
+    #: (changelog offsets replayed, offsets to replay) of the tasks restoring their
+    #: state now (durable runtime only).
+    restoring: tuple[int, int] | None = None
 
 
 @attrs.frozen

@@ -82,3 +82,59 @@ def test_maintenance_purges_shuffles_and_compacts_changelogs(tmp_path, monkeypat
 def test_worker_config_validates() -> None:
     with pytest.raises(ValueError, match="rebalance_interval"):
         WorkerConfig(rebalance_interval=0.5)
+
+
+def test_restore_progress_is_published_and_shown(tmp_path, monkeypatch, capsys) -> None:
+    """A task restoring a large changelog reports progress; the worker publishes it for
+    the supervisor; the progress line shows it; it is gone once the restore is done."""
+    import itertools
+    import time
+
+    from rstreams.cli import _ProgressLine
+    from rstreams.runner import Progress
+    from rstreams.runtime.engine.context import EngineConfig
+    from rstreams.runtime.engine.local import create_topics
+    from rstreams.runtime.engine.producer import Producer
+    from rstreams.runtime.engine.task import Task
+    from rstreams.runtime.engine.worker import restore_dir, restore_progress
+    from rstreams.serde import INTERNAL_SERDE
+
+    b = StreamBuilder("r")
+    b.source("in", queues=1).keyBy(lambda v: v).count(name="c", queues=1).sink("out")
+    topo = b.build()
+    broker = open_broker(tmp_path)
+    cfg = EngineConfig(state="rocksdb", state_dir=str(tmp_path / "state"))
+    create_topics(topo, broker, cfg)
+    n = 60_000
+    for i in range(0, n, 10_000):
+        rows = [(0, INTERNAL_SERDE.serialize(f"k{j}"), INTERNAL_SERDE.serialize(j), ())
+                for j in range(i, i + 10_000)]  # fmt: skip
+        broker.append("r-c-changelog", 0, rows)
+    broker.flush()
+
+    worker = Worker(topo, broker, tmp_path, member_id="w", engine=cfg)
+    seen: list[tuple[int, int] | None] = []
+    publish = worker._restore_progress
+
+    def slow_publish(task: str, done: int, total: int) -> None:
+        publish(task, done, total)
+        seen.append(restore_progress(worker.membership.dir))
+
+    # Report at every chunk of the restore (not twice a second) to see the middle.
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+    task = Task(topo, topo.subtopologies[1], 0, broker, Producer(broker), cfg, "r",
+                lambda: 0, on_restore=slow_publish)  # fmt: skip
+    assert task.restored == n
+    assert seen[-1] is None  # done: nothing published any more
+    middle = [s for s in seen if s is not None]
+    assert middle and all(0 < d < t == n for d, t in middle)
+    assert [d for d, _ in middle] == sorted(d for d, _ in middle)
+    assert not list(restore_dir(worker.membership.dir).glob("*"))
+
+    line = _ProgressLine(enabled=True)
+    line(Progress(10, 2, 5, 10, 1.0, restoring=(30_000, n)))
+    assert "restoring state  50% (30,000/60,000)" in capsys.readouterr().err
+    for s in task.stores.values():
+        s.close(flush=False)
+    broker.close()

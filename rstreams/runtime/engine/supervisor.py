@@ -35,7 +35,7 @@ from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
-from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker
+from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker, restore_progress
 
 log = logging.getLogger("rstreams.supervisor")
 
@@ -295,6 +295,10 @@ class Supervisor:
         start = time.monotonic()
         # A new bounded run: end of input is declared afresh when this run's input is done.
         shutil.rmtree(self.root / "coordination" / self.topology.job_id / "eoi", ignore_errors=True)
+        # Restore progress left by workers of an earlier run that died mid-restore.
+        shutil.rmtree(
+            self.root / "coordination" / self.topology.job_id / "restore", ignore_errors=True
+        )
         for slot in range(self.n_workers):
             self._spawn(slot)
         pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
@@ -356,6 +360,7 @@ class Supervisor:
             "lag": self.lag(),
             "elapsed": time.monotonic() - start,
             "workers": sum(p.poll() is None for p in self.procs.values()),
+            "restoring": restore_progress(self.root / "coordination" / self.topology.job_id),
         }
 
     def tables(self) -> dict[str, dict[Any, Any]]:
@@ -409,6 +414,7 @@ def run_durable(
                     s["bytes_total"],
                     s["elapsed"],
                     s["lag"],
+                    restoring=s["restoring"],
                 )
             )
 

@@ -147,8 +147,12 @@ class Task:
         clock: Callable[[], int],
         fetch: Fetch | None = None,
         txn_queue: int | None = None,
+        on_restore: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.id = f"{sub.id}_{queue}"
+        #: Called with (task id, changelog offsets replayed, offsets to replay) while
+        #: restoring (about twice a second) and once at the end.
+        self.on_restore = on_restore
         self.sub = sub
         self.queue = queue
         self.broker = broker
@@ -217,7 +221,8 @@ class Task:
     def restore(self) -> int:
         """Bring every store up to its changelog's end; returns records replayed."""
         maybe_crash("restore")
-        n = 0
+        started = time.monotonic()
+        plan = []
         for name, topic in self.changelogs.items():
             inner = self.stores[name].inner
             start = self.broker.start_offset(topic, self.queue)
@@ -228,7 +233,16 @@ class Task:
                 pos = checkpoint  # a valid local checkpoint: replay the tail only
             elif len(inner):
                 inner.clear()  # type: ignore[attr-defined]
+            plan.append((name, topic, pos, end))
+        total = sum(end - pos for _, _, pos, end in plan)
+        if total:
+            log.info("task %s: restoring state from %d changelog offsets", self.id, total)
+        n = done = 0
+        next_report = started + 0.5
+        for name, topic, pos, end in plan:
+            inner = self.stores[name].inner
             serde = self.stores[name].value_serde
+            first = pos
             while pos < end:
                 records = self.broker.read_columns(topic, self.queue, pos, 10_000)
                 if not len(records):
@@ -237,8 +251,18 @@ class Task:
                 pos = records.last_offset + 1
                 self._write_store(inner, records.keys, records.values, pos, topic)
                 n += len(records)
+                if self.on_restore is not None and time.monotonic() >= next_report:
+                    self.on_restore(self.id, done + pos - first, total)
+                    next_report = time.monotonic() + 0.5
+            done += end - first
+        if self.on_restore is not None:
+            self.on_restore(self.id, total, total)
         if n:
-            log.info("task %s: restored %d changelog records", self.id, n)
+            took = time.monotonic() - started
+            log.info(
+                "task %s: restored %d changelog records in %.1f s (%.0f records/s)",
+                self.id, n, took, n / took if took else 0.0,
+            )  # fmt: skip
         return n
 
     def _check(self, records: RecordColumns, serde: Any, topic: str) -> None:

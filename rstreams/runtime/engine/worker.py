@@ -142,6 +142,7 @@ class Worker:
         task = Task(
             self.topology, sub, queue, self.broker, Producer(self.broker), self.engine,
             self.group, wall_clock_ms, fetch=fetch, txn_queue=self.task_index[name],
+            on_restore=self._restore_progress,
         )  # fmt: skip
         for topic, pos in task.positions.items():
             cache = QueueCache(self.config.cache_records, pos, [name])
@@ -162,6 +163,18 @@ class Worker:
             name,
             task.restored,
         )
+
+    def _restore_progress(self, task: str, done: int, total: int) -> None:
+        """Publish a task's restore progress for the supervisor's progress line (a file
+        per task under ``coordination/<job>/restore``, gone when the restore is done)."""
+        path = restore_dir(self.membership.dir) / task
+        if done >= total:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{task}.{os.getpid()}.tmp")
+        tmp.write_text(f"{done} {total}")
+        tmp.replace(path)
 
     def _stop_task(self, name: str) -> None:
         task = self.tasks.pop(name)
@@ -318,6 +331,23 @@ class Worker:
 
     def stop(self, *_: Any) -> None:
         self.stop_event.set()
+
+
+def restore_dir(group_dir: Path) -> Path:
+    return group_dir / "restore"
+
+
+def restore_progress(group_dir: Path) -> tuple[int, int] | None:
+    """(offsets replayed, offsets to replay) over the tasks restoring now, or None."""
+    done = total = 0
+    for f in restore_dir(group_dir).glob("[!.]*"):
+        try:
+            d, t = (int(x) for x in f.read_text().split())
+        except (OSError, ValueError):
+            continue  # finished meanwhile, or being replaced
+        done += d
+        total += t
+    return (done, total) if total else None
 
 
 def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Any:
