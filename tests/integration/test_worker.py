@@ -138,3 +138,31 @@ def test_restore_progress_is_published_and_shown(tmp_path, monkeypatch, capsys) 
     for s in task.stores.values():
         s.close(flush=False)
     broker.close()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1",  # not msgpack
+        # An earlier release's shape: rows instead of encoded frames.
+        b"\x84\xa4task\xa30_0\xa3seq\x01\xa7offsets\x80\xa7appends\x91\x94\xa1t\x00\x00\x90",
+    ],
+)
+def test_an_unreadable_transaction_stops_the_task_naming_the_record(tmp_path, payload) -> None:
+    from rstreams import SerdeError
+    from rstreams.runtime.engine.context import EngineConfig
+    from rstreams.runtime.engine.local import create_topics
+    from rstreams.runtime.engine.producer import Producer
+    from rstreams.runtime.engine.task import Task, transactions_topic
+
+    b = StreamBuilder("x")
+    b.source("in", queues=1).keyBy(lambda v: v).count(name="c", queues=1).sink("out")
+    topo = b.build()
+    broker = open_broker(tmp_path)
+    cfg = EngineConfig(guarantee="exactly-once")
+    create_topics(topo, broker, cfg)
+    broker.append(transactions_topic("x"), 0, [(0, None, payload, ())])
+    with pytest.raises(SerdeError, match=r"unreadable transaction record at x-transactions\[0\]@0"):
+        Task(topo, topo.subtopologies[0], 0, broker, Producer(broker), cfg, "x", lambda: 0,
+             txn_queue=0)  # fmt: skip
+    broker.close()

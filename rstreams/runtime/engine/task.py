@@ -64,6 +64,14 @@ def _unpack_txn(data: bytes) -> dict[str, Any]:
     txn = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
     if not isinstance(txn, dict):
         raise ValueError(f"a transaction is a map, not {type(txn).__name__}")
+    appends = txn.get("appends")
+    if not isinstance(appends, tuple) or not all(
+        isinstance(a, tuple) and len(a) == 6 and isinstance(a[3], bytes) for a in appends
+    ):
+        # e.g. written by an earlier release, which stored rows instead of frames
+        raise ValueError("its appends are not (topic, queue, hint, payload, count, max_ts)")
+    if not isinstance(txn.get("offsets"), dict) or "seq" not in txn or "task" not in txn:
+        raise ValueError("it lacks task, seq or offsets")
     return txn
 
 
