@@ -35,8 +35,8 @@ class EngineConfig:
     ``metrics["skipped"]`` and goes on; ``dead-letter`` also goes on, after writing the
     failure as a JSON record to the topic ``<job>-dead-letter``.
 
-    ``combine`` merges, per key, the partial aggregates of one batch before they cross a
-    shuffle (map-side combine for count/sum/min/max).
+    ``combine`` merges, per key, the partial aggregates produced until the task's next
+    commit before they cross a shuffle (map-side combine for count/sum/min/max).
 
     ``coalesce`` keeps only the latest update per key of each aggregation until the next
     commit (like Kafka Streams' record cache); the test driver turns it off so every

@@ -2,16 +2,18 @@
 
 Processors take columnar :class:`~rstreams.runtime.engine.batch.Batch` es. Pure steps
 (map, flatMap, filter, keyBy, selectTimestamp) call the user function over a whole
-column with ``map()`` and, only if that raises, go again record by record to find the
-failing record and apply the ``on_error`` policy (so user functions of those steps
-should be pure). Steps with side effects (foreach, peek, print) and aggregations go
-record by record, so a failure never repeats a side effect.
+column with ``map()`` (built-ins with their C-level ``column()``) and, only if that
+raises, go again record by record to find the failing record and apply the
+``on_error`` policy (so user functions of those steps should be pure). Steps with side
+effects (foreach, peek, print) go record by record, so a failure never repeats a side
+effect; aggregations too, except for the batch merge of partials below.
 
 Shuffles in front of count/sum/min/max carry *partial aggregates*: the shuffle sink
 turns each value into a partial (1 for count, ``fn(value)`` for the others) and, when
-``EngineConfig.combine`` is on, merges the partials of one batch per key before they
-cross the shuffle (map-side combine); the aggregation merges partials into its state.
-The test driver turns combining off so that every record makes its own update.
+``EngineConfig.combine`` is on, merges them per key until the task's next commit before
+they cross the shuffle (map-side combine); the aggregation merges partials into its
+state a batch at a time. The test driver turns combining off so that every record
+makes its own update.
 """
 
 from __future__ import annotations
