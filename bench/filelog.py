@@ -6,8 +6,9 @@ Appends --records records of about 30 bytes (8-byte key, 20-byte value, no heade
 batches of --batch to one queue, then reads them all back in reads of --batch records,
 on the MemoryBroker and on a FileBroker in a fresh directory (a temporary one unless
 --dir), and prints records/s for each phase and the file/memory ratio. Also times a
-cold read (a new FileBroker on the same files: index load, page cache only) and checks
-that the records read back are the ones written. Nothing here is asserted on time.
+cold read (a new FileBroker on the same files: index load, page cache only), a read
+as columns (what the engine reads: no object per record), and checks that the records
+read back are the ones written. Nothing here is asserted on time.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def read_all(broker: MemoryBroker | FileBroker, batch: int) -> int:
     return pos
 
 
+def read_all_columns(broker: FileBroker, batch: int) -> int:
+    pos = 0
+    while len(chunk := broker.read_columns("bench", 0, pos, batch)):
+        assert chunk.offsets[0] == pos
+        pos += len(chunk)
+    return pos
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -77,6 +86,10 @@ def main() -> None:
             t0 = time.perf_counter()
             read_all(fb, args.batch)
             cold_r = time.perf_counter() - t0
+        with FileBroker(root, fsync=args.fsync) as fb:
+            t0 = time.perf_counter()
+            assert read_all_columns(fb, args.batch) == n
+            cols_r = time.perf_counter() - t0
 
     print(f"{n:,} records of ~30 bytes in batches of {args.batch}; fsync={args.fsync}")
     print(f"file log: {size / 1e6:.1f} MB on disk ({size / n:.1f} bytes/record)")
@@ -85,6 +98,7 @@ def main() -> None:
         ("append", mem_w, file_w),
         ("read", mem_r, file_r),
         ("read (new)", mem_r, cold_r),
+        ("read columns", mem_r, cols_r),
     ):
         print(f"{name:14}{n / m:>16,.0f}{n / f:>16,.0f}{m / f:>14.3f}")
 
