@@ -19,6 +19,7 @@ value per key of a chunk is emitted), which is what a final table needs.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -34,6 +35,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.gctune import tuned
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
 from rstreams.runtime.queues.base import RecordColumns
+from rstreams.serde import _json_default, json_texts
 
 __all__ = ["Progress", "RunResult", "run"]
 
@@ -119,10 +121,6 @@ def line_chunks(
     if rest and last_partial:
         consumed += len(rest)
         yield [rest], consumed
-
-
-def _lines(f: BinaryIO, chunk_lines: int) -> Iterator[tuple[list[bytes], int]]:
-    return line_chunks(f, chunk_lines)
 
 
 def _open(path: str) -> tuple[BinaryIO, int | None]:
@@ -291,7 +289,7 @@ def _run_embedded(
     read_pos = {(t, q): 0 for t in sinks for q in range(engine.queue_counts[t])}
     records_in = records_out = 0
     start = time.monotonic()
-    iters = {t: _lines(f, chunk_lines) for t, (f, _) in opened.items()}
+    iters = {t: line_chunks(f, chunk_lines) for t, (f, _) in opened.items()}
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     rounds = 0
     next_commit = start + COMMIT_INTERVAL
@@ -337,11 +335,9 @@ def _run_embedded(
     return RunResult(tables, records_in, records_out, time.monotonic() - start, engine.metrics())
 
 
-def fold_records(table: dict[Any, Any], records: RecordColumns | list[Any], spec: Any) -> None:
+def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:
     """Fold sink records (deserialized with the sink topic's serdes) into a final table:
     the last value per key."""
-    if isinstance(records, list):
-        records = RecordColumns.from_records(records)
     if not len(records):
         return
     # Only each key's last record counts: pick those on the raw bytes (in log order, so
@@ -397,30 +393,14 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def _json_texts(objs: list[Any]) -> list[str]:
-    """JSON text of each object, as ``json.dumps`` writes it (str and int without its
-    Python layers: the usual keys and values of a final table)."""
-    import json
-
-    from rstreams.serde import _encode_basestring, _json_default
-
-    out: list[str] = []
-    append = out.append
-    for o in objs:
-        t = type(o)
-        if t is str:
-            append(_encode_basestring(o))
-        elif t is int:
-            append(int.__repr__(o))
-        else:
-            append(json.dumps(o, ensure_ascii=False, default=_json_default))
-    return out
+def _table_json(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=_json_default)
 
 
 def _rows(table: dict[Any, Any]) -> list[str]:
     """The JSON lines of a final table (windowed keys as {"@windowed": [...]})."""
-    keys = _json_texts(list(table))
-    values = _json_texts(list(table.values()))
+    keys = json_texts(list(table), _table_json)
+    values = json_texts(list(table.values()), _table_json)
     return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
 
 

@@ -137,6 +137,24 @@ def _json_object(d: dict[str, Any]) -> Any:
     return d
 
 
+def json_texts(objs: list[Any], dumps: Callable[[Any], str]) -> list[str]:
+    """``[dumps(o) for o in objs]`` for a ``json.dumps``-like ``dumps``, with str and int
+    (the usual keys and counts) written without its Python layers: the same text,
+    whatever separators ``dumps`` uses."""
+    enc = _encode_basestring
+    out: list[str] = []
+    append = out.append
+    for o in objs:
+        t = type(o)
+        if t is str:
+            append(enc(o))
+        elif t is int:
+            append(int.__repr__(o))
+        else:
+            append(dumps(o))
+    return out
+
+
 class JsonSerde(Serde):
     """Compact JSON. Tuples come back as lists, as JSON has no tuple; windowed keys are
     written as ``{"@windowed": [key, start, end]}`` and read back as :class:`Windowed`."""
@@ -144,10 +162,12 @@ class JsonSerde(Serde):
     name = "json"
 
     def serialize(self, obj: Any) -> bytes:
+        return self._text(obj).encode("utf-8")
+
+    @staticmethod
+    def _text(obj: Any) -> str:
         try:
-            return json.dumps(
-                obj, separators=(",", ":"), ensure_ascii=False, default=_json_default
-            ).encode("utf-8")
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_json_default)
         except (TypeError, ValueError) as e:
             raise SerdeError(
                 f"value of type {type(obj).__name__} is not JSON-serializable ({e}); "
@@ -161,20 +181,7 @@ class JsonSerde(Serde):
             raise SerdeError(f"invalid JSON ({e}): {data[:60]!r}") from None
 
     def serialize_many(self, objs: list[Any]) -> list[bytes]:
-        # str and int (the usual keys and counts) skip json.dumps's Python layers; the
-        # bytes are the same as json.dumps gives.
-        enc, ser = _encode_basestring, self.serialize
-        out: list[bytes] = []
-        append = out.append
-        for o in objs:
-            t = type(o)
-            if t is str:
-                append(enc(o).encode("utf-8"))
-            elif t is int:
-                append(b"%d" % o)
-            else:
-                append(ser(o))
-        return out
+        return [text.encode("utf-8") for text in json_texts(objs, self._text)]
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
         # The C scanner on each value, without json.loads's per-call Python layers. A

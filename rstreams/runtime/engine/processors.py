@@ -91,6 +91,26 @@ def _hashable(obj: Any) -> bool:
     return True
 
 
+def _fold_partials(
+    into: dict[Any, Any],
+    prior: Callable[[Any, Any], Any],
+    keys: list[Any],
+    values: list[Any],
+    add: bool,
+    merge: Callable[[Any, Any], Any],
+) -> None:
+    """``into[k]`` = partial ``v`` merged onto ``prior(k, _MISSING)``, key by key (with
+    ``+`` when ``add``: count and sum, no call per key). Raises if a merge fails."""
+    if add:
+        for k, v in zip(keys, values):
+            old = prior(k, _MISSING)
+            into[k] = v if old is _MISSING else old + v
+    else:
+        for k, v in zip(keys, values):
+            old = prior(k, _MISSING)
+            into[k] = v if old is _MISSING else merge(old, v)
+
+
 def apply_column(
     ctx: StreamContext, step: str, fn: Callable[[Any], Any], user_fn: Any, batch: Batch
 ) -> tuple[list[Any], Batch]:
@@ -299,7 +319,7 @@ class AggregateProcessor(Processor):
         assert isinstance(node, n.AggregateNode)
         self.store_name = factory.stores[0]
         self.user_fn = node.fn
-        self.op = node.op
+        self.add = node.op in ("count", "sum")  # partials merge with +
         self.partials = bool(factory.options.get("partials"))
         if self.partials:
             _, merge = _partial_rules(node)
@@ -351,7 +371,7 @@ class AggregateProcessor(Processor):
             if len(set(keys)) != len(keys):
                 keys, values = self._combine(keys, values)
             olds = self.store.get_many(keys)
-            if self.op in ("count", "sum"):
+            if self.add:
                 news = [p if o is None else o + p for o, p in zip(olds, values)]
             else:
                 merge = self.merge
@@ -364,16 +384,7 @@ class AggregateProcessor(Processor):
 
     def _combine(self, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
         acc: dict[Any, Any] = {}
-        get = acc.get
-        if self.op in ("count", "sum"):
-            for k, v in zip(keys, values):
-                old = get(k, _MISSING)
-                acc[k] = v if old is _MISSING else old + v
-        else:
-            merge = self.merge
-            for k, v in zip(keys, values):
-                old = get(k, _MISSING)
-                acc[k] = v if old is _MISSING else merge(old, v)
+        _fold_partials(acc, acc.get, keys, values, self.add, self.merge)
         return list(acc), list(acc.values())
 
     def _remember(self, keys: list[Any], values: list[Any], batch: Batch) -> None:
@@ -500,8 +511,8 @@ class SinkProcessor(_SinkBase):
 
 @register_processor("shuffle-sink")
 class ShuffleSinkProcessor(_SinkBase):
-    """Writes to a shuffle topic; for count/sum/min/max, writes partial aggregates and
-    merges them per key within the batch when combining is on."""
+    """Writes to a shuffle topic; for count/sum/min/max, writes partial aggregates and,
+    when combining is on, merges them per key until the task's next commit."""
 
     key_serde = INTERNAL_SERDE
     value_serde = INTERNAL_SERDE
@@ -519,6 +530,7 @@ class ShuffleSinkProcessor(_SinkBase):
         if self.partials:
             assert isinstance(node, n.AggregateNode)
             self.op = node.op
+            self.add = node.op in ("count", "sum")  # partials merge with +
             self.to_partial, self.merge = _partial_rules(node)
             self.user_fn = node.fn
 
@@ -582,17 +594,9 @@ class ShuffleSinkProcessor(_SinkBase):
         if not keys:
             return
         acc = self._acc
-        get, merge = acc.get, self.merge
         merged: dict[Any, Any] = {}  # keys are distinct within a batch: no chaining
         try:
-            if self.op in ("count", "sum"):
-                for k, v in zip(keys, values):
-                    old = get(k, _MISSING)
-                    merged[k] = v if old is _MISSING else old + v
-            else:
-                for k, v in zip(keys, values):
-                    old = get(k, _MISSING)
-                    merged[k] = v if old is _MISSING else merge(old, v)
+            _fold_partials(merged, acc.get, keys, values, self.add, self.merge)
         except Exception:
             # Partials of different batches that do not merge: send what came before
             # as it is, start over with this batch; the aggregation reports the failure.

@@ -39,7 +39,7 @@ from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
-from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.producer import Columns, Producer
 from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE
@@ -78,18 +78,18 @@ def _unpack_txn(data: bytes) -> dict[str, Any]:
 class _Commit:
     """A commit between its phases (see :func:`commit_tasks`)."""
 
-    __slots__ = ("changes", "ts", "txn", "written")
+    __slots__ = ("at", "changes", "txn", "written")
 
     def __init__(
         self,
         txn: dict[str, Any] | None,
-        changes: dict[str, list[tuple[bytes, bytes | None]]],
-        ts: int,
+        at: int,
+        changes: dict[str, Columns],
         written: list[tuple[str, int]],
     ) -> None:
         self.txn = txn
+        self.at = at  # offset of the transaction record
         self.changes = changes
-        self.ts = ts
         self.written = written
 
 
@@ -205,7 +205,6 @@ class Task:
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committed = dict(self.positions)
         self._commits = 0
-        self._txn_at = 0  # offset of the last transaction record
         self.fetch: Fetch = fetch or broker.read_columns
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
@@ -301,7 +300,7 @@ class Task:
     def _write_store(
         self,
         inner: KeyValueStore,
-        keys: Sequence[bytes],
+        keys: Sequence[Any],  # bytes: changelog records always have a key
         values: Sequence[bytes | None],
         offset: int,
         topic: str,
@@ -394,25 +393,23 @@ class Task:
         for p in self.processors:
             p.flush()  # coalesced updates go out now
         ts = self.clock()
-        changes = {}
+        changes: dict[str, Columns] = {}  # the changelog records of each store
         for name, store in self.stores.items():
             try:
-                changes[name] = store.take_dirty()
+                items = store.take_dirty()
             except SerdeError:
                 self.failed = True
                 raise
-        if not self.exactly_once:
-            written = self.producer.flush()
-            for name, items in changes.items():
-                self._apply_store_change(name, items, ts)
-            return _Commit(None, {}, ts, written)
-        outputs = list(self.producer.take().items())
-        for name, items in changes.items():
             if items:
                 keys, values = map(list, zip(*items))
-                n = len(keys)
-                changelog = (self.changelogs[name], self.queue)
-                outputs.append((changelog, ([ts] * n, keys, values, [()] * n)))
+                changes[name] = ([ts] * len(keys), keys, values, [()] * len(keys))
+        if not self.exactly_once:
+            written = self.producer.flush()
+            for name, records in changes.items():
+                self._apply_store_change(name, records)
+            return _Commit(None, 0, {}, written)
+        outputs = list(self.producer.take().items())
+        outputs += [((self.changelogs[name], self.queue), c) for name, c in changes.items()]
         offsets = dict(self.positions)
         if not outputs and offsets == self.committed:
             return None
@@ -429,8 +426,7 @@ class Task:
             appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
         txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
         at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, _pack_txn(txn), ())])
-        self._txn_at = at
-        return _Commit(txn, changes, ts, [(topic, q) for topic, q, *_ in appends])
+        return _Commit(txn, at, changes, [(topic, q) for topic, q, *_ in appends])
 
     def _commit_apply(self, c: _Commit) -> None:
         """Second phase, once the transaction is durable (the commit point): write its
@@ -447,23 +443,15 @@ class Task:
         self._commit_offsets(c.txn["offsets"])
         self._commits += 1
         if self._commits % 100 == 0:  # only the last transaction is ever read again
-            self.broker.purge(self.txn_topic, self.txn_queue, self._txn_at)
-        for name, items in c.changes.items():
-            self._apply_store_change(name, items, c.ts, via_changelog=False)
+            self.broker.purge(self.txn_topic, self.txn_queue, c.at)
+        for name, records in c.changes.items():
+            self._apply_store_change(name, records, via_changelog=False)
 
-    def _apply_store_change(
-        self,
-        name: str,
-        items: list[tuple[bytes, bytes | None]],
-        ts: int,
-        via_changelog: bool = True,
-    ) -> None:
-        if not items:
-            return
+    def _apply_store_change(self, name: str, records: Columns, via_changelog: bool = True) -> None:
         topic = self.changelogs[name]
         if via_changelog:
-            self.broker.append(topic, self.queue, [(ts, k, v, ()) for k, v in items])
-        keys, values = zip(*items)
+            self.broker.append_columns(topic, self.queue, *records)
+        _, keys, values, _ = records
         self._write_store(
             self.stores[name].inner, keys, values, self.broker.end_offset(topic, self.queue), topic
         )

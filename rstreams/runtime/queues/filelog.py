@@ -710,10 +710,7 @@ class FileBroker:
         records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
     ) -> int:
         """Append (timestamp, key, value, headers) tuples as one batch; the first new offset."""
-        batch = encode_batch(records)
-        if batch is None:
-            return self.end_offset(topic, queue)
-        return self.append_encoded(topic, queue, *batch)
+        return self._append_batch(topic, queue, encode_batch(records))
 
     def append_columns(
         self,
@@ -725,8 +722,12 @@ class FileBroker:
         headers: Sequence[tuple],
     ) -> int:
         """:meth:`append` of records given as columns; the first new offset."""
-        batch = encode_column_batch(timestamps, keys, values, headers)
-        if batch is None:
+        return self._append_batch(
+            topic, queue, encode_column_batch(timestamps, keys, values, headers)
+        )
+
+    def _append_batch(self, topic: str, queue: int, batch: tuple[bytes, int, int] | None) -> int:
+        if batch is None:  # nothing to append
             return self.end_offset(topic, queue)
         return self.append_encoded(topic, queue, *batch)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_frame
+from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 
@@ -90,20 +90,15 @@ class MemoryBroker:
         records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
     ) -> int:
         """Append (timestamp, key, value, headers) tuples; returns the first new offset."""
-        q = self._queue(topic, queue)
-        first = q.end
         columns = list(zip(*records))
-        if columns:
-            if len(columns) != 4:
-                raise TypeError(
-                    "records must be (timestamp, key, value, headers) tuples; "
-                    f"got {len(columns)} fields"
-                )
-            timestamps, keys, values, headers = columns
-            q.records.extend(
-                LogRecord.many(range(first, first + len(keys)), timestamps, keys, values, headers)
+        if not columns:
+            return self._queue(topic, queue).end
+        if len(columns) != 4:
+            raise TypeError(
+                "records must be (timestamp, key, value, headers) tuples; "
+                f"got {len(columns)} fields"
             )
-        return first
+        return self.append_columns(topic, queue, *columns)
 
     def append_columns(
         self,
@@ -126,9 +121,9 @@ class MemoryBroker:
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
     ) -> int:
         """Append a batch encoded by ``_logformat.encode_batch`` (as the file log stores it)."""
-        records = decode_frame(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
-        return self.append(
-            topic, queue, [(r.timestamp, r.key, r.value, r.headers) for r in records]
+        columns = decode_columns(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
+        return self.append_columns(
+            topic, queue, columns.timestamps, columns.keys, columns.values, columns.headers
         )
 
     def read(
