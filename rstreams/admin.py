@@ -176,13 +176,18 @@ def cmd_offsets(args: argparse.Namespace) -> int:
         offsets = broker.group_offsets(args.group)
         if not offsets:
             raise ConfigError(f"group {args.group!r} has committed no offsets")
-        print("topic\tqueue\tcommitted\tend\tlag")
-        for (topic, q), off in sorted(offsets.items()):
-            end = broker.end_offset(topic, q)
-            print(f"{topic}\t{q}\t{off}\t{end}\t{end - off}")
+        _print_lag(broker, offsets)
     finally:
         broker.close()
     return 0
+
+
+def _print_lag(broker: Any, offsets: dict[tuple[str, int], int], indent: str = "") -> None:
+    """A table of committed offset, end and lag per topic queue."""
+    print(f"{indent}topic\tqueue\tcommitted\tend\tlag")
+    for (topic, q), off in sorted(offsets.items()):
+        end = broker.end_offset(topic, q)
+        print(f"{indent}{topic}\t{q}\t{off}\t{end}\t{end - off}")
 
 
 def cmd_group(args: argparse.Namespace) -> int:
@@ -204,10 +209,7 @@ def cmd_group(args: argparse.Namespace) -> int:
     try:
         offsets = broker.group_offsets(group)
         if offsets:
-            print("  topic\tqueue\tcommitted\tend\tlag")
-        for (topic, q), off in sorted(offsets.items()):
-            end = broker.end_offset(topic, q)
-            print(f"  {topic}\t{q}\t{off}\t{end}\t{end - off}")
+            _print_lag(broker, offsets, indent="  ")
     finally:
         broker.close()
     return 0

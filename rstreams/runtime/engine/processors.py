@@ -31,6 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
 
@@ -170,20 +171,11 @@ class KeyByProcessor(FnProcessor):
         self.forward(batch.with_keys(keys))
 
 
-def _timestamp(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            "a timestamp must be epoch milliseconds (int); "
-            f"got {type(value).__name__} {value!r:.40}"
-        )
-    return int(value)
-
-
 @register_processor("selectTimestamp")
 class SelectTimestampProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         fn = self.fn
-        stamps, batch = self.apply(batch, lambda v: _timestamp(fn(v)))
+        stamps, batch = self.apply(batch, lambda v: as_timestamp(fn(v)))
         self.forward(batch.with_timestamps(stamps))
 
 

@@ -7,6 +7,17 @@ from typing import Any
 from rstreams.runtime.queues.base import Headers
 
 
+def as_timestamp(value: Any) -> int:
+    """What a ``selectTimestamp`` function returned, as epoch milliseconds; the same
+    check (and message) on every backend."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            "a timestamp must be epoch milliseconds (int); "
+            f"got {type(value).__name__} {value!r:.40}"
+        )
+    return int(value)
+
+
 class Record:
     """A deserialized record plus where it came from (source topic/queue/offset).
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from rstreams.dsl.stream import describe_fn
+from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.spark import encoding as enc
 
 FAILURE_MARK = "RSTREAMS-RECORD-FAILED:"
@@ -132,15 +133,6 @@ def _partition() -> int:
 
     ctx = TaskContext.get()
     return ctx.partitionId() if ctx is not None else 0
-
-
-def _timestamp(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            "a timestamp must be epoch milliseconds (int); "
-            f"got {type(value).__name__} {value!r:.40}"
-        )
-    return int(value)
 
 
 class _Rows:
@@ -361,7 +353,7 @@ class Segment:
             return rows.expand(lens, list(chain.from_iterable(outs)))
         if kind == "selectTimestamp":
             fn = step.fn
-            _, rows = self._column(step, rows, lambda v: _timestamp(fn(v)), part, base)
+            _, rows = self._column(step, rows, lambda v: as_timestamp(fn(v)), part, base)
             return rows
         if kind in ("peek", "foreach"):
             fn = step.fn

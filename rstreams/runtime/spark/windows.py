@@ -33,9 +33,10 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
+from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream, translate
-from rstreams.runtime.spark.segments import ErrorPolicy, PyStep, _timestamp
+from rstreams.runtime.spark.segments import ErrorPolicy, PyStep
 from rstreams.windowed import Windowed
 
 _TIME = "_t"
@@ -53,7 +54,7 @@ class _Stamp:
     fn: Any
 
     def __call__(self, value: Any) -> tuple[int, Any]:
-        return (_timestamp(self.fn(value)), value)
+        return (as_timestamp(self.fn(value)), value)
 
 
 @attrs.frozen
