@@ -126,6 +126,16 @@ def test_session_close_mode_and_sum_merge() -> None:
     assert [(k, v) for k, v, _ in out] == [(W("a", 1, 4), 3)]  # closed at 20 > 4 + 5
 
 
+def test_aggregate_over_tumbling_windows_needs_no_merger() -> None:
+    b = StreamBuilder("w")
+    ws = b.source("in", queues=1).keyBy(lambda v: v[0]).window(TumblingWindow(10))
+    ws.aggregate(list, lambda acc, v: [*acc, v], name="agg", queues=1).sink("out")
+    with TopologyTestDriver(b.build()) as d:
+        for value, ts in [("a1", 1), ("a2", 4), ("a3", 12)]:
+            d.pipe("in", value, timestamp=ts)
+        assert d.read_table("out") == {W("a", 0, 10): ["a1", "a2"], W("a", 10, 20): ["a3"]}
+
+
 def test_windowed_keys_round_trip_through_json_sinks() -> None:
     out, _, _ = run(windowed(TumblingWindow(10)), [("x", 1)])
     ((key, _, _),) = out

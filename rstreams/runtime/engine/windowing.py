@@ -116,7 +116,8 @@ class WindowAggregateProcessor(_TimedProcessor):
         self.grace = node.window.grace
         self.session = isinstance(node.window, SessionWindow)
         self.update = _update_rule(node)  # type: ignore[arg-type]
-        self.merge = _merge_rule(node)
+        # Only sessions merge (aggregate() has a merger only there).
+        self.merge = _merge_rule(node) if self.session else None
         self.emit_close = node.emit == "close"
         self.idle = node.close_after_idle
         self.heap: list[tuple[int, Any, int]] = []  # (close time, key, start)
@@ -193,9 +194,11 @@ class WindowAggregateProcessor(_TimedProcessor):
         if end < self.stream_time - self.grace:
             return False
         agg = self.update(None, v)
+        merge = self.merge
+        assert merge is not None
         for s, e in overlapping:
             old = self.store.get(("s", k, s))
-            agg = self.merge(old[1], agg)
+            agg = merge(old[1], agg)
             self.store.delete(("s", k, s))
             del mine[s]
             self.touched.pop((k, s), None)
