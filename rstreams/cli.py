@@ -100,8 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rstreams.runner import run, write_table
 
     on_spark = args.backend == "spark"
-    if args.master and not on_spark:
-        raise UnsupportedOperation("--master needs --backend spark")
+    if (args.master or args.conf) and not on_spark:
+        raise UnsupportedOperation("--master and --conf need --backend spark")
     if (args.streaming or args.checkpoint) and not on_spark:
         raise UnsupportedOperation("--streaming and --checkpoint need --backend spark")
     if on_spark and (args.in_memory or args.fresh or args.follow):
@@ -191,6 +191,14 @@ def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> d
     if master is None and args.workers is not None:
         master = f"local[{args.workers}]"
     options: dict[str, Any] = {"master": master, "backend": "spark"}
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf expects KEY=VALUE; got {item!r}")
+        conf[key.strip()] = value
+    if conf:
+        options["conf"] = conf
     if args.output and args.output != "-":
         options["outputs"] = {sinks[0]: args.output}
     if args.streaming:
@@ -269,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--master",
         metavar="URL",
         help="Spark master URL with --backend spark (default local[*], or spark-submit's)",
+    )
+    run.add_argument(
+        "--conf",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a Spark setting with --backend spark, as spark-submit's --conf (repeatable), "
+        "e.g. spark.pyspark.python=PATH or spark.archives=env.tar.gz#environment",
     )
     run.add_argument(
         "--streaming",

@@ -177,7 +177,8 @@ def test_missing_pipeline_and_input(tmp_path):
     [
         # --backend spark itself works (tests/spark/test_cli_spark.py); its options
         # need it.
-        (["--master", "local[2]"], "--master needs --backend spark"),
+        (["--master", "local[2]"], "--master and --conf need --backend spark"),
+        (["--conf", "spark.x=1"], "--master and --conf need --backend spark"),
         (["--streaming"], "--streaming and --checkpoint need --backend spark"),
         (["--broker", "redis://localhost"], "--broker is not available"),
     ],

@@ -1,10 +1,18 @@
-"""A SparkSession shared by every Spark test (local[2], 4 shuffle partitions, no UI)."""
+"""A SparkSession shared by every Spark test (local[2], 4 shuffle partitions, no UI),
+created by rstreams' own session code, with a PATH that lies.
+
+Every Spark test runs with a ``python3`` (and ``python``) first on PATH that fails, and
+without ``PYSPARK_PYTHON``: PySpark falls back on PATH's ``python3`` for its workers, so
+a session that did not pin the interpreter would fail here, as it fails on a machine
+whose ``python3`` lacks rstreams.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
-import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,24 +24,47 @@ pyspark = pytest.importorskip(
 if shutil.which("java") is None:  # pragma: no cover - depends on the machine
     pytest.skip("the Spark backend needs Java 17+", allow_module_level=True)
 
+STUB = """#!/bin/sh
+echo "stub $0: this is not the interpreter rstreams should run" >&2
+exit 97
+"""
+
+
+def make_lying_path(directory: Path) -> str:
+    """A PATH whose first entry holds failing ``python3`` and ``python`` stubs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("python3", "python"):
+        stub = directory / name
+        stub.write_text(STUB)
+        stub.chmod(0o755)
+    return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lying_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Put failing python3/python stubs first on PATH (and drop PYSPARK_PYTHON) for the
+    whole Spark test session; yields that PATH for subprocesses."""
+    path = make_lying_path(tmp_path_factory.mktemp("lying-path"))
+    saved = {k: os.environ.get(k) for k in ("PATH", "PYSPARK_PYTHON")}
+    os.environ["PATH"] = path
+    os.environ.pop("PYSPARK_PYTHON", None)
+    yield path
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+def spark(lying_path: str) -> Iterator[Any]:
+    from rstreams.runtime.spark.session import get_session, stop_session
 
-    from rstreams.runtime.spark.session import STATE_STORE_CONF
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("rstreams-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.pyspark.python", sys.executable)
+    session, created = get_session(
+        "local[2]",
+        app_name="rstreams-tests",
+        conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"},
     )
-    for key, value in STATE_STORE_CONF.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    assert created
     yield session
-    session.stop()
+    stop_session(session)

@@ -8,11 +8,12 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,12 @@ from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
-from rstreams.runtime.spark.session import configure_state_store, get_session
+from rstreams.runtime.spark.session import (
+    check_executors,
+    configure_state_store,
+    get_session,
+    stop_session,
+)
 from rstreams.runtime.spark.tables import Failures, is_local, local_path
 
 log = logging.getLogger("rstreams.spark")
@@ -42,6 +48,25 @@ def dead_letter_topic(job_id: str) -> str:
     return f"{job_id}-dead-letter"
 
 
+@contextlib.contextmanager
+def _term_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a run like Ctrl-C, so that the ``finally`` that stops the session
+    and its JVM runs (on the main thread; elsewhere signals are not ours to set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@_term_as_interrupt()
 def run_spark(
     topology: Topology,
     inputs: dict[str, str],
@@ -112,10 +137,13 @@ def run_spark(
     }
     session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
     start = time.monotonic()
-    reporter = _ProgressReporter(session, progress, start) if progress else None
+    reporter: _ProgressReporter | None = None
     compiler: Compiler | None = None
-    by_value = _pickle_user_code_by_value(pipeline)
+    by_value: list[types.ModuleType] = []
     try:
+        reporter = _ProgressReporter(session, progress, start) if progress else None
+        by_value = _pickle_user_code_by_value(pipeline)
+        check_executors(session)
         if streaming:
             configure_state_store(session)
         accumulator: Any = (
@@ -166,7 +194,7 @@ def run_spark(
                 with contextlib.suppress(Exception):  # the session may be gone already
                     df.unpersist()
         if created:
-            session.stop()
+            stop_session(session)
 
 
 def _pickle_user_code_by_value(pipeline: n.Pipeline) -> list[types.ModuleType]:
@@ -386,7 +414,8 @@ class _ProgressReporter:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):

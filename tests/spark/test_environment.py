@@ -1,0 +1,293 @@
+"""Spark from any environment: the executors run the interpreter rstreams runs on (never
+PATH's ``python3``), a session whose executors can't import rstreams is refused with a
+message naming their interpreter, an unreachable master fails fast, and no run leaves a
+JVM or Python daemon behind.
+
+Every test here runs under the lying PATH of conftest.py: ``python3`` and ``python``
+first on PATH are stubs that fail.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+RSTREAMS = Path(sys.executable).parent / "rstreams"  # the console script pip installed
+WORD = re.compile(r"\w+")
+
+
+def marked_env(mark: str) -> dict[str, str]:
+    """This environment (the lying PATH) plus a mark every child process inherits."""
+    return {**os.environ, "RSTREAMS_TEST_MARK": mark}
+
+
+def marked_processes(mark: str) -> list[str]:
+    """Command lines of live processes whose environment carries ``mark``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"RSTREAMS_TEST_MARK={mark}".encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(f"{pid}: " + f.read().replace(b"\0", b" ").decode()[:200])
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def assert_nothing_left(mark: str, grace: float = 10.0) -> None:
+    """No process of the run survives it (daemons get ``grace`` seconds to see their
+    JVM gone)."""
+    deadline = time.monotonic() + grace
+    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes left behind: {left}"
+
+
+def top_words(text: str, n: int) -> list[tuple[str, int]]:
+    counts = collections.Counter(
+        w for line in text.splitlines() for w in WORD.findall(line.lower())
+    )
+    return counts.most_common(n)
+
+
+def printed_top(stdout: str) -> dict[str, int]:
+    """The ``--top`` table the CLI prints: {word: count}."""
+    rows = [ln.split() for ln in stdout.splitlines()[1:] if ln.startswith("  ")]
+    return {word: int(count) for word, count in rows}
+
+
+def test_the_path_lies() -> None:
+    # The premise of this module: PATH's python3 can not run anything.
+    r = subprocess.run(["python3", "-c", "print(1)"], capture_output=True, text=True)
+    assert r.returncode == 97 and "stub" in r.stderr
+    assert "PYSPARK_PYTHON" not in os.environ
+
+
+@pytest.mark.parametrize("example", ["wordcount", "wordcount_spark"])
+def test_cli_wordcount_matches_embedded_with_a_lying_path(example: str, tmp_path: Path) -> None:
+    corpus = ROOT / "examples" / "data" / "corpus.txt"
+    mark = uuid.uuid4().hex
+    common = ["run", ROOT / "examples" / f"{example}.py", "--input", corpus, "--top", "15"]
+    spark = subprocess.run(
+        [RSTREAMS, *common, "--backend", "spark", "--master", "local[2]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=marked_env(mark),
+        cwd=tmp_path,
+    )
+    assert spark.returncode == 0, spark.stderr[-3000:]
+    embedded = subprocess.run(
+        [RSTREAMS, *common, "--in-memory"], capture_output=True, text=True, timeout=300
+    )
+    assert embedded.returncode == 0, embedded.stderr[-3000:]
+    expected = dict(top_words(corpus.read_text(encoding="utf-8"), 15))
+    assert printed_top(spark.stdout) == printed_top(embedded.stdout) == expected
+    assert_nothing_left(mark)
+
+
+API_SCRIPT = """
+import collections, json, re, sys
+from pathlib import Path
+import rstreams
+from rstreams.runtime.spark import run_spark
+from rstreams.runtime.spark.session import get_session, stop_session
+
+sys.path.insert(0, {examples!r})
+import wordcount
+
+topology = wordcount.build().build()
+corpus, inbox, ckpt = sys.argv[1:4]
+words = collections.Counter(
+    w for line in Path(corpus).read_text().splitlines()
+    for w in re.findall(r"\\w+", line.lower())
+)
+# rstreams.run creates (and stops) its own session on this lying PATH.
+batch = rstreams.run(topology, {{"sentences": corpus}}, backend="spark", master="local[2]")
+assert batch.tables["word-counts"] == dict(words), "batch"
+# Structured Streaming, twice on one checkpoint, on a session rstreams creates.
+session, created = get_session("local[2]", conf={{"spark.sql.shuffle.partitions": "2"}})
+try:
+    first = run_spark(topology, {{"sentences": inbox}}, spark=session, streaming=True,
+                      checkpoint=ckpt)
+    Path(inbox, "b.txt").write_text(Path(corpus).read_text())
+    second = run_spark(topology, {{"sentences": inbox}}, spark=session, streaming=True,
+                       checkpoint=ckpt)
+finally:
+    stop_session(session)
+assert first.tables["word-counts"] == dict(words), "streaming"
+assert second.tables["word-counts"] == {{w: 2 * c for w, c in words.items()}}, "restart"
+print("ok")
+"""
+
+
+def test_api_batch_and_streaming_with_a_lying_path(tmp_path: Path, corpus_lines: list[str]) -> None:
+    # A fresh process, so that the session (and its JVM) is created under the lying PATH.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(corpus_lines[:400]) + "\n", encoding="utf-8")
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    script = tmp_path / "api.py"
+    script.write_text(API_SCRIPT.format(examples=str(ROOT / "examples")))
+    mark = uuid.uuid4().hex
+    r = subprocess.run(
+        [sys.executable, script, corpus, inbox, tmp_path / "ckpt"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=marked_env(mark),
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    assert_nothing_left(mark)
+
+
+USER_SESSION_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+from rstreams import StreamBuilder
+from rstreams.errors import ConfigError
+from rstreams.runtime.spark import run_spark
+
+# The user's own session, built without rstreams: PySpark takes python3 from PATH.
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+b = StreamBuilder("user-session")
+b.source("lines").map(len).sink("lengths")
+try:
+    run_spark(b.build(), {"lines": sys.argv[1]}, spark=spark)
+except ConfigError as e:
+    print(e)
+else:
+    print("no error")
+spark.stop()
+"""
+
+
+def test_a_user_session_whose_executors_lack_rstreams_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "lines.txt"
+    data.write_text("a\nbb\n")
+    script = tmp_path / "user.py"
+    script.write_text(USER_SESSION_SCRIPT)
+    r = subprocess.run([sys.executable, script, data], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    message = r.stdout.strip()
+    assert message.startswith("the Spark executors could not run Python with 'python3'"), message
+    assert "spark.pyspark.python" in message and "PYSPARK_PYTHON" in message
+    assert "spark.archives" in message
+
+
+SLOW = """
+import time
+from rstreams import StreamBuilder
+def slow(line):
+    time.sleep(0.2)
+    return line
+def build():
+    b = StreamBuilder("slow")
+    b.source("lines").map(slow).keyBy(lambda v: v).count().sink("counts")
+    return b
+"""
+
+FAILING = """
+from rstreams import StreamBuilder
+def build():
+    b = StreamBuilder("div")
+    b.source("numbers").map(lambda line: 10 // int(line)).sink("out")
+    return b
+"""
+
+
+def test_failed_and_interrupted_runs_leave_no_process(tmp_path: Path) -> None:
+    numbers = tmp_path / "n.txt"
+    numbers.write_text("1\n0\n2\n")
+    failing = tmp_path / "failing.py"
+    failing.write_text(textwrap.dedent(FAILING))
+    mark = uuid.uuid4().hex
+    r = subprocess.run(
+        [RSTREAMS, "run", failing, "--backend", "spark", "--master", "local[2]",
+         "--input", numbers],
+        capture_output=True, text=True, timeout=300, env=marked_env(mark),
+    )  # fmt: skip
+    assert r.returncode == 1 and "ZeroDivisionError" in r.stderr, r.stderr[-3000:]
+    assert_nothing_left(mark)
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i}\n" for i in range(2000)))
+    slow = tmp_path / "slow.py"
+    slow.write_text(textwrap.dedent(SLOW))
+    mark = uuid.uuid4().hex
+    p = subprocess.Popen(
+        [RSTREAMS, "run", slow, "--backend", "spark", "--master", "local[2]",
+         "--input", lines],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=marked_env(mark),
+    )  # fmt: skip
+    try:
+        # Wait until the job runs Python (a worker daemon is up), then stop the run.
+        deadline = time.monotonic() + 120
+        while not any("pyspark.daemon" in c for c in marked_processes(mark)):
+            assert p.poll() is None, p.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the job never started Python"
+            time.sleep(0.2)
+        time.sleep(1)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and "interrupted" in err, err[-3000:]
+    assert_nothing_left(mark)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_master_fails_fast_naming_the_url(tmp_path: Path) -> None:
+    url = f"spark://127.0.0.1:{free_port()}"
+    data = tmp_path / "lines.txt"
+    data.write_text("a b\n")
+    mark = uuid.uuid4().hex
+    started = time.monotonic()
+    r = subprocess.run(
+        [RSTREAMS, "run", ROOT / "examples" / "wordcount.py", "--backend", "spark",
+         "--master", url, "--input", data],
+        capture_output=True, text=True, timeout=120, env=marked_env(mark),
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"can not reach the Spark master {url}" in r.stderr
+    assert "Java" not in r.stderr
+    assert elapsed < 30, elapsed
+    assert_nothing_left(mark)
+
+
+def test_worker_python_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rstreams.runtime.spark.session import worker_python
+
+    assert worker_python() == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert worker_python() == "/opt/py/bin/python"
+    conf = {"spark.pyspark.python": "./environment/bin/python"}
+    assert worker_python(conf) == "./environment/bin/python"
+    assert json.dumps(worker_python({})) == json.dumps("/opt/py/bin/python")
