@@ -1,11 +1,11 @@
 """Word count on Spark: the rstreams DSL against hand-written PySpark, same corpus, one run.
 
-    python bench/spark_wordcount.py [--mb 100] [--master local[*]] [--repeat 3]
-                                    [--corpus PATH] [--keep]
+    python bench/spark_wordcount.py [--mb 100] [--kind repeated,zipf] [--master local[*]]
+                                    [--repeat 3] [--corpus PATH] [--keep]
 
-Builds (or reuses, with --corpus) a corpus of about --mb megabytes by repeating
-examples/data/corpus.txt with per-copy word suffixes (the vocabulary keeps growing),
-starts one SparkSession and times, best of --repeat runs after a warm-up, each variant
+Builds (or reuses, with --corpus) the corpora of bench/corpora.py, about --mb megabytes
+each (repeated text, and Zipf-distributed words), starts one SparkSession (through
+rstreams' own session code) and times, median of --repeat runs after a warm-up, each variant
 from reading the file to a Python dict of the counts on the driver:
 
 - native:      hand-written DataFrame word count: lower + regexp_extract_all + explode +
@@ -43,24 +43,13 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from corpora import KINDS, make  # noqa: E402
+
 from rstreams.runtime.spark import run_spark  # noqa: E402
 
 WORD = re.compile(r"\w+")
-
-
-def make_corpus(path: Path, mb: float) -> None:
-    """The same generator as bench/wordcount.py: copies of the corpus, every 4th one
-    with renamed words so the key set grows like real text."""
-    base = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
-    target = int(mb * 1_000_000)
-    size, copy = 0, 0
-    with path.open("w", encoding="utf-8") as f:
-        while size < target:
-            for line in base:
-                text = line.replace("e", f"e{copy % 97}", 1) if copy % 4 else line
-                f.write(text + "\n")
-                size += len(text.encode("utf-8")) + 1
-            copy += 1
 
 
 def to_dict(df: Any) -> dict[str, int]:
@@ -78,35 +67,48 @@ def split_words(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--mb", type=float, default=100.0, help="corpus size in MB (default 100)")
+    ap.add_argument(
+        "--kind",
+        default=",".join(KINDS),
+        help="corpora to generate, comma-separated: repeated, zipf (default both)",
+    )
     ap.add_argument("--corpus", help="use this corpus file instead of generating one")
     ap.add_argument("--master", default="local[*]")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per variant (best)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per variant (median)")
     ap.add_argument("--split-mb", type=int, default=16, help="input split size in MB")
-    ap.add_argument("--keep", action="store_true", help="keep the generated corpus")
+    ap.add_argument("--keep", action="store_true", help="keep the generated corpora")
     args = ap.parse_args()
 
-    from pyspark.sql import SparkSession
+    from rstreams.runtime.spark.session import get_session, stop_session
+
+    spark, _ = get_session(
+        args.master,
+        app_name="rstreams-bench",
+        conf={"spark.sql.files.maxPartitionBytes": f"{args.split_mb}m"},
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="rstreams-bench-"))
+    try:
+        if args.corpus:
+            bench(spark, Path(args.corpus), "given", args)
+        for kind in [] if args.corpus else args.kind.split(","):
+            corpus = tmp / f"{kind}.txt"
+            t0 = time.perf_counter()
+            make(kind, corpus, args.mb)
+            print(f"generated {corpus} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            bench(spark, corpus, kind, args)
+            if not args.keep:
+                corpus.unlink()
+    finally:
+        stop_session(spark)
+
+
+def bench(spark: Any, corpus: Path, kind: str, args: argparse.Namespace) -> None:
+    """Time every variant on ``corpus``, interleaved, and print the table and ratios."""
     from pyspark.sql import functions as SF
 
     from rstreams.runtime.spark.native import calibrate, java_regex
 
-    tmp = tempfile.mkdtemp(prefix="rstreams-bench-")
-    corpus = Path(args.corpus) if args.corpus else Path(tmp) / "corpus.txt"
-    if not args.corpus:
-        t0 = time.perf_counter()
-        make_corpus(corpus, args.mb)
-        print(f"generated {corpus} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     size_mb = corpus.stat().st_size / 1e6
-
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("rstreams-bench")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.files.maxPartitionBytes", f"{args.split_mb}m")
-        .config("spark.pyspark.python", sys.executable)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
     path = str(corpus)
     java_words = java_regex(r"\w+", 0, calibrate(spark))
     assert java_words is not None
@@ -149,7 +151,7 @@ def main() -> None:
         "rdd": rdd,
     }
     # Warm up the JVM (JIT) and the Python workers on a slice of the input.
-    warm = Path(tmp) / "warm.txt"
+    warm = corpus.with_name(f"warm-{corpus.name}")
     with corpus.open(encoding="utf-8") as src, warm.open("w", encoding="utf-8") as dst:
         for _, line in zip(range(50_000), src):
             dst.write(line)
@@ -157,6 +159,7 @@ def main() -> None:
     for run in variants.values():
         run()
     path = saved
+    warm.unlink()
 
     times: dict[str, list[float]] = {name: [] for name in variants}
     results: dict[str, dict[str, int]] = {}
@@ -171,31 +174,27 @@ def main() -> None:
         if name != "native-ascii":
             assert counts == reference, f"{name} counts differ from the native ones!"
     words = sum(reference.values())
-    best = {name: min(ts) for name, ts in times.items()}
+    median = {name: statistics.median(ts) for name, ts in times.items()}
     cores = spark.sparkContext.defaultParallelism
     print(
-        f"corpus: {size_mb:.1f} MB, {words:,} words, {len(reference):,} distinct; "
+        f"corpus {kind}: {size_mb:.1f} MB, {words:,} words, {len(reference):,} distinct; "
         f"Spark {spark.version} {args.master} ({cores} cores), {partitions} input splits, "
-        f"best of {args.repeat}"
+        f"median of {args.repeat}"
     )
-    print(f"{'variant':14}{'best s':>9}{'median s':>10}{'Mwords/s':>10}")
+    print(f"{'variant':16}{'median s':>9}{'best s':>9}{'Mwords/s':>10}")
     for name in variants:
         print(
-            f"{name:14}{best[name]:9.2f}{statistics.median(times[name]):10.2f}"
-            f"{words / best[name] / 1e6:10.2f}"
+            f"{name:16}{median[name]:9.2f}{min(times[name]):9.2f}{words / median[name] / 1e6:10.2f}"
         )
-    r1 = best["dsl-builtin"] / best["native"]
-    r1b = best["dsl-builtin-icu"] / best["native"]
-    r2 = best["dsl-lambda"] / best["mapInArrow"]
-    r3 = best["dsl-lambda"] / best["rdd"]
-    print(f"dsl-builtin / native     = {r1:.3f}  (target <= 1.10)")
+    r1 = median["dsl-builtin"] / median["native"]
+    r1b = median["dsl-builtin-icu"] / median["native"]
+    r2 = median["dsl-lambda"] / median["mapInArrow"]
+    r3 = median["dsl-lambda"] / median["rdd"]
+    print(f"dsl-builtin / native       = {r1:.3f}  (target <= 1.10)")
     print(f"  with exact_unicode=False = {r1b:.3f}")
-    print(f"dsl-lambda  / mapInArrow = {r2:.3f}  (target <= 1.20)")
-    print(f"dsl-lambda  / rdd        = {r3:.3f}  (target < 1)")
-    spark.stop()
-    if not args.keep and not args.corpus:
-        corpus.unlink()
-    warm.unlink()
+    print(f"dsl-lambda  / mapInArrow   = {r2:.3f}  (target <= 1.20)")
+    print(f"dsl-lambda  / rdd          = {r3:.3f}  (target < 1)")
+    print()
 
 
 if __name__ == "__main__":
