@@ -66,6 +66,56 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+class _SignalWatcher:
+    """Cancels the running Spark jobs when SIGINT or SIGTERM arrives.
+
+    Python runs signal handlers on the main thread between bytecodes, but while a job
+    runs the main thread sits in a socket read from the JVM; when the kernel hands the
+    signal to another thread, nothing wakes it and Ctrl-C or SIGTERM waits for the job
+    to finish. The interpreter's C handler also writes the signal to a wakeup fd from
+    whatever thread got it: a thread reading that fd cancels the jobs, the main thread's
+    read returns, and the handler raises KeyboardInterrupt there.
+    """
+
+    def __init__(self, session: SparkSession) -> None:
+        self.session = session
+        self._fds: tuple[int, int] | None = None
+        self._previous = -1
+        self.signalled = False
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # (the wakeup fd can only be set on the main thread)
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._fds = (r, w)
+        self._previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        threading.Thread(
+            target=self._watch, args=(r,), name="rstreams-signals", daemon=True
+        ).start()
+
+    def _watch(self, r: int) -> None:
+        wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+        try:
+            while data := os.read(r, 64):
+                if wanted & set(data):
+                    self.signalled = True
+                    with contextlib.suppress(Exception):  # the context may be stopping
+                        self.session.sparkContext.cancelAllJobs()
+        except OSError:
+            pass
+        finally:
+            os.close(r)  # here, once reading is over: the fd can't be reused under it
+
+    def stop(self) -> None:
+        if self._fds is None:
+            return
+        _, w = self._fds
+        self._fds = None
+        signal.set_wakeup_fd(self._previous)
+        os.close(w)  # the watcher's read returns empty and it ends
+
+
 @_term_as_interrupt()
 def run_spark(
     topology: Topology,
@@ -140,7 +190,9 @@ def run_spark(
     reporter: _ProgressReporter | None = None
     compiler: Compiler | None = None
     by_value: list[types.ModuleType] = []
+    watcher = _SignalWatcher(session)
     try:
+        watcher.start()
         reporter = _ProgressReporter(session, progress, start) if progress else None
         by_value = _pickle_user_code_by_value(pipeline)
         check_executors(session)
@@ -176,6 +228,8 @@ def run_spark(
                     compiler, topology, outputs, collect, failures
                 )
         except (PySparkException, Py4JError, RecordFailed) as e:
+            if watcher.signalled:  # the jobs failed because the watcher cancelled them
+                raise KeyboardInterrupt from None
             raise translate_error(e, session, sources) from None
         if accumulator is not None:
             failures.add_worker(accumulator.value)
@@ -185,6 +239,7 @@ def run_spark(
         metrics = {"records_in": records_in, **failures.metrics()}
         return RunResult(tables, records_in, records_out, time.monotonic() - start, metrics)
     finally:
+        watcher.stop()
         for module in by_value:
             cloudpickle.unregister_pickle_by_value(module)
         if reporter:

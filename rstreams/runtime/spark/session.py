@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import types
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,6 +52,8 @@ STATE_STORE_CONF = {
 
 DEFAULT_MASTER = "local[*]"
 PYTHON_CONF = "spark.pyspark.python"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+LOG4J_CONF = Path(__file__).with_name("log4j2.properties")
 #: Seconds to reach a master's port, and for an executor to run the pre-flight check.
 CONNECT_TIMEOUT = 5.0
 CHECK_TIMEOUT = float(os.environ.get("RSTREAMS_SPARK_CHECK_TIMEOUT", "120"))
@@ -112,6 +115,9 @@ def get_session(
     }
     python = worker_python(conf)
     settings[PYTHON_CONF] = python
+    if not os.environ.get("RSTREAMS_SPARK_LOG_LEVEL") and JAVA_OPTIONS not in settings:
+        # Quiet from the JVM's first line on (setLogLevel only applies once it runs).
+        settings[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONF}"
     for key, value in settings.items():
         builder = builder.config(key, value)
     # Under spark-submit (or a gateway someone else runs) the JVM is not ours to stop.
@@ -273,10 +279,10 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
 
     sc = session.sparkContext
     app = sc.applicationId
-    if app in _checked:
-        return
     python = getattr(sc, "pythonExec", None) or "python3"
     master = sc.master
+    if app in _checked or (master.startswith("local") and python == sys.executable):
+        return  # (local executors running this very interpreter have what it has)
     group = f"rstreams-check-{app}"
     outcome: dict[str, Any] = {}
 
