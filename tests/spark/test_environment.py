@@ -291,3 +291,44 @@ def test_worker_python_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     conf = {"spark.pyspark.python": "./environment/bin/python"}
     assert worker_python(conf) == "./environment/bin/python"
     assert json.dumps(worker_python({})) == json.dumps("/opt/py/bin/python")
+
+
+FOLLOW_SCRIPT = """
+import sys
+sys.path.insert(0, {examples!r})
+import wordcount
+from rstreams.runtime.spark import run_spark
+
+inbox, ckpt, out = sys.argv[1:4]
+result = run_spark(wordcount.build().build(), {{"sentences": inbox}}, master="local[2]",
+                   streaming=True, checkpoint=ckpt, trigger_once=False,
+                   outputs={{"word-counts": out}})
+print("stopped", sum(result.tables["word-counts"].values()))
+"""
+
+
+def test_an_endless_streaming_run_stops_on_ctrl_c_with_its_tables(tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_text("one two two\nthree three three\n")
+    out = tmp_path / "counts.jsonl"
+    script = tmp_path / "follow.py"
+    script.write_text(FOLLOW_SCRIPT.format(examples=str(ROOT / "examples")))
+    mark = uuid.uuid4().hex
+    p = subprocess.Popen(
+        [sys.executable, script, inbox, tmp_path / "ckpt", out],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=marked_env(mark),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not out.exists():  # the first micro-batch is committed
+            assert p.poll() is None, p.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no micro-batch within 180 s"
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        stdout, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and stdout.strip() == "stopped 6", err[-3000:]
+    assert_nothing_left(mark)

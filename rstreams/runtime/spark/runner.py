@@ -77,8 +77,9 @@ class _SignalWatcher:
     read returns, and the handler raises KeyboardInterrupt there.
     """
 
-    def __init__(self, session: SparkSession) -> None:
+    def __init__(self, session: SparkSession, stop_queries: bool = False) -> None:
         self.session = session
+        self.stop_queries = stop_queries
         self._fds: tuple[int, int] | None = None
         self._previous = -1
         self.signalled = False
@@ -101,7 +102,11 @@ class _SignalWatcher:
                 if wanted & set(data):
                     self.signalled = True
                     with contextlib.suppress(Exception):  # the context may be stopping
-                        self.session.sparkContext.cancelAllJobs()
+                        if self.stop_queries:
+                            for query in self.session.streams.active:
+                                query.stop()
+                        else:
+                            self.session.sparkContext.cancelAllJobs()
         except OSError:
             pass
         finally:
@@ -190,7 +195,9 @@ def run_spark(
     reporter: _ProgressReporter | None = None
     compiler: Compiler | None = None
     by_value: list[types.ModuleType] = []
-    watcher = _SignalWatcher(session)
+    # An endless streaming run ends on Ctrl-C by stopping its queries (and returns what
+    # it has); anything else is cancelled and the run stops with KeyboardInterrupt.
+    watcher = _SignalWatcher(session, stop_queries=streaming and not trigger_once)
     try:
         watcher.start()
         reporter = _ProgressReporter(session, progress, start) if progress else None
