@@ -186,3 +186,39 @@ def test_print_and_foreach(spark: Any, tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().out == expected == "[w] b\n[w] a\n[w] c\n[w] a\n[w] a\n"
     seen = [line for f in (tmp_path / "spark").iterdir() for line in f.read_text().splitlines()]
     assert sorted(seen) == sorted(lines)  # each record once
+
+
+#: The examples with windows and joins, and their inputs (topic -> file of
+#: examples/data, in source order).
+STREAMING_EXAMPLES = {
+    "windowed_wordcount": {"timed-sentences": "timed_sentences.txt"},
+    "sessions": {"clicks": "clicks.jsonl"},
+    "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING_EXAMPLES))
+def test_window_and_join_examples_streaming(
+    name: str, example_topology: Callable[[str], Topology], spark: Any, tmp_path: Path
+) -> None:
+    """Structured Streaming over one directory per topic, one bounded run: the driver's
+    tables once the input has ended (sessions closed, unpaid orders emitted)."""
+    topology = example_topology(name)
+    data = Path(__file__).resolve().parents[2] / "examples" / "data"
+    inputs = {}
+    with TopologyTestDriver(topology) as driver:
+        for topic, file in STREAMING_EXAMPLES[name].items():
+            text = (data / file).read_text(encoding="utf-8")
+            for line in text.splitlines():
+                driver.pipe(topic, line.encode("utf-8"))  # the raw line, as Spark reads it
+            inbox = tmp_path / topic
+            inbox.mkdir()
+            (inbox / file).write_text(text, encoding="utf-8")
+            inputs[topic] = str(inbox)
+        driver.end_of_input()
+        expected = {t: driver.read_table(t) for t in topology.sink_topics}
+    assert all(expected.values())
+    got = run_spark(
+        topology, inputs, spark=spark, streaming=True, checkpoint=str(tmp_path / "checkpoint")
+    )
+    assert got.tables == expected

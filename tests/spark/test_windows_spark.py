@@ -1,6 +1,6 @@
 """Windowed aggregations and windowed joins: the same final tables on the test driver,
-the embedded runtime and Spark batch; Structured Streaming runs tumbling/hopping windows
-and refuses sessions and joins by step name."""
+the embedded runtime and Spark batch, and on Structured Streaming for the windowed word
+count (more streaming cases: tests/spark/test_streaming_windows_joins.py)."""
 
 from __future__ import annotations
 
@@ -140,23 +140,6 @@ def test_streaming_tumbling_window_matches_driver(spark: Any, tmp_path: Path) ->
         checkpoint=str(tmp_path / "ck"),
     )
     assert got.tables == driver_tables(topology, TIMED)
-
-
-@pytest.mark.parametrize(
-    ("example", "step"), [("sessions", "clicks-per-session"), ("order_payment_join", "paid")]
-)
-def test_streaming_refuses_sessions_and_joins_by_step_name(
-    example: str, step: str, spark: Any, tmp_path: Path
-) -> None:
-    topology = runpy.run_path(str(ROOT / "examples" / f"{example}.py"))["build"]().build()
-    with pytest.raises(UnsupportedOperation, match=step):
-        run_spark(
-            topology,
-            streaming_copy(tmp_path, EXAMPLES[example]),
-            spark=spark,
-            streaming=True,
-            checkpoint=str(tmp_path / "ck"),
-        )
 
 
 def test_unsupported_window_steps_name_the_step(spark: Any) -> None:

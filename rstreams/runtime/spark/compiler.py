@@ -201,6 +201,9 @@ class Compiler:
         self.persisted: list[DataFrame] = []
         #: (what, name, Observation): source row counts and native-step failures.
         self.observations: list[tuple[str, str, Observation]] = []
+        #: Streaming: the end-of-input marker directory (set by run_streaming; see
+        #: :mod:`.stateful`).
+        self.markers: str | None = None
         for node in pipeline.nodes:
             check_supported(node, streaming)
         self.unique, self.need_order = self._analyse()

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from rstreams.dsl import nodes as n
 from rstreams.planner.topology import Topology
 from rstreams.runtime.spark import encoding as enc
+from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiler import (
     STREAM_METRIC_PREFIX,
     Compiler,
@@ -103,6 +104,23 @@ def _run_for_effects(df: DataFrame, batch_id: int) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
+def _records_read(queries: list[Any]) -> int:
+    """Input lines read: per source, the fewest any query read (a query whose plan reads
+    a source in two branches, e.g. both sides of a join, counts its rows twice); the
+    end-of-input markers are not records."""
+    fewest: dict[str, int] = {}
+    for q in queries:
+        rows: dict[str, int] = {}
+        for p in q.recentProgress:
+            for s in p.sources:
+                where = s.description or ""
+                if not stateful.is_marker_source(where):
+                    rows[where] = rows.get(where, 0) + (s.numInputRows or 0)
+        for where, count in rows.items():
+            fewest[where] = min(fewest.get(where, count), count)
+    return sum(fewest.values())
+
+
 def run_streaming(
     comp: Compiler,
     topology: Topology,
@@ -112,6 +130,10 @@ def run_streaming(
     failures: Failures,
 ) -> tuple[dict[str, dict[Any, Any]], int, int]:
     base = checkpoint.rstrip("/")
+    comp.markers = f"{base}/{stateful.MARKERS}"
+    if stateful.uses_markers(comp.pipeline):
+        # Windows and joins learn that a bounded run's input ends from a marker file.
+        stateful.prepare_end_of_input(comp.spark, comp.markers, bounded=trigger_once)
     terminals = comp.terminals()
     sinks_per_topic: dict[str, int] = {}
     for term in terminals:
@@ -160,9 +182,7 @@ def run_streaming(
     for topic, count in sinks_per_topic.items():
         if count > 1 and topic in outputs:
             write_output(comp.spark, tables[topic], outputs[topic])
-    records_in = max(
-        (sum(p.numInputRows or 0 for p in q.recentProgress) for q in queries), default=0
-    )
+    records_in = _records_read(queries)
     # Native steps that dropped records (on_error skip): summed over a query's batches;
     # a step upstream of several sinks is observed by each of their queries: once.
     failed: dict[str, int] = {}

@@ -59,15 +59,24 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
         True,
         "batch: F.window (tumbling/hopping) / F.session_window (gap + 1 ms) over the "
         "selectTimestamp event time; count, and sum/min/max over int values; keys "
-        "Windowed(key, start, end); no lateness in batch; streaming: withWatermark(grace), "
-        "update output (see docs/windows.md)",
+        "Windowed(key, start, end); no lateness in batch; "
+        "streaming: every window op and emit mode, replayed per queue with stream time, "
+        "lateness and end of input as on the embedded engine (stateful.py; "
+        "applyInPandasWithState on RocksDB; see docs/windows.md)",
     ),
-    n.LateNode: Support(True, False, "batch: always empty (no stream time, nothing is late)"),
+    n.LateNode: Support(
+        True,
+        True,
+        "batch: always empty (no stream time, nothing is late); streaming: the records "
+        "the window's per-queue replay finds late, as on the embedded engine",
+    ),
     n.JoinNode: Support(
         True,
-        False,
+        True,
         "batch, windowed joins only: equi-join on the join key plus the JoinWindow time "
-        "range (inner/left/outer); key functions and joiner in Python",
+        "range (inner/left/outer); key functions and joiner in Python; streaming: "
+        "windowed and table joins replayed per queue (buffers, ttl, unmatched results, "
+        "end of input) as on the embedded engine",
     ),
 }
 

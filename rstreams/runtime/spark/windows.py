@@ -15,9 +15,8 @@ window or join only map, flatMap, filter, keyBy and peek may appear.
   bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
 
 Batch mode sees the whole input at once: there is no stream time, so nothing is late
-(``.late()`` is empty) and every window is final. Structured Streaming runs tumbling and
-hopping aggregations (``withWatermark(grace)``, update output); sessions, ``.late()``
-and joins are batch-only (see ``support.SUPPORTED``).
+(``.late()`` is empty) and every window is final. On Structured Streaming, windows,
+``.late()`` and joins replay the embedded engine per queue instead (:mod:`.stateful`).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.spark import encoding as enc
+from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiler import Compiler, Stream, translate
 from rstreams.runtime.spark.segments import ErrorPolicy, PyStep
 from rstreams.windowed import Windowed
@@ -228,6 +228,8 @@ def _ms(value: int) -> str:
 
 @translate.register
 def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> Stream:
+    if comp.streaming:
+        return stateful.window_aggregate(node, comp)
     if node.op not in ("count", "sum", "min", "max"):
         raise UnsupportedOperation(
             f"step {node.name!r} (window {node.op}) is not supported on backend 'spark': "
@@ -300,6 +302,8 @@ def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool
 def _late(node: n.LateNode, comp: Compiler, ordered: bool) -> Stream:
     """Batch mode has no stream time: no record is late (an empty stream of the window's
     input records)."""
+    if comp.streaming:
+        return stateful.late(node, comp)
     window = node.parents[0]
     s = comp.flush(comp.get(window.parents[0], ordered))
     return attrs.evolve(s, df=s.df.where(F.lit(False)), unique=False, aligned=False)
@@ -351,6 +355,8 @@ class _Join:
 
 @translate.register
 def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
+    if comp.streaming:
+        return stateful.join(node, comp)
     w = node.window
     if w is None:
         raise UnsupportedOperation(
