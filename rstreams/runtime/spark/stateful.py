@@ -24,8 +24,10 @@ among that record's results), so "last value per key" and downstream order are t
 **State.** A queue's state (stream time, open windows or buffered join records, the
 expiry heap, the join's record counter) is one msgpack value in the RocksDB state store
 (``applyInPandasWithState`` keeps one state row per group), read and rewritten by each
-micro-batch that has records for the queue. Expiry bounds it as on the embedded engine;
-a step with very many open windows per queue should get more queues (``queues=``).
+micro-batch that has records for the queue. Aggregates are stored with the internal
+msgpack serde, which keeps their types (a step's ``state_serde`` is not used, as for
+streaming reduce/aggregate). Expiry bounds the state as on the embedded engine; a step
+with very many open windows per queue should get more queues (``queues=``).
 
 **End of input.** The embedded engine treats the end of bounded input as an infinite
 watermark: close-mode windows close (``closed="end-of-input"``) and left/outer joins
@@ -225,7 +227,7 @@ class _Route:
 
 @attrs.frozen
 class WindowSpec:
-    """A window step, as its replay needs it (no graph, no serdes of other steps)."""
+    """A window step, as its replay needs it (without the graph above it)."""
 
     name: str
     op: str
@@ -234,19 +236,11 @@ class WindowSpec:
     fn: Any = None
     initializer: Any = None
     merger: Any = None
-    state_serde: Any = None
 
     @classmethod
     def of(cls, node: n.WindowAggregateNode) -> WindowSpec:
         return cls(
-            node.name,
-            node.op,
-            node.window,
-            node.emit,
-            node.fn,
-            node.initializer,
-            node.merger,
-            node.state_serde,
+            node.name, node.op, node.window, node.emit, node.fn, node.initializer, node.merger
         )
 
 
@@ -325,7 +319,6 @@ class WindowQueue:
         self.emit_close = spec.emit == "close"
         self.update = _window_update(spec)
         self.merge = _session_merge(spec) if self.session else None
-        self.serde = spec.state_serde
         self.time = _NO_TIME
         self.store: dict[tuple[Any, int], Any] = {}
         self.sessions: dict[Any, dict[int, int]] = {}
@@ -337,9 +330,7 @@ class WindowQueue:
 
     def _load(self, saved: dict[str, Any]) -> None:
         self.time = saved["t"]
-        de = self.serde.deserialize if self.serde is not None else None
         for k, s, e, agg in saved["w"]:
-            agg = de(agg) if de is not None else agg
             if self.session:
                 self.store[(k, s)] = (e, agg)
                 self.sessions.setdefault(k, {})[s] = e
@@ -348,13 +339,12 @@ class WindowQueue:
         self.heap = [(c, _Key(k), s) for c, k, s in saved["h"]]
 
     def save(self) -> dict[str, Any]:
-        ser = self.serde.serialize if self.serde is not None else None
         rows = []
         for (k, s), value in self.store.items():
             if value is None:
                 continue  # a None aggregate is an absent one (the embedded store's get)
             e, agg = value if self.session else (s + self.size, value)
-            rows.append([k, s, e, ser(agg) if ser is not None else agg])
+            rows.append([k, s, e, agg])
         heap = [[c, wk.key, s] for c, wk, s in self.heap]
         return {"t": self.time, "w": rows, "h": heap}
 
