@@ -280,7 +280,7 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
     sc = session.sparkContext
     app = sc.applicationId
     python = getattr(sc, "pythonExec", None) or "python3"
-    master = sc.master
+    master = sc.master or "?"
     if app in _checked or (master.startswith("local") and python == sys.executable):
         return  # (local executors running this very interpreter have what it has)
     group = f"rstreams-check-{app}"
