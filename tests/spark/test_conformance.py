@@ -18,6 +18,14 @@ from rstreams.testing import TopologyTestDriver
 pytestmark = pytest.mark.slow
 
 EXAMPLES = ("wordcount", "branching", "stats")
+#: The other examples and their inputs (topic -> file of examples/data), in source order.
+DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
+BATCH_EXAMPLES = {
+    "wordcount_spark": {"sentences": "corpus.txt"},
+    "windowed_wordcount": {"timed-sentences": "timed_sentences.txt"},
+    "sessions": {"clicks": "clicks.jsonl"},
+    "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
+}
 
 
 def driver_tables(topology: Topology, lines: list[str]) -> dict[str, dict[Any, Any]]:
@@ -75,6 +83,28 @@ def test_examples_driver_batch_streaming(
     for topic, path in outputs.items():
         rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
         assert {r["key"]: r["value"] for r in rows} == expected[topic]
+
+
+def test_every_example_is_compared() -> None:
+    examples = {p.stem for p in DATA.parent.glob("*.py")}
+    assert examples == set(EXAMPLES) | set(BATCH_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_EXAMPLES))
+def test_examples_driver_spark_batch(
+    name: str, example_topology: Callable[[str], Topology], spark: Any
+) -> None:
+    topology = example_topology(name)
+    inputs = {topic: DATA / file for topic, file in BATCH_EXAMPLES[name].items()}
+    with TopologyTestDriver(topology) as driver:
+        for topic, path in inputs.items():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                driver.pipe(topic, line.encode("utf-8"))  # the raw line, as Spark reads it
+        driver.end_of_input()
+        expected = {t: driver.read_table(t) for t in topology.sink_topics}
+    assert all(expected.values())
+    got = run_spark(topology, {t: str(p) for t, p in inputs.items()}, spark=spark)
+    assert got.tables == expected
 
 
 def mixed_pipeline() -> Topology:

@@ -143,13 +143,6 @@ def test_streaming_tumbling_window_matches_driver(spark: Any, tmp_path: Path) ->
 
 
 def test_unsupported_window_steps_name_the_step(spark: Any) -> None:
-    b = StreamBuilder("nope")
-    src = b.source("in").selectTimestamp(lambda v: 0)
-    src.keyBy(lambda v: v).window(TumblingWindow(10)).reduce(
-        lambda a, v: a + v, name="wreduce"
-    ).sink("out")
-    with pytest.raises(UnsupportedOperation, match="wreduce"):
-        run_spark(b.build(), {"in": str(TIMED["timed-sentences"])}, spark=spark)
     b = StreamBuilder("nope2")
     b.source("in").keyBy(lambda v: v).window(TumblingWindow(10)).count(name="untimed").sink("o")
     with pytest.raises(UnsupportedOperation, match=r"untimed.*selectTimestamp"):

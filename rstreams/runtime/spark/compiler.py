@@ -416,8 +416,11 @@ class Compiler:
             cols.append(F.col(enc.ORDER))
         return attrs.evolve(s, df=s.df.select(*cols), key=key, value=value, nonnull=False)
 
-    def fold(self, s: Stream, node: n.AggregateNode, op: str, ordered: bool) -> Stream:
-        """Batch fold of each key's records in source order (``s`` is flushed, ordered)."""
+    def fold(
+        self, s: Stream, node: n.AggregateNode | n.WindowAggregateNode, op: str, ordered: bool
+    ) -> Stream:
+        """Batch fold of each key's records in source order (``s`` is flushed, ordered;
+        for windows the key is the packed ``Windowed``)."""
         kc = enc.columns("k", s.key)
         df = s.df.repartition(*kc) if kc else s.df.repartition(1)
         df = df.sortWithinPartitions(*kc, enc.ORDER)

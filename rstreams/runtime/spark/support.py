@@ -57,9 +57,13 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
     n.WindowAggregateNode: Support(
         True,
         True,
-        "batch: F.window (tumbling/hopping) / F.session_window (gap + 1 ms) over the "
-        "selectTimestamp event time; count, and sum/min/max over int values; keys "
-        "Windowed(key, start, end); no lateness in batch; "
+        "batch: count/sum/min/max natively, F.window (tumbling/hopping) / "
+        "F.session_window (gap; emit='close') over the selectTimestamp event time, an "
+        "exact fold where values are not all ints; reduce/aggregate: sorted Arrow fold "
+        "per (key, window); sessions in update mode or with reduce/aggregate: the "
+        "embedded session logic replayed per key in source order (with the None of "
+        "merged-away sessions); keys "
+        "Windowed(key, start, end); no stream time in batch (nothing late, grace unused); "
         "streaming: every window op and emit mode, replayed per queue with stream time, "
         "lateness and end of input as on the embedded engine (stateful.py; "
         "applyInPandasWithState on RocksDB; see docs/windows.md)",
@@ -73,8 +77,10 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
     n.JoinNode: Support(
         True,
         True,
-        "batch, windowed joins only: equi-join on the join key plus the JoinWindow time "
-        "range (inner/left/outer); key functions and joiner in Python; streaming: "
+        "batch: windowed joins: equi-join on the join key plus the JoinWindow time range; "
+        "joins without window: each record meets the other side's latest value of its "
+        "key in source order (running last() per key), nothing expires in batch (ttl "
+        "unused); inner/left/outer; key functions and joiner in Python; streaming: "
         "windowed and table joins replayed per queue (buffers, ttl, unmatched results, "
         "end of input) as on the embedded engine",
     ),

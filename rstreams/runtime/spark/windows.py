@@ -7,26 +7,38 @@ names and error reporting unchanged), then one ``mapInArrow`` splits the pairs i
 native ``_t`` column (epoch ms) and the value. Between ``selectTimestamp`` and the
 window or join only map, flatMap, filter, keyBy and peek may appear.
 
-- Tumbling/hopping windows: ``F.window`` over ``timestamp_millis(_t)``; sessions:
-  ``F.session_window`` with a gap of ``gap + 1`` ms (Spark merges records strictly less
-  than the gap apart, the embedded engine at most ``gap`` apart) and ``end`` = the last
-  record's timestamp. count natively; sum/min/max natively over int values.
-- Joins: an equi-join on the packed join key plus the JoinWindow time range (both
-  bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
+- count/sum/min/max over tumbling/hopping windows: ``F.window`` over
+  ``timestamp_millis(_t)``; over sessions (emit="close"): ``F.session_window`` with the
+  gap (Spark merges records at most the gap apart, as the embedded engine does) and
+  ``end`` = the last record's timestamp. count natively; sum/min/max over int values.
+- reduce/aggregate over tumbling/hopping windows (batch): each record is keyed by the
+  packed ``Windowed(key, start, end)`` of every window it belongs to, then folded in
+  source order like a non-windowed reduce (``Compiler.fold``).
+- Sessions in update mode (every op) and reduce/aggregate over sessions (batch): each
+  key's records are replayed in source order by :class:`SessionFold`, the embedded
+  engine's session logic, which also gives the ``None`` of merged-away sessions.
+- Windowed joins: an equi-join on the packed join key plus the JoinWindow time range
+  (both bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
+- Joins without window (batch): each record meets the other side's latest value of its
+  key before it in source order, a running ``last(..., ignorenulls)`` per key.
 
 Batch mode sees the whole input at once: there is no stream time, so nothing is late
-(``.late()`` is empty) and every window is final. On Structured Streaming, windows,
-``.late()`` and joins replay the embedded engine per queue instead (:mod:`.stateful`).
+(``.late()`` is empty), every window is final, no session closes before the end of the
+input and no table-join value expires (``ttl`` plays no part, like grace). On Structured
+Streaming, windows, ``.late()`` and joins replay the embedded engine per queue instead
+(:mod:`.stateful`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+import operator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 import pyarrow as pa
-from pyspark.sql import Column
+from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
@@ -36,7 +48,7 @@ from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiler import Compiler, Stream, translate
-from rstreams.runtime.spark.segments import ErrorPolicy, PyStep
+from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep, update_rule
 from rstreams.windowed import Windowed
 
 _TIME = "_t"
@@ -118,7 +130,11 @@ def _timed(comp: Compiler, node: n.Node, target: n.Node, ordered: bool) -> Strea
 @attrs.frozen
 class _Untime:
     """mapInArrow: packed (ts, value) pairs -> ``_t`` and the value in layout ``kind``
-    (optionally ``fn(value)``: the partial of sum/min/max); keys and ``_o`` pass."""
+    (optionally ``fn(value)``: the partial of sum/min/max); keys and ``_o`` pass.
+
+    With ``windows`` (a tumbling or hopping spec) each record comes out once per window
+    it belongs to (``spec.windows_for(ts)``, as on the embedded engine), keyed by the
+    packed ``Windowed(key, start, end)``: the key a fold of each window groups by."""
 
     key_kind: str
     kind: str
@@ -126,6 +142,7 @@ class _Untime:
     policy: ErrorPolicy
     name: str = ""
     partial: Any = None
+    windows: Any = None
 
     def schema(self) -> str:
         parts = [*enc.ddl("k", self.key_kind), f"{_TIME} bigint", *enc.ddl("v", self.kind)]
@@ -153,6 +170,8 @@ class _Untime:
                     rb = rb.take(pa.array(keep, pa.int64()))
                     pairs = [pairs[i] for i in keep]
                 values = done
+            if self.windows is not None:
+                rb, pairs, values = self._per_window(rb, pairs, values)
             arrays = [rb.column(names.index(c)) for c in kcols]
             arrays.append(pa.array([p[0] for p in pairs], pa.int64()))
             arrays += enc.encode(values, self.kind)
@@ -167,6 +186,23 @@ class _Untime:
                 fields.append(pa.field(enc.ORDER, pa.binary()))
             yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
+    def _per_window(
+        self, rb: pa.RecordBatch, pairs: list[Any], values: list[Any]
+    ) -> tuple[pa.RecordBatch, list[Any], list[Any]]:
+        """One row per (record, window), keyed by the packed ``Windowed``."""
+        keys = enc.decode([rb.column(rb.schema.names.index("k_m"))], enc.PACKED, rb.num_rows)
+        spec = self.windows
+        idx: list[int] = []
+        windowed: list[Windowed] = []
+        for i, (pair, k) in enumerate(zip(pairs, keys)):
+            for start, end in spec.windows_for(pair[0]):
+                idx.append(i)
+                windowed.append(Windowed(k, start, end))
+        rb = rb.take(pa.array(idx, pa.int64()))
+        at = rb.schema.names.index("k_m")
+        rb = rb.set_column(at, rb.schema.field(at), enc.encode(windowed, enc.PACKED)[0])
+        return rb, [pairs[i] for i in idx], [values[i] for i in idx]
+
 
 def timed_frame(
     comp: Compiler,
@@ -176,15 +212,17 @@ def timed_frame(
     value_kind: str,
     key_fn: Any = None,
     partial: Any = None,
+    windows: Any = None,
 ) -> Stream:
     """``node``'s records as a DataFrame of packed keys ``k_m``, ``_t`` and the value in
     ``value_kind`` (keyed by ``key_fn(value)`` if given: a join side; ``partial(value)``
-    if given: the function of sum/min/max)."""
+    if given: the function of sum/min/max; one row per window of a tumbling or hopping
+    ``windows`` spec, keyed by the packed ``Windowed``, if given)."""
     s = _timed(comp, node, target, ordered)
     if key_fn is not None:
         s = comp.add_step(s, PyStep("keyBy", target.name, _Of(key_fn), key_fn))
     s = comp.flush(s, as_key=enc.PACKED, as_value=enc.PACKED, encode_step=target.name)
-    u = _Untime(enc.PACKED, value_kind, ordered, comp.policy(s), target.name, partial)
+    u = _Untime(enc.PACKED, value_kind, ordered, comp.policy(s), target.name, partial, windows)
     df = s.df.mapInArrow(u, u.schema())
     return attrs.evolve(s, df=df, value=value_kind, aligned=False)
 
@@ -228,61 +266,56 @@ def _ms(value: int) -> str:
 
 @translate.register
 def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> Stream:
+    """Batch: count/sum/min/max natively (``F.window``; ``F.session_window`` for sessions
+    in close mode), everything else, and sum/min/max over values that are not all ints,
+    as exact folds (:func:`_window_fold`)."""
     if comp.streaming:
         return stateful.window_aggregate(node, comp)
-    if node.op not in ("count", "sum", "min", "max"):
-        raise UnsupportedOperation(
-            f"step {node.name!r} (window {node.op}) is not supported on backend 'spark': "
-            "windowed count, sum, min and max are (sum/min/max over int values)"
-        )
+    spec = node.window
+    if node.op in ("reduce", "aggregate") or (
+        isinstance(spec, SessionWindow) and node.emit == "update"
+    ):
+        return _window_fold(node, comp, ordered)
     count = node.op == "count"
     kind = enc.NONE if count else enc.ANY
     fn = None if count else node.fn
     s = timed_frame(comp, node.parents[0], node, ordered, kind, partial=fn)
-    spec = node.window
-    if comp.streaming and isinstance(spec, SessionWindow):
-        raise UnsupportedOperation(
-            f"step {node.name!r} (session window {node.op}) is not supported by Spark "
-            "Structured Streaming here: Spark emits session windows in append mode only, "
-            "after the watermark passes them, so the last sessions of a bounded run would "
-            "never come out; run it in batch mode"
-        )
     df = s.df
     ts = F.timestamp_millis(F.col(_TIME))
-    if comp.streaming:
-        # Structured Streaming: the watermark trails the largest event time by grace;
-        # Spark drops records behind it and may expire the state of windows it passed.
-        df = df.withColumn("_ts", ts).withWatermark("_ts", _ms(spec.grace))
-        ts = F.col("_ts")
     if isinstance(spec, SessionWindow):
-        group = F.session_window(ts, _ms(spec.gap + 1)).alias("_w")
+        group = F.session_window(ts, _ms(spec.gap)).alias("_w")
         bounds = [F.min(_TIME).alias("_ws"), F.max(_TIME).alias("_we")]
     elif isinstance(spec, (TumblingWindow, HoppingWindow)):
         group = F.window(ts, _ms(spec.size), _ms(spec.advance)).alias("_w")
         bounds = []
     else:  # pragma: no cover - the DSL allows only these
         raise UnsupportedOperation(f"step {node.name!r}: window {spec!r} is not supported")
+    aggs: list[Column] = list(bounds)
     if count:
-        value = F.count(F.lit(1))
+        aggs.append(F.count(F.lit(1)).alias("v_l"))
     else:
-        # Python's exact result only for ints: anything else stops the job, loudly.
-        message = F.lit(
-            f"step {node.name!r} (window {node.op}) on backend 'spark' supports int values "
-            "only; got a value of another type"
-        )
-        df = df.where(F.when(F.col("v_l").isNull(), F.raise_error(message)).otherwise(F.lit(True)))
-        agg = {"sum": F.sum, "min": F.min, "max": F.max}[node.op]
+        # Spark's result is Python's when every value of the window is an int (and a
+        # sum does not overflow 64 bits); otherwise the exact fold does the whole step.
+        agg = {"sum": F.try_sum, "min": F.min, "max": F.max}[node.op]
         value = agg(F.col("v_l"))
-    aggs: list[Column] = [*bounds, value.alias("v_l")]
+        exact = (F.count(F.col("v_l")) == F.count(F.lit(1))) & value.isNotNull()
+        aggs += [value.alias("v_l"), exact.alias("_exact")]
     if ordered:
         aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
     out = df.groupBy("k_m", group).agg(*aggs)
+    if not count:
+        out = out.persist()
+        comp.persisted.append(out)
+        if not out.where(~F.col("_exact")).isEmpty():
+            return _window_fold(node, comp, ordered)
     if not bounds:
         out = out.select(
             "*",
             F.unix_millis(F.col("_w.start")).alias("_ws"),
             F.unix_millis(F.col("_w.end")).alias("_we"),
-        ).where(F.col("_ws") >= 0)  # hopping windows start at multiples of advance >= 0
+        )
+        if isinstance(spec, HoppingWindow):  # they start at multiples of advance >= 0
+            out = out.where(F.col("_ws") >= 0)
     cols = ["k_m", "_ws", "_we", "v_l"] + ([enc.ORDER] if ordered else [])
     mk = _MakeWindowed(enc.LONG, ordered)
     result = out.select(*cols).mapInArrow(mk, mk.schema())
@@ -296,6 +329,153 @@ def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool
         python=True,
         nonnull=True,
     )
+
+
+def _window_fold(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> Stream:
+    """Batch: reduce/aggregate, sessions in update mode and sum/min/max over values
+    that are not all ints, as exact folds of each key's records in source order: per
+    window (tumbling/hopping), or a replay of the key's sessions (:class:`SessionFold`)."""
+    partial = node.fn if node.op in ("sum", "min", "max") else None
+    kind = enc.NONE if node.op == "count" else enc.PACKED
+    spec = node.window
+    if not isinstance(spec, SessionWindow):
+        # One group per (key, window): the packed Windowed(key, start, end).
+        s = timed_frame(comp, node.parents[0], node, True, kind, partial=partial, windows=spec)
+        return comp.fold(s, node, node.op, ordered)
+    s = timed_frame(comp, node.parents[0], node, True, kind, partial=partial)
+    df = s.df.repartition("k_m").sortWithinPartitions("k_m", enc.ORDER)
+    fold = SessionFold(
+        node.op,
+        node.name,
+        spec.gap,
+        node.emit == "close",
+        kind,
+        comp.policy(s),
+        node.fn,
+        node.initializer,
+        node.merger,
+        ordered,
+    )
+    return Stream(
+        df.mapInArrow(fold, fold.schema()),
+        enc.PACKED,
+        enc.ANY,
+        ordered=ordered,
+        unique=True,
+        after_agg=True,
+        python=True,
+        source=s.source,
+    )
+
+
+def _merge_rule(op: str, fn: Any, merger: Any) -> Callable[[Any, Any], Any]:
+    """How two sessions' aggregates combine (the embedded engine's rule)."""
+    if op in ("count", "sum"):
+        return operator.add
+    if op in ("min", "max"):
+        return min if op == "min" else max
+    return fn if op == "reduce" else merger
+
+
+@attrs.frozen
+class SessionFold:
+    """Session windows of each key, replayed record by record in source order.
+
+    The callable given to ``mapInArrow`` after ``repartition(k_m)`` and
+    ``sortWithinPartitions(k_m, _o)``. It is the embedded engine's session logic
+    (``WindowAggregateProcessor._session``) without stream time, as everywhere in batch
+    mode: a record joins every session of its key it is at most ``gap`` from (merging
+    them: ``merge(older, newer)`` in start order), nothing is late and no session closes
+    before the end of input. Emits one row per ``Windowed(key, start, end)``: its last
+    value and the ``_o`` of the record that emitted it. In update mode that includes the
+    ``None`` of every session merged away, as in the embedded final table; in close mode
+    only the final sessions.
+    """
+
+    op: str
+    name: str
+    gap: int
+    emit_close: bool
+    value_kind: str
+    policy: ErrorPolicy
+    fn: Any = None
+    initializer: Any = None
+    merger: Any = None
+    order_out: bool = False
+
+    def schema(self) -> str:
+        parts = [*enc.ddl("k", enc.PACKED), *enc.ddl("v", enc.ANY)]
+        if self.order_out:
+            parts.append(f"{enc.ORDER} binary")
+        return ", ".join(parts)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        update = update_rule(self.op, self.fn, self.initializer)
+        merge = _merge_rule(self.op, self.fn, self.merger)
+        gap, close = self.gap, self.emit_close
+        out: list[tuple[Windowed, Any, bytes]] = []
+        cur: bytes | None = None
+        key: Any = None
+        # The key's live sessions: start -> [end, aggregate, _o of its last update], and
+        # their starts in order. Sessions are more than gap apart, so ends are in order
+        # too and the ones a record reaches are next to each other.
+        live: dict[int, list[Any]] = {}
+        starts: list[int] = []
+        for rb in batches:
+            names = rb.schema.names
+            n_rows = rb.num_rows
+            kms = rb.column(names.index("k_m")).to_pylist()
+            times = rb.column(names.index(_TIME)).to_pylist()
+            vcols = [rb.column(names.index(c)) for c in enc.columns("v", self.value_kind)]
+            values = enc.decode(vcols, self.value_kind, n_rows)
+            order = rb.column(names.index(enc.ORDER)).to_pylist()
+            for km, ts, v, o in zip(kms, times, values, order):
+                if km != cur:
+                    out += ((Windowed(key, s, e), agg, last) for s, (e, agg, last) in live.items())
+                    cur, key, live, starts = km, enc._unpack(km), {}, []
+                # The sessions within gap of ts: start <= ts + gap and end >= ts - gap.
+                hi = bisect.bisect_right(starts, ts + gap)
+                lo = hi
+                while lo > 0 and live[starts[lo - 1]][0] >= ts - gap:
+                    lo -= 1
+                merged = starts[lo:hi]
+                try:
+                    agg = update(None, v)
+                    for s in merged:
+                        agg = merge(live[s][1], agg)
+                except Exception as e:
+                    self.policy.failed(self.name, e, key=key, value=v, fn=self.fn, order=o)
+                    continue
+                start = min(ts, merged[0]) if merged else ts
+                end = max(ts, live[merged[-1]][0]) if merged else ts
+                for s in merged:
+                    old_end = live.pop(s)[0]
+                    if not close and (s, old_end) != (start, end):
+                        # Merged away: its None is final (sessions only grow).
+                        out.append((Windowed(key, s, old_end), None, o))
+                del starts[lo:hi]
+                bisect.insort(starts, start)
+                live[start] = [end, agg, o]
+            if len(out) >= _OUT_BATCH:
+                yield self._batch(out)
+                out = []
+        out += ((Windowed(key, s, e), agg, last) for s, (e, agg, last) in live.items())
+        if out:
+            yield self._batch(out)
+
+    def _batch(self, rows: list[tuple[Windowed, Any, bytes]]) -> pa.RecordBatch:
+        values = [r[1] for r in rows]
+        try:
+            arrays = enc.encode([r[0] for r in rows], enc.PACKED) + enc.encode(values, enc.ANY)
+        except enc.EncodeError as e:
+            bad = rows[e.index]
+            self.policy.failed(self.name, e, key=bad[0], value=bad[1], fn=self.fn)
+            return self._batch(rows[: e.index] + rows[e.index + 1 :])
+        fields = [*enc.arrow_fields("k", enc.PACKED), *enc.arrow_fields("v", enc.ANY)]
+        if self.order_out:
+            arrays.append(pa.array([r[2] for r in rows], pa.binary()))
+            fields.append(pa.field(enc.ORDER, pa.binary()))
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 @translate.register
@@ -359,10 +539,7 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
         return stateful.join(node, comp)
     w = node.window
     if w is None:
-        raise UnsupportedOperation(
-            f"step {node.name!r} (join without window) is not supported on backend 'spark': "
-            "give the join a JoinWindow (.window(JoinWindow(...)))"
-        )
+        return _table_join(node, comp)
     how = {"inner": "inner", "left": "left", "outer": "full"}.get(node.join_type)
     if how is None:
         raise UnsupportedOperation(
@@ -405,3 +582,60 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     j = _Join(node.joiner, node.name, comp.policy(ls))
     out = df.mapInArrow(j, j.schema())
     return Stream(out, enc.PACKED, enc.ANY, ordered=True, python=True)
+
+
+def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
+    """A join without window (table semantics), batch: each record joins the latest
+    value of the other side's records of its key that came before it in source order
+    (left/outer joins emit with None where there is none), as the embedded engine does
+    per key. A running ``last(..., ignorenulls)`` over the key's records in source
+    order gives each record that latest value, natively.
+
+    Batch mode has no stream time, so no value expires: ``ttl`` plays no part (like
+    grace for windows). The embedded engine deletes a value once the stream time of its
+    queue passes its timestamp + ttl; the results are equal while that never happens
+    before the other side's last record of the key (the default ttl is 24 h).
+    """
+    sides = []
+    for i, (parent, key_fn) in enumerate(
+        ((node.parents[0], node.left_key), (node.parents[1], node.right_key))
+    ):
+        s = comp.get(parent, True)
+        s = comp.add_step(s, PyStep("keyBy", node.name, key_fn, key_fn), unique=False)
+        s = comp.flush(s, as_key=enc.PACKED, as_value=enc.PACKED, encode_step=node.name)
+        mine, other = F.col("v_m"), F.lit(None).cast("binary")
+        lv, rv = (mine, other) if i == 0 else (other, mine)
+        sides.append(
+            (
+                s,
+                s.df.select(
+                    "k_m",
+                    lv.alias("lv"),
+                    rv.alias("rv"),
+                    F.col(enc.ORDER),
+                    F.lit(i).alias("_side"),
+                ),
+            )
+        )
+    (ls, left), (_, right) = sides
+    # Left before right for the same source record (a self-join), as the tags run.
+    w = (
+        Window.partitionBy("k_m")
+        .orderBy(enc.ORDER, "_side")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    latest = left.unionByName(right).select(
+        "k_m",
+        F.last("lv", ignorenulls=True).over(w).alias("lv"),
+        F.last("rv", ignorenulls=True).over(w).alias("rv"),
+        enc.ORDER,
+        "_side",
+    )
+    outer_left = node.join_type in ("left", "outer")
+    outer_right = node.join_type == "outer"
+    emits = F.when(F.col("_side") == 0, F.col("rv").isNotNull() | F.lit(outer_left)).otherwise(
+        F.col("lv").isNotNull() | F.lit(outer_right)
+    )
+    df = latest.where(emits).select("k_m", "lv", "rv", enc.ORDER)
+    j = _Join(node.joiner, node.name, comp.policy(ls))
+    return Stream(df.mapInArrow(j, j.schema()), enc.PACKED, enc.ANY, ordered=True, python=True)
