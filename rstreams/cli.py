@@ -379,8 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     describe.set_defaults(func=cmd_describe)
 
     from rstreams.admin import add_parsers
+    from rstreams.runtime.spark.packenv import add_parsers as add_spark_parsers
 
     add_parsers(sub, _common)
+    add_spark_parsers(sub, _common)
     return parser
 
 

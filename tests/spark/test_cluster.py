@@ -391,8 +391,7 @@ def test_executors_run_the_packed_environment(cluster: Cluster) -> None:
     Python, rstreams and pyarrow all come from it (PATH's python3 is the failing stub)."""
     archive = cluster.root / "env.tar.gz"
     packed = subprocess.run(
-        [sys.executable, "-m", "rstreams.runtime.spark.packenv", "-o", archive,
-         "--compress-level", "1"],
+        [RSTREAMS, "spark", "pack-env", "-o", archive, "--compress-level", "1"],
         env=cluster.env,
         capture_output=True,
         text=True,

@@ -332,3 +332,19 @@ def test_an_endless_streaming_run_stops_on_ctrl_c_with_its_tables(tmp_path: Path
             p.kill()
     assert p.returncode == 0 and stdout.strip() == "stopped 6", err[-3000:]
     assert_nothing_left(mark)
+
+
+def test_session_docstring_examples() -> None:
+    import doctest
+
+    from rstreams.runtime.spark import session
+
+    assert doctest.testmod(session).failed == 0
+
+
+def test_a_relative_worker_python_is_refused_locally() -> None:
+    from rstreams.errors import ConfigError
+    from rstreams.runtime.spark.session import get_session
+
+    with pytest.raises(ConfigError, match="relative: that works on cluster executors"):
+        get_session("local[1]", conf={"spark.pyspark.python": "./environment/bin/python"})

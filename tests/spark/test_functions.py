@@ -193,17 +193,14 @@ def test_builtins_are_frozen_with_readable_reprs() -> None:
 
 TURKISH = """
 import sys
-from pyspark.sql import SparkSession
 from rstreams import StreamBuilder, functions as F
 from rstreams.runtime.spark import run_spark
+from rstreams.runtime.spark.session import get_session
 
-spark = (
-    SparkSession.builder.master("local[1]")
-    .config("spark.driver.extraJavaOptions", "-Duser.language=tr -Duser.country=TR")
-    .config("spark.ui.enabled", "false")
-    .config("spark.pyspark.python", sys.executable)
-    .getOrCreate()
-)
+spark, _ = get_session("local[1]", conf={
+    "spark.driver.extraJavaOptions": "-Duser.language=tr -Duser.country=TR",
+    "spark.ui.enabled": "false",
+})
 lines = ["ISTANBUL İi", "ISTANBUL", "ΟΔΟΣ Iı", "x"]
 path = sys.argv[1]
 open(path, "w", encoding="utf-8").write("\\n".join(lines) + "\\n")

@@ -176,6 +176,10 @@ def translate(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
     )
 
 
+# (never read: translations of anything but a built-in return before looking at it)
+_NO_CALIBRATION = Calibration((), (), (), (), (), (), ())
+
+
 class Compiler:
     """Compiles one pipeline for one run; memoizes per (node, ordered)."""
 
@@ -187,7 +191,7 @@ class Compiler:
         *,
         streaming: bool,
         on_error: str,
-        calibration: Calibration,
+        calibration: Calibration | Callable[[], Calibration],
         accumulator: Any = None,
     ) -> None:
         self.spark = spark
@@ -195,7 +199,7 @@ class Compiler:
         self.sources = sources
         self.streaming = streaming
         self.on_error = on_error
-        self.cal = calibration
+        self._calibration = calibration
         self.accumulator = accumulator
         self.memo: dict[tuple[int, bool], Stream] = {}
         self.persisted: list[DataFrame] = []
@@ -328,6 +332,18 @@ class Compiler:
             aligned=s.aligned and all(st.one_to_one for st in s.pending),
             nonnull=s.nonnull and not changed and out_value == s.value,
         )
+
+    @functools.cached_property
+    def cal(self) -> Calibration:
+        """The Unicode calibration (a Spark job, unless cached on disk), measured only
+        when a built-in is compiled."""
+        c = self._calibration
+        return c if isinstance(c, Calibration) else c()
+
+    def cal_for(self, fn: Any) -> Calibration:
+        """The calibration a native translation of ``fn`` may use: only a built-in
+        has one, and only a built-in pays for measuring it."""
+        return self.cal if isinstance(fn, Builtin) else _NO_CALIBRATION
 
     def field(self, s: Stream) -> Field:
         """The value field as the next native step would see it (after flushing)."""
@@ -516,7 +532,7 @@ def _map(node: n.MapNode, comp: Compiler, ordered: bool) -> Stream:
     if is_identity(node.fn):
         return s
     if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal)
+        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
         if native is not None:
             return comp.with_value(s, node, native, node.fn)
     return comp.add_step(s, PyStep("map", node.name, node.fn, node.fn), nonnull=False)
@@ -526,7 +542,7 @@ def _map(node: n.MapNode, comp: Compiler, ordered: bool) -> Stream:
 def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     if _builtin(node.fn):
-        native = translate_flat(node.fn, comp.field(s), comp.cal)
+        native = translate_flat(node.fn, comp.field(s), comp.cal_for(node.fn))
         if native is not None:
             s = comp.flush(s)
             df = comp.guard(s, node, native, node.fn)
@@ -547,7 +563,7 @@ def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
 def _filter(node: n.FilterNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal)
+        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
         cond = truthy(native) if native is not None else None
         if native is not None and cond is not None:
             s = comp.flush(s)
@@ -565,7 +581,7 @@ def _key_by(node: n.KeyByNode, comp: Compiler, ordered: bool) -> Stream:
         same = Native(s.value, dict(field_of(s.value).cols))
         return attrs.evolve(comp.with_key(s, node, same, node.fn), unique=False)
     if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal)
+        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
         if native is not None:
             return attrs.evolve(comp.with_key(s, node, native, node.fn), unique=False)
     return comp.add_step(s, PyStep("keyBy", node.name, node.fn, node.fn), unique=False)
@@ -611,7 +627,7 @@ def _partial(comp: Compiler, s: Stream, node: n.AggregateNode) -> Stream:
     if fn is None or is_identity(fn):
         return s
     if _builtin(fn):
-        native = translate_map(fn, comp.field(s), comp.cal)
+        native = translate_map(fn, comp.field(s), comp.cal_for(fn))
         if native is not None:
             return comp.with_value(s, node, native, fn)
     return comp.add_step(s, PyStep("partial", node.name, fn, fn), nonnull=False)

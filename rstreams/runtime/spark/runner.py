@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import logging
@@ -214,7 +215,7 @@ def run_spark(
             sources,
             streaming=streaming,
             on_error=on_error,
-            calibration=calibrate(session, case=exact_unicode),
+            calibration=functools.partial(calibrate, session, case=exact_unicode),
             accumulator=accumulator,
         )
         failures = Failures(on_error)

@@ -115,6 +115,19 @@ def get_session(
     }
     python = worker_python(conf)
     settings[PYTHON_CONF] = python
+    local = effective.startswith("local")
+    if local and not os.path.isabs(python) and os.sep in python:
+        # (on a cluster ./environment/bin/python is where spark.archives unpacks; local
+        # workers start in this directory, where no archive is unpacked)
+        raise ConfigError(
+            f"spark.pyspark.python={python!r} is relative: that works on cluster "
+            f"executors (spark.archives unpacks there), not with master {effective!r}; "
+            "give an absolute path, or leave it unset to run this interpreter"
+        )
+    if local and "spark.sql.shuffle.partitions" not in settings:
+        # Spark's 200 suits clusters; locally each one is a task (and, streaming, a
+        # state store per micro-batch, fixed for the checkpoint's life).
+        settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(effective))
     if not os.environ.get("RSTREAMS_SPARK_LOG_LEVEL") and JAVA_OPTIONS not in settings:
         # Quiet from the JVM's first line on (setLogLevel only applies once it runs).
         settings[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONF}"
@@ -145,6 +158,17 @@ def get_session(
         _launched[id(session)] = getattr(SparkContext._gateway, "proc", None)
     session.sparkContext.setLogLevel(os.environ.get("RSTREAMS_SPARK_LOG_LEVEL", "ERROR"))
     return session, True
+
+
+def _local_cores(master: str) -> int:
+    """Cores of a ``local``, ``local[N]``, ``local[*]`` or ``local[N, F]`` master.
+
+    >>> _local_cores("local[3]"), _local_cores("local"), _local_cores("local[2, 4]")
+    (3, 1, 2)
+    """
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    first = inside.split(",")[0].strip()
+    return os.cpu_count() or 1 if first == "*" else max(1, int(first or 1))
 
 
 def stop_session(session: SparkSession) -> None:
@@ -187,7 +211,7 @@ def check_master_reachable(master: str, timeout: float = CONNECT_TIMEOUT) -> Non
     master accepts a connection (Spark would retry for a minute, then blame Java).
 
     >>> check_master_reachable("local[2]")   # nothing to reach
-    >>> check_master_reachable("spark://127.0.0.1:1", timeout=1)
+    >>> check_master_reachable("spark://127.0.0.1:1", timeout=1)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     rstreams.errors.ConfigError: can not reach the Spark master spark://127.0.0.1:1 ...
@@ -340,12 +364,28 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
 
 
 def _python_failure(e: BaseException) -> str:
-    """The line of a failed check that says why Python could not run."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    for marker in ("Cannot run program", "error=", "Error:", "Exception:", "exited"):
+    """What a failed check says about why Python could not run: the worker's own
+    stderr when Spark relays it, else the first line that names a cause."""
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    at = text.find("Error from python worker:")
+    if at >= 0:
+        said = []
+        for ln in text[at + len("Error from python worker:") :].splitlines():
+            ln = ln.strip()
+            if ln.startswith(("PYTHONPATH", "Call stack", "at ", "org.", "java.")):
+                break
+            if ln:
+                said.append(ln)
+        if said:
+            return "the worker said: " + " / ".join(said)[:600]
+    for marker in ("Cannot run program", "error=", "terminated with code", "exited"):
         for ln in lines:
-            if marker in ln and "at org." not in ln:
+            if marker in ln and not ln.startswith("at "):
                 return ln[:400]
+    for ln in lines:
+        if "Exception:" in ln and not ln.rstrip().endswith("Exception:"):
+            return ln[:400]
     return lines[0][:400] if lines else type(e).__name__
 
 
