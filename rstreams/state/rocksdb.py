@@ -188,3 +188,6 @@ class RocksDBStore(KeyValueStore):
             self._db.flush()  # what the memtables hold exists nowhere else on disk
         self._meta.close()
         self._db.close()
+        # The column family handle keeps the database, and its LOCK, alive: drop it so
+        # the store can be opened again in this process (a task given up and taken back).
+        del self._meta_cf
