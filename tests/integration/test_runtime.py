@@ -290,3 +290,70 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _offsets(data: Path, job: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, queue) -> (committed, end) of a job, as `rstreams offsets` shows them."""
+    r = rstreams("offsets", job, "--data-dir", data)
+    rows = [line.split("\t") for line in r.stdout.splitlines()[1:]] if r.returncode == 0 else []
+    return {(t, int(q)): (int(c), int(e)) for t, q, c, e, _ in rows}
+
+
+def _wait_committed(data: Path, job: str, topic: str, records: int, timeout: float = 180) -> None:
+    """Until ``records`` of ``topic`` and everything downstream of them are committed."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        offsets = _offsets(data, job)
+        ours = [c for (t, _), (c, _) in offsets.items() if t == topic]
+        if sum(ours) >= records and all(c == e for c, e in offsets.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{records} records of {topic} were not processed in {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_followed_join_stopped_and_resumed_keeps_its_joins(tmp_path) -> None:
+    """examples/order_payment_join.py, --follow --state memory: the orders are processed
+    and the run is stopped; the payments arrive while it is down. The resumed run knows
+    the buffered orders only from the join's changelog, and must join all 15 payments."""
+    from rstreams.testing import TopologyTestDriver
+
+    example = ROOT / "examples" / "order_payment_join.py"
+    data_files = ROOT / "examples" / "data"
+    orders, payments = tmp_path / "orders.jsonl", tmp_path / "payments.jsonl"
+    orders.write_text((data_files / "orders.jsonl").read_text())
+    payments.write_text("")
+    data, out = tmp_path / "d", tmp_path / "o.jsonl"
+
+    def follow(topic: str, records: int) -> str:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "rstreams", "run", str(example), "--bind", f"orders={orders}",
+             "--bind", f"payments={payments}", "--data-dir", str(data), "--state", "memory",
+             "--workers", "1", "--follow", "--output", str(out)],
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _wait_committed(data, "order-payment", topic, records)
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 0, err
+        return err
+
+    follow("orders", 20)
+    payments.write_text((data_files / "payments.jsonl").read_text())
+    follow("payments", 15)
+
+    # The same input, uninterrupted: orders then payments, no end of input.
+    topology = load_topology(str(example))
+    with TopologyTestDriver(topology) as driver:
+        for topic, path in (("orders", orders), ("payments", payments)):
+            for line in path.read_text().splitlines():
+                driver.pipe(topic, line.encode(), timestamp=0)
+        expected = driver.read_table("order-payments")
+    assert len(expected) == 15 and all(v["paid"] is not None for v in expected.values())
+    assert read_jsonl(out) == expected

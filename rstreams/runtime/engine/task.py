@@ -18,10 +18,11 @@ records) and the new input offsets. Then:
   whose marker is already in its queue (searched from the queue end noted in the
   transaction): no record is lost or written twice.
 
-State is restored before the task processes anything: a RocksDB store whose recorded
-changelog offset is still valid replays only the changelog tail after it (the data and
-that offset are written in one WriteBatch); otherwise, and for memory stores, the
-changelog is replayed from its start (latest value per key wins, tombstones delete).
+State is restored before the task builds its processors: a RocksDB store whose
+recorded changelog offset is still valid replays only the changelog tail after it (the
+data and that offset are written in one WriteBatch); otherwise, and for memory stores,
+the changelog is replayed from its start (latest value per key wins, tombstones
+delete). Processors are built and initialized afterwards, from the restored stores.
 """
 
 from __future__ import annotations
@@ -139,8 +140,12 @@ def transactions_topic(job_id: str) -> str:
 class Task:
     """Runs sub-topology ``sub`` on queue ``queue`` of every topic it reads.
 
-    Built in phase 3: fresh processors from the factories; stores for this queue,
-    restored from their changelogs (after any unfinished transaction was completed).
+    Built in phase 3, in this order: the stores of this queue are opened; the previous
+    owner's unfinished transaction, if any, is completed; the stores are restored from
+    their changelogs; only then are fresh processors built from the factories and
+    initialized. A processor's ``init()`` rebuilds what it keeps in memory (window and
+    join indexes, stream time) from the restored store, so nothing a processor holds
+    can predate its queue's state.
     """
 
     def __init__(
@@ -175,43 +180,52 @@ class Task:
         self.txn_queue = txn_queue
         self.txn_seq = 0
         self.committed: dict[str, int] = {}
-        procs = sub.build()
-        self.processors: list[Processor] = [procs[f.name] for f in sub.factories]
-        self.sources: dict[str, SourceProcessor] = {}
-        for f in sub.factories:
-            p = procs[f.name]
-            if isinstance(p, SourceProcessor):
-                qc = broker.queue_count(p.topic)
-                if qc is not None and queue < qc:
-                    self.sources[p.topic] = p
-        self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
-        self.stores: dict[str, CachedStore] = {
-            name: CachedStore(
-                self._open_store(name),
-                INTERNAL_SERDE,
-                topology.stores[name].serde,
-                max_entries=config.cache_entries,
-                auto_flush=False,
-            )
-            for name in sub.stores
-        }
-        self.ctx = StreamContext(
-            topology.job_id, self.id, queue, producer, self.stores, config, clock
-        )
-        for p in self.processors:
-            p.init(self.ctx)
-        if self.exactly_once:
-            self._recover()
-        self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
-        self.committed = dict(self.positions)
         self._commits = 0
         self.fetch: Fetch = fetch or broker.read_columns
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
         self.failed = False
-        started = time.monotonic()
-        self.restored = self.restore()
-        self.restore_seconds = time.monotonic() - started
+        self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
+        self.stores: dict[str, CachedStore] = {}
+        try:
+            for name in sub.stores:
+                self.stores[name] = CachedStore(
+                    self._open_store(name),
+                    INTERNAL_SERDE,
+                    topology.stores[name].serde,
+                    max_entries=config.cache_entries,
+                    auto_flush=False,
+                )
+            if self.exactly_once:
+                self._recover()  # its changelog records, if any, are restored next
+            started = time.monotonic()
+            self.restored = self._restore()
+            self.restore_seconds = time.monotonic() - started
+            # Processors only now, on restored state: built earlier, they would have
+            # rebuilt their indexes and stream time from stores still empty.
+            self._build_processors(topology.job_id, producer, clock)
+        except BaseException:
+            for s in self.stores.values():  # a RocksDB store stays locked until closed
+                s.close(flush=False)
+            raise
+        self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
+        self.committed = dict(self.positions)
+
+    def _build_processors(self, job_id: str, producer: Producer, clock: Callable[[], int]) -> None:
+        """Phase 3 proper: fresh processors for this queue, initialized on its stores."""
+        procs = self.sub.build()
+        self.processors: list[Processor] = [procs[f.name] for f in self.sub.factories]
+        self.sources: dict[str, SourceProcessor] = {}
+        for p in self.processors:
+            if isinstance(p, SourceProcessor):
+                qc = self.broker.queue_count(p.topic)
+                if qc is not None and self.queue < qc:
+                    self.sources[p.topic] = p
+        self.ctx = StreamContext(
+            job_id, self.id, self.queue, producer, self.stores, self.config, clock
+        )
+        for p in self.processors:
+            p.init(self.ctx)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -225,8 +239,9 @@ class Task:
             return RocksDBStore(path, name, self.config.rocksdb)
         return MemoryStore(name)
 
-    def restore(self) -> int:
-        """Bring every store up to its changelog's end; returns records replayed."""
+    def _restore(self) -> int:
+        """Bring every store up to its changelog's end; returns records replayed. Run
+        once, by the constructor, before any processor exists."""
         maybe_crash("restore")
         started = time.monotonic()
         plan = []

@@ -120,13 +120,14 @@ class WindowAggregateProcessor(_TimedProcessor):
         self.merge = _merge_rule(node) if self.session else None
         self.emit_close = node.emit == "close"
         self.idle = node.close_after_idle
-        self.heap: list[tuple[int, Any, int]] = []  # (close time, key, start)
-        self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
-        self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
 
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
-        # Rebuild the in-memory indexes from the restored store.
+        # The in-memory indexes, built from the restored store only (every window in it
+        # is open: a closed one was deleted). A restored window's idle clock starts now.
+        self.heap: list[tuple[int, Any, int]] = []  # (close time, key, start)
+        self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
+        self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
         now = ctx.clock()
         for skey, value in self.store.items():
             if skey == _STREAM_TIME:
@@ -316,12 +317,13 @@ class JoinProcessor(_TimedProcessor):
         self.outer_left = node.join_type in ("left", "outer")
         self.outer_right = node.join_type == "outer"
         self.grace = node.window.grace if node.window is not None else 0
-        self.heap: list[tuple[int, str, Any, int, int]] = []
-        # windowed: (side, key) -> {(ts, seq): [value, matched]}
-        self.buffers: dict[tuple[str, Any], dict[tuple[int, int], list[Any]]] = {}
 
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
+        # Expiry heap and (windowed) buffers, built from the restored store only.
+        self.heap: list[tuple[int, str, Any, int, int]] = []
+        # windowed: (side, key) -> {(ts, seq): [value, matched]}
+        self.buffers: dict[tuple[str, Any], dict[tuple[int, int], list[Any]]] = {}
         for skey, value in self.store.items():
             if skey == _STREAM_TIME:
                 continue
