@@ -32,8 +32,8 @@ import attrs
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.gctune import tuned
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
+from rstreams.runtime.gctune import tuned
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import _json_default, json_texts
 

@@ -28,7 +28,7 @@ import attrs
 
 from rstreams.errors import ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine import gctune
+from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
