@@ -114,13 +114,14 @@ def build(kind: str, p: dict[str, Any]) -> Topology:
 
 class Outcome:
     """What the sinks hold: last value per key per topic and, with ``emitted`` (where
-    every result is final: windows emitting on close, joins), every record of ``out``.
+    every result is final: windows emitting on close, joins), every record of ``out``
+    with its timestamp (a window's largest record timestamp, restored with its state).
     Updates are not compared one by one: combining and coalescing merge them up to a
     commit, and a restart is a commit."""
 
     def __init__(self, broker: MemoryBroker, topics: list[str], emitted: bool) -> None:
         self.tables: dict[str, dict[Any, Any]] = {}
-        self.emitted: Counter[tuple[bytes | None, bytes | None]] = Counter()
+        self.emitted: Counter[tuple[bytes | None, bytes | None, int]] = Counter()
         for topic in topics:
             table = self.tables[topic] = {}
             for q in range(broker.queue_count(topic) or 0):
@@ -128,7 +129,7 @@ class Outcome:
                     # Raw bytes: a Windowed key's bytes include why it closed.
                     table[r.key] = r.value
                     if emitted and topic == "out":
-                        self.emitted[(r.key, r.value)] += 1
+                        self.emitted[(r.key, r.value, r.timestamp)] += 1
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Outcome) and vars(self) == vars(other)
@@ -138,7 +139,7 @@ class Outcome:
             return None if b is None else b.decode()
 
         tables = {t: {text(k): text(v) for k, v in rows.items()} for t, rows in self.tables.items()}
-        emitted = sorted((text(k), text(v), n) for (k, v), n in self.emitted.items())
+        emitted = sorted((text(k), text(v), t, n) for (k, v, t), n in self.emitted.items())
         return f"Outcome(tables={tables}, emitted={emitted})"
 
 

@@ -56,22 +56,26 @@ def test_tumbling_update_with_grace_and_late_records() -> None:
         (W("a", 0, 10), 2, 5),
         (W("b", 10, 20), 1, 12),
         (W("a", 10, 20), 1, 11),
-        (W("a", 0, 10), 3, 3),  # out of order but within grace: 10 > 12 - 5
+        # Out of order but within grace (10 > 12 - 5): counted; the result carries the
+        # window's largest record timestamp, 5, as in Kafka Streams.
+        (W("a", 0, 10), 3, 5),
         (W("a", 30, 40), 1, 30),
     ]
     assert late == [("a", 2)]  # 10 > 30 - 5 is false: late, to the side output
-    # Windows whose end + grace stream time passed are gone from the store.
-    assert state == {("t",): 30, ("w", "a", 30): 1}
+    # Windows whose end + grace stream time passed are gone from the store; an open one
+    # keeps (aggregate, largest record timestamp).
+    assert state == {("t",): 30, ("w", "a", 30): (1, 30)}
 
 
 def test_tumbling_close_emits_once_when_stream_time_passes_end_plus_grace() -> None:
     records = [("a", 1), ("a", 5), ("b", 9), ("a", 12), ("a", 14), ("b", 16), ("a", 26)]
     out, late, _ = run(windowed(TumblingWindow(10, grace=2), emit="close"), records)
     assert [(k, k.closed, v, ts) for k, v, ts in out] == [
-        (W("a", 0, 10), "event-time", 2, 9),  # at stream time 12 = 10 + 2
+        # at stream time 12 = 10 + 2; each with its largest record timestamp
+        (W("a", 0, 10), "event-time", 2, 5),
         (W("b", 0, 10), "event-time", 1, 9),
-        (W("a", 10, 20), "event-time", 2, 19),  # at 26 >= 22
-        (W("b", 10, 20), "event-time", 1, 19),
+        (W("a", 10, 20), "event-time", 2, 14),  # at 26 >= 22
+        (W("b", 10, 20), "event-time", 1, 16),
     ]
     assert late == []
 
@@ -101,8 +105,9 @@ def test_hopping_late_for_some_windows_still_counts_in_the_live_ones() -> None:
     # a@8 belongs to [0,10) (ends 10 <= 20: closed) and [5,15) (closed too): late.
     assert late == [("a", 8)]
     out, late, _ = run(windowed(HoppingWindow(10, 5), emit="update"), [("a", 12), ("a", 8)])
-    # a@8: [0,10) closed (10 <= 12) but [5,15) is live: it counts there, not late.
-    assert out[-1] == (W("a", 5, 15), 2, 8) and late == []
+    # a@8: [0,10) closed (10 <= 12) but [5,15) is live: it counts there, not late (the
+    # result keeps the window's largest timestamp, 12).
+    assert out[-1] == (W("a", 5, 15), 2, 12) and late == []
 
 
 def test_session_windows_merge_and_emit_tombstones_for_merged_sessions() -> None:
@@ -111,9 +116,10 @@ def test_session_windows_merge_and_emit_tombstones_for_merged_sessions() -> None
     assert out == [
         (W("a", 1, 1), 1, 1),
         (W("a", 10, 10), 1, 10),
-        (W("a", 1, 1), None, 5),  # merged into [1, 10]
-        (W("a", 10, 10), None, 5),
-        (W("a", 1, 10), 3, 5),
+        # merged into [1, 10]; a session's results carry its end (Kafka Streams')
+        (W("a", 1, 1), None, 1),
+        (W("a", 10, 10), None, 10),
+        (W("a", 1, 10), 3, 10),
         (W("a", 40, 40), 1, 40),
     ]
     assert late == []

@@ -174,15 +174,19 @@ class WindowAggregateProcessor(_TimedProcessor):
         live = [(s, e) for s, e in self.spec.windows_for(ts) if e > self.stream_time - self.grace]
         for s, e in live:
             skey = ("w", k, s)
+            # Stored: (aggregate, largest timestamp of the window's records), the value
+            # and timestamp of Kafka Streams' timestamped window store; every result of
+            # the window carries that timestamp.
             old = self.store.get(skey)
-            new = self.update(old, v)
-            self.store.put(skey, new)
+            new = self.update(None if old is None else old[0], v)
+            top = ts if old is None else max(ts, old[1])
+            self.store.put(skey, None if new is None else (new, top))
             if old is None:
                 self._track(k, s, e, now)
             elif self.idle is not None:
                 self.touched[(k, s)] = now
             if not self.emit_close:
-                out.add(Windowed(k, s, e), new, ts, off)
+                out.add(Windowed(k, s, e), new, top, off)
         return bool(live)
 
     def _session(self, k: Any, v: Any, ts: int, off: int, out: _Out, now: int) -> bool:
@@ -204,11 +208,12 @@ class WindowAggregateProcessor(_TimedProcessor):
             del mine[s]
             self.touched.pop((k, s), None)
             if not self.emit_close and (s, e) != (start, end):
-                out.add(Windowed(k, s, e), None, ts, off)  # the merged-away session
+                out.add(Windowed(k, s, e), None, e, off)  # the merged-away session
         self.store.put(("s", k, start), (end, agg))
         self._track(k, start, end, now)
         if not self.emit_close:
-            out.add(Windowed(k, start, end), agg, ts, off)
+            # A session's end is its largest record timestamp: results carry it.
+            out.add(Windowed(k, start, end), agg, end, off)
         return True
 
     def _expire(self, out: _Out, off: int) -> None:
@@ -227,10 +232,11 @@ class WindowAggregateProcessor(_TimedProcessor):
             if why == "event-time" and self._close_time(end) > self.stream_time:
                 return  # extended since: a later heap entry closes it
             self.sessions.get(key, {}).pop(start, None)
+            top = end
         else:
-            end, agg = self._end(start), value
+            end, (agg, top) = self._end(start), value
         if self.emit_close:
-            out.add(Windowed(key, start, end, closed=why), agg, max(start, end - 1), off)
+            out.add(Windowed(key, start, end, closed=why), agg, top, off)
         self.store.delete(skey)
         self.touched.pop((key, start), None)
 
@@ -370,8 +376,7 @@ class JoinProcessor(_TimedProcessor):
         self.emit_late(batch, late)
 
     def _windowed(self, side: str, k: Any, v: Any, ts: int, off: int, out: _Out) -> bool:
-        if self._late(side, ts):
-            return False  # no record it could join is still expected
+        """Join one record; False if it is late (joined all the same, not buffered)."""
         w = self.window
         other = "R" if side == "L" else "L"
         lo, hi = (ts - w.before, ts + w.after) if side == "L" else (ts - w.after, ts + w.before)
@@ -384,6 +389,14 @@ class JoinProcessor(_TimedProcessor):
                 if not entry[1]:
                     entry[1] = True
                     self.store.put(("j", other, k, ots, oseq), (entry[0], True))
+        if self._late(side, ts):
+            # As in Kafka Streams: a late record still joins what the other side retains
+            # but is not buffered (its window store drops it as expired), so nothing
+            # joins it later: unmatched on a left/outer side, it comes out at once.
+            if not matched and (self.outer_left if side == "L" else self.outer_right):
+                pair = (v, None) if side == "L" else (None, v)
+                out.add(k, self.joiner(*pair), ts, off)
+            return False
         seq = off
         self.buffers.setdefault((side, k), {})[(ts, seq)] = [v, matched]
         self.store.put(("j", side, k, ts, seq), (v, matched))

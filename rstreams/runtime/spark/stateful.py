@@ -16,10 +16,13 @@ queue's records in source order (``_o``) through :class:`WindowQueue` or
 (``rstreams/runtime/engine/windowing.py``; the two backends do not import each other,
 so it is restated here, and the tests compare both on the same input). Window
 assignment, session merging, both emit modes (``Windowed.closed`` included), lateness
-and ``.late()``, join buffering within the JoinWindow, table joins with ``ttl`` and the
-unmatched results of left/outer joins are therefore the embedded engine's, record for
-record. Every result carries the ``_o`` of the record that caused it (plus its position
-among that record's results), so "last value per key" and downstream order are too.
+and ``.late()``, join buffering within the JoinWindow (a late join record is joined
+but not buffered), table joins with ``ttl`` and the unmatched results of left/outer
+joins are therefore the embedded engine's, record for record. Every result carries the
+``_o`` of the record that caused it (plus its position among that record's results), so
+"last value per key" and downstream order are too. Results carry no event time on this
+backend (see ``windows.py``), so the embedded results' timestamps (a window's largest
+record timestamp, a join's later one) are not replayed.
 
 **State.** A queue's state (stream time, open windows or buffered join records, the
 expiry heap, the join's record counter) is one msgpack value in the RocksDB state store
@@ -495,8 +498,6 @@ class JoinQueue:
         return int(ts + w.before + w.after + w.grace + 1)
 
     def _windowed(self, side: str, k: Any, v: Any, ts: int, off: int, emit: Emit) -> bool:
-        if self._late(side, ts):
-            return False
         w = self.window
         other = "R" if side == "L" else "L"
         lo, hi = (ts - w.before, ts + w.after) if side == "L" else (ts - w.after, ts + w.before)
@@ -507,6 +508,12 @@ class JoinQueue:
                 emit(k, self.joiner(left, right))
                 matched = True
                 entry[1] = True
+        if self._late(side, ts):
+            # Joined with what the other side retains, not buffered; unmatched on a
+            # left/outer side, it comes out at once (see the embedded engine).
+            if not matched and (self.outer_left if side == "L" else self.outer_right):
+                emit(k, self.joiner(*((v, None) if side == "L" else (None, v))))
+            return False
         self.buffers.setdefault((side, k), {})[(ts, off)] = [v, matched]
         heapq.heappush(self.heap, (self._expiry(ts), side, _Key(k), ts, off))
         return True
