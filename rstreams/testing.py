@@ -4,7 +4,9 @@
 shuffle topics, state stores and commit path as the embedded runtime, over in-memory
 queues. Records are processed one at a time in the order they were produced (so the
 output is as if every topic had a single queue), state is committed after each piped
-record, and every update of every aggregation is emitted.
+record, and every update of every aggregation is emitted. Event time is Kafka Streams'
+stream time, the largest timestamp a windowed step has seen (no watermarks: the order
+records are piped in is the order they are processed in).
 
     >>> import re
     >>> from rstreams import StreamBuilder
@@ -145,6 +147,7 @@ class TopologyTestDriver:
                 coalesce=False,
                 combine=False,
                 queue_mapper=get_mapper(queue_mapper),
+                watermarks=False,
             ),
             producer=self._producer,
             clock=lambda: self._time,

@@ -13,6 +13,7 @@ import attrs
 
 from rstreams.errors import ConfigError, ProcessingError
 from rstreams.runtime.engine.record import Record
+from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
 from rstreams.state.cache import CachedStore
 from rstreams.state.rocksdb import RocksDBConfig
@@ -62,6 +63,15 @@ class EngineConfig:
     state: str = attrs.field(default="memory")
     state_dir: str | None = None
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
+    #: Wall-clock ms after which a task whose user source queues gave no record stops
+    #: holding back the watermark of the shuffles it writes (None: never, the default:
+    #: a bounded run then gives the same results however slow a queue is).
+    source_idle_ms: int | None = None
+    #: Judge event time by watermarks carried through shuffles with several producers.
+    #: Off, each windowed step judges it by the largest timestamp it has seen (Kafka
+    #: Streams' stream time): the test driver, which processes every record in the
+    #: order it was produced, as one partition would, turns them off.
+    watermarks: bool = True
 
     @guarantee.validator
     def _check_guarantee(self, _attr: Any, value: str) -> None:
@@ -105,6 +115,11 @@ class StreamContext:
         #: Wall clock in epoch ms (the test driver's own clock there).
         self.clock: Callable[[], int] = clock or (lambda: time.time_ns() // 1_000_000)
         self.metrics: Counter[str] = Counter()
+        #: The watermark of the shuffle producers feeding this task: the minimum over
+        #: them; END when no input carries one (see the watermarks module).
+        self.watermark: int = END
+        #: The largest timestamp this task has sent through a shuffle sink.
+        self.out_time: int = NO_TIME
 
     def store(self, name: str) -> CachedStore:
         try:

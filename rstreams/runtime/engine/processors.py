@@ -74,6 +74,9 @@ class Processor:
     def punctuate(self, now: int) -> None:
         """Called with the wall clock (ms) now and then, for time-driven work."""
 
+    def on_watermark(self) -> None:
+        """The task's input watermark (``ctx.watermark``) moved: time-driven work."""
+
     def end_of_input(self) -> None:
         """Bounded input is over: emit what waits for more input (open windows)."""
 
@@ -555,6 +558,13 @@ class ShuffleSinkProcessor(_SinkBase):
             self._combine(batch, *self._merge(batch))
         else:
             self.send(batch)
+
+    def send(self, batch: Batch) -> None:
+        if batch.values:
+            ts = batch.max_timestamp  # the task's watermark follows what it has sent
+            if ts > self.ctx.out_time:
+                self.ctx.out_time = ts
+        super().send(batch)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""

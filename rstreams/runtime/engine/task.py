@@ -41,6 +41,14 @@ from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Columns, Producer
+from rstreams.runtime.engine.watermarks import (
+    END,
+    NO_TIME,
+    InputWatermarks,
+    decode_control,
+    encode_control,
+    producers_of,
+)
 from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE
@@ -51,6 +59,8 @@ Fetch = Callable[[str, int, int, int], RecordColumns]
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 
 TXN_HEADER = "rs.txn"
+#: How often (wall ms) a task tells its consumers an unchanged watermark again.
+RESEND_WATERMARK_MS = 10_000
 
 log = logging.getLogger("rstreams.task")
 
@@ -163,6 +173,7 @@ class Task:
         on_restore: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.id = f"{sub.id}_{queue}"
+        self.topology = topology
         #: Called with (task id, changelog offsets replayed, offsets to replay) while
         #: restoring (about twice a second) and once at the end.
         self.on_restore = on_restore
@@ -224,8 +235,80 @@ class Task:
         self.ctx = StreamContext(
             job_id, self.id, self.queue, producer, self.stores, self.config, clock
         )
+        self._init_watermarks()
         for p in self.processors:
             p.init(self.ctx)
+
+    def _init_watermarks(self) -> None:
+        """Which of this task's inputs carry watermarks (shuffles with several
+        producers) and which of its outputs must (the same, seen from upstream)."""
+        count = self.broker.queue_count
+        topology = self.topology
+        producers: list[tuple[int, int]] = []
+        #: Shuffle topics read whose records include watermark control records.
+        self.marked_inputs: set[str] = set()
+        for topic in self.sources:
+            if self.config.watermarks and topology.topics[topic].role == "shuffle":
+                ps = producers_of(topology, topic, count)
+                if len(ps) > 1:
+                    self.marked_inputs.add(topic)
+                    producers += ps
+        self.input_marks = InputWatermarks(producers)
+        self.ctx.watermark = self.input_marks.value
+        #: Inputs without watermarks: then what this task sends bounds its own watermark.
+        self.unmarked_input = len(self.marked_inputs) < len(self.sources)
+        #: (shuffle topic, queue count) this task must send its watermark to.
+        self.marked_outputs: list[tuple[str, int]] = []
+        for f in self.sub.factories:
+            if f.kind != "shuffle-sink" or f.topic is None or not self.config.watermarks:
+                continue
+            entry = (f.topic, count(f.topic) or 0)
+            if len(producers_of(topology, f.topic, count)) > 1 and entry not in self.marked_outputs:
+                self.marked_outputs.append(entry)
+        self.ended = False
+        self.idle = False
+        self._last_input = self.clock()
+        self._sent_mark: tuple[int, bool] = (NO_TIME, False)
+        self._sent_at = self._last_input
+
+    # -- watermarks ----------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """This task's watermark: nothing it sends from now on is older (END once its
+        bounded input is over)."""
+        if self.ended:
+            return END
+        wm = self.ctx.watermark
+        if self.unmarked_input:
+            wm = min(wm, self.ctx.out_time)
+        return wm
+
+    def _send_watermark(self, again: bool = False) -> None:
+        """Tell the consumers of this task's shuffles its watermark, after the records
+        it follows (in the same transaction), if it moved (or ``again``). Not while a
+        processor holds records back (combined or coalesced updates): they go first,
+        at commit."""
+        if not self.marked_outputs:
+            return
+        mark = (self.watermark, self.idle)
+        if (mark == self._sent_mark and not again) or (
+            not self.ended and any(p.held() for p in self.processors)
+        ):
+            return
+        self._sent_mark = mark
+        self._sent_at = self.clock()
+        value = encode_control((self.sub.id, self.queue), *mark)
+        for topic, n in self.marked_outputs:
+            for q in range(n):
+                self.producer.send(topic, q, None, value, 0, ())
+
+    def _on_control(self, value: bytes | None) -> None:
+        producer, wm, idle = decode_control(value)
+        if self.input_marks.update(producer, wm, idle):
+            self.ctx.watermark = self.input_marks.value
+            for p in self.processors:
+                p.on_watermark()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -343,7 +426,25 @@ class Task:
 
     def _process(self, topic: str, records: RecordColumns) -> None:
         try:
-            self.sources[topic].process_log(self.queue, records)
+            source = self.sources[topic]
+            if topic not in self.marked_inputs:
+                if self.idle or self.config.source_idle_ms is not None:
+                    self._last_input = self.clock()
+                    self.idle = False
+                source.process_log(self.queue, records)
+            elif None not in records.keys:  # no control record among them
+                source.process_log(self.queue, records)
+            else:
+                keys, start = records.keys, 0
+                for i, k in enumerate(keys):
+                    if k is None:
+                        if i > start:
+                            source.process_log(self.queue, records.slice(start, i))
+                        self._on_control(records.values[i])
+                        start = i + 1
+                if start < len(keys):
+                    source.process_log(self.queue, records.slice(start, len(keys)))
+            self._send_watermark()
         except BaseException:
             self.failed = True
             raise
@@ -361,6 +462,19 @@ class Task:
         try:
             for p in self.processors:
                 p.punctuate(now)
+            idle_ms = self.config.source_idle_ms
+            if (
+                idle_ms is not None
+                and self.unmarked_input
+                and not self.idle
+                and now - self._last_input >= idle_ms
+                and not self.lag()
+            ):
+                self.idle = True  # stop holding the watermark back until input comes
+            # Now and then again, unchanged: a consumer restarted since has lost it
+            # (what it had read before its last commit is not read again).
+            again = self._sent_mark[0] != NO_TIME and now - self._sent_at >= RESEND_WATERMARK_MS
+            self._send_watermark(again)
         except BaseException:
             self.failed = True
             raise
@@ -370,6 +484,10 @@ class Task:
         try:
             for p in self.processors:
                 p.end_of_input()
+            for p in self.processors:
+                p.flush()  # what waits for a commit goes before the final watermark
+            self.ended = True
+            self._send_watermark()
         except BaseException:
             self.failed = True
             raise
@@ -407,6 +525,7 @@ class Task:
         maybe_crash("commit-start")
         for p in self.processors:
             p.flush()  # coalesced updates go out now
+        self._send_watermark()  # after them, in the same transaction
         ts = self.clock()
         changes: dict[str, Columns] = {}  # the changelog records of each store
         for name, store in self.stores.items():

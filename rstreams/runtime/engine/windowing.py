@@ -1,7 +1,12 @@
 """Windowed aggregations and stream-stream joins (Kafka Streams semantics).
 
-Stream time is the largest record timestamp a task has seen; it is kept in the task's
-store, so it survives restarts and rebalances. A record updates a window [start, end)
+Stream time is the time lateness and closing are judged by: the watermark of the
+shuffle producers feeding the task (``ctx.watermark``; see the watermarks module) when
+there are several, so that records of several upstream queues interleaving after a
+shuffle are not late and windows close whatever the queue count; otherwise, as in Kafka
+Streams, the largest record timestamp the processor has seen. It only moves forward and
+is kept in the task's store, so it survives restarts and rebalances. A record updates a
+window [start, end)
 only if ``end > stream time - grace``; otherwise it is late. Windows whose
 ``end + grace`` (sessions: ``end + gap + grace``) stream time has reached are expired:
 with ``emit="close"`` their final result is emitted first; either way their state is
@@ -21,6 +26,7 @@ from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor, _update_rule
+from rstreams.runtime.engine.watermarks import END
 from rstreams.windowed import Windowed
 
 log = logging.getLogger("rstreams.windows")
@@ -75,6 +81,7 @@ class _TimedProcessor(Processor):
         self.store = ctx.store(self.store_name)
         self.stream_time = self.store.get(_STREAM_TIME, _NO_TIME)
         self._saved_time = self.stream_time
+        self.max_time = self.stream_time  # largest timestamp seen (restored: a bound)
         self.results = [c for c in self.children if c.kind != "late"]
         self.late_children = [c for c in self.children if c.kind == "late"]
 
@@ -97,6 +104,27 @@ class _TimedProcessor(Processor):
         late = batch.take(idx)
         for child in self.late_children:
             child.process(late)
+
+    def advance(self) -> bool:
+        """Stream time = the input watermark if the task's input carries one, else the
+        largest timestamp seen; never backwards. True if it moved."""
+        wm = self.ctx.watermark
+        t = self.max_time if wm >= END else wm
+        if t > self.stream_time:
+            self.stream_time = t
+            return True
+        return False
+
+    def on_watermark(self) -> None:
+        """The input watermark moved: close and expire what its new stream time allows."""
+        if self.advance():
+            out = _Out()
+            self._expire(out, -1)
+            self.save_time()
+            self.emit(out)
+
+    def _expire(self, out: _Out, off: int) -> None:
+        raise NotImplementedError
 
     def save_time(self) -> None:
         if self.stream_time != self._saved_time:
@@ -155,8 +183,9 @@ class WindowAggregateProcessor(_TimedProcessor):
         now = self.ctx.clock() if self.idle is not None else 0
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
         for i, (k, v, ts, off) in enumerate(rows):
-            if ts > self.stream_time:
-                self.stream_time = ts
+            if ts > self.max_time:
+                self.max_time = ts
+                self.advance()
             try:
                 ok = (self._session if self.session else self._windows)(k, v, ts, off, out, now)
             except Exception as e:
@@ -360,8 +389,9 @@ class JoinProcessor(_TimedProcessor):
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
         for i, (k, tagged, ts, off) in enumerate(rows):
             side, v = tagged
-            if ts > self.stream_time:
-                self.stream_time = ts
+            if ts > self.max_time:
+                self.max_time = ts
+                self.advance()
             try:
                 if self.window is None:
                     self._table(side, k, v, ts, off, out)

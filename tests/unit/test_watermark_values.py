@@ -1,0 +1,142 @@
+"""Watermarks through shuffles: the values themselves (see the watermarks module)."""
+
+from __future__ import annotations
+
+from rstreams import StreamBuilder, TumblingWindow
+from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.local import LocalEngine
+from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.watermarks import (
+    END,
+    NO_TIME,
+    InputWatermarks,
+    decode_control,
+    encode_control,
+    producers_of,
+)
+from rstreams.runtime.queues.memory import MemoryBroker
+
+
+def test_the_input_watermark_is_the_minimum_over_producers() -> None:
+    marks = InputWatermarks([(0, 0), (0, 1), (1, 0)])
+    assert marks.value == NO_TIME  # nothing heard from anyone yet
+    assert not marks.update((0, 0), 50, False)
+    assert not marks.update((0, 1), 70, False)
+    assert marks.update((1, 0), 60, False)
+    assert marks.value == 50
+    assert not marks.update((0, 0), 40, False)  # a restarted producer: never backwards
+    assert marks.update((0, 0), 90, False) and marks.value == 60
+
+
+def test_end_of_input_and_idle_producers_stop_holding_it_back() -> None:
+    marks = InputWatermarks([(0, 0), (0, 1)])
+    marks.update((0, 0), 10, False)
+    marks.update((0, 1), END, False)
+    assert marks.value == 10
+    marks.update((0, 0), 10, True)  # idle: left out of the minimum
+    # Nobody holds time back: the largest watermark received short of END.
+    assert marks.value == 10
+    marks.update((0, 0), 30, False)  # data again
+    assert marks.value == 30
+    marks.update((0, 0), END, False)
+    assert marks.value == 30
+    assert not marks.update((5, 5), 99, False)  # not a producer of this input
+    assert InputWatermarks([]).value == END
+
+
+def test_control_records_round_trip() -> None:
+    assert decode_control(encode_control((2, 7), END, True)) == ((2, 7), END, True)
+    assert decode_control(encode_control((0, 0), NO_TIME, False)) == ((0, 0), NO_TIME, False)
+
+
+def window_count(source_queues: int, queues: int) -> Topology:
+    b = StreamBuilder("wm")
+    (
+        b.source("in", queues=source_queues)
+        .selectTimestamp(lambda v: int(v.split()[1]))
+        .keyBy(lambda v: v.split()[0])
+        .window(TumblingWindow(100, grace=0), emit="close")
+        .count(name="agg", queues=queues)
+        .toRStream()
+        .sink("out")
+    )
+    return b.build()
+
+
+def feed(engine: LocalEngine, queue: int, *records: tuple[str, int]) -> None:
+    engine.producer.send_many(
+        "in", queue, [(0, None, f"{k} {ts}".encode(), ()) for k, ts in records]
+    )
+    engine.producer.flush()
+    engine.run_until_idle()
+
+
+def downstream(engine: LocalEngine) -> list[Task]:
+    return [t for t in engine.tasks if t.sub.id == 1]
+
+
+def test_a_shuffle_with_several_producers_carries_their_minimum() -> None:
+    topology = window_count(source_queues=2, queues=3)
+    broker = MemoryBroker()
+    engine = LocalEngine(topology, broker, EngineConfig())
+    shuffle = "wm-agg-shuffle"
+    assert producers_of(topology, shuffle, broker.queue_count) == [(0, 0), (0, 1)]
+    feed(engine, 0, ("a", 10), ("b", 120), ("c", 250))
+    # Queue 1 said nothing yet: every consumer still waits for it.
+    assert [t.ctx.watermark for t in downstream(engine)] == [NO_TIME] * 3
+    assert engine.tasks[0].watermark == 250
+    feed(engine, 1, ("a", 30), ("d", 140))
+    assert [t.ctx.watermark for t in downstream(engine)] == [140] * 3
+    # Window [0, 100) of a is closed (whichever queue holds it); [100, 200) waits for
+    # the slower producer.
+    (closed,) = broker.read("out", 0, 0, 100)
+    assert (closed.key, closed.value) == (b'{"@windowed":["a",0,100],"closed":"event-time"}', b"2")
+    feed(engine, 1, ("d", 260))
+    assert [t.ctx.watermark for t in downstream(engine)] == [250] * 3
+    # Control records are in every shuffle queue, after the records they follow.
+    for q in range(3):
+        controls = [
+            decode_control(r.value) for r in broker.read(shuffle, q, 0, 100) if r.key is None
+        ]
+        assert controls[-1] == ((0, 1), 260, False)
+    engine.end_of_input()
+    # All producers ended: the largest watermark any sent (the input's last timestamp).
+    assert [t.ctx.watermark for t in downstream(engine)] == [260] * 3
+
+
+def test_one_producer_sends_no_control_records() -> None:
+    broker = MemoryBroker()
+    engine = LocalEngine(window_count(source_queues=1, queues=2), broker, EngineConfig())
+    feed(engine, 0, ("a", 10), ("b", 120))
+    engine.end_of_input()
+    for q in range(2):
+        assert all(r.key is not None for r in broker.read("wm-agg-shuffle", q, 0, 100))
+    assert [t.ctx.watermark for t in downstream(engine)] == [END, END]
+
+
+def test_an_idle_source_queue_stops_holding_the_watermark_back() -> None:
+    now = [0]
+    engine = LocalEngine(
+        window_count(source_queues=2, queues=1),
+        MemoryBroker(),
+        EngineConfig(source_idle_ms=1000),
+        clock=lambda: now[0],
+    )
+    feed(engine, 0, ("a", 10), ("b", 120))
+    (task,) = downstream(engine)
+    assert task.ctx.watermark == NO_TIME
+    now[0] = 500
+    for t in engine.tasks:
+        t.punctuate(now[0])
+    engine.run_until_idle()
+    assert task.ctx.watermark == NO_TIME  # not idle for long enough yet
+    now[0] = 1000
+    for t in engine.tasks:
+        t.punctuate(now[0])
+    engine.run_until_idle()
+    # Queue 1 never had data: idle now (so is queue 0, which has nothing new either);
+    # with every producer idle, the largest watermark received.
+    assert task.ctx.watermark == 120
+    feed(engine, 1, ("c", 130))
+    assert task.ctx.watermark == 130  # queue 1 is back; queue 0 is still idle
