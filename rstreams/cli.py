@@ -155,10 +155,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             "worker_args": [
                 "--allocation", args.allocation,
                 "--rebalance-interval", str(args.rebalance_interval),
+                *(
+                    ["--source-idle-ms", str(round(args.idle_timeout * 1000))]
+                    if args.idle_timeout is not None
+                    else []
+                ),
             ],
         }  # fmt: skip
-    elif args.fresh or args.follow:
-        raise ConfigError("--fresh and --follow need the durable runtime; drop --in-memory")
+    elif args.fresh or args.follow or args.idle_timeout is not None:
+        raise ConfigError(
+            "--fresh, --follow and --idle-timeout need the durable runtime; drop --in-memory"
+        )
     try:
         result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
     finally:
@@ -336,6 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow",
         action="store_true",
         help="keep reading lines appended to the input files until Ctrl-C, then report",
+    )
+    run.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="durable runtime: a source queue with no new record for S seconds stops holding "
+        "back event time (watermarks) after a shuffle; for --follow (default: never)",
     )
     run.add_argument(
         "--in-memory",

@@ -182,6 +182,8 @@ def test_durable_runs_with_8_queues_give_the_count_and_the_join_as_worked_out(
     expected = timed_text(tmp_path / "lines.txt", 50_000)
     pipeline = write(tmp_path, "c.py", COUNT)
     data = ["--workers", workers, "--data-dir", tmp_path / "data"]
+    if workers == 2:  # a long idle timeout changes nothing on a bounded run
+        data += ["--idle-timeout", "60"]
     got = rstreams_run(pipeline, "--input", tmp_path / "lines.txt", *data)
     assert got == expected
     orders, payments, matches = orders_and_payments(tmp_path, 30_000)
@@ -249,3 +251,16 @@ def test_watermarks_are_committed_with_the_data_and_survive_a_restart(tmp_path) 
             (b'{"@windowed":["a",200,300],"closed":"end-of-input"}', b"1"),
         ]
     )
+
+
+def test_idle_timeout_is_an_option_of_the_durable_runtime(tmp_path) -> None:
+    (tmp_path / "lines.txt").write_text("0 a\n")
+    pipeline = write(tmp_path, "c.py", COUNT)
+    args = ["--in-memory", pipeline, "--input", tmp_path / "lines.txt", "--idle-timeout", "5"]
+    r = subprocess.run(
+        [sys.executable, "-m", "rstreams", "run", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "--idle-timeout" in r.stderr

@@ -378,6 +378,13 @@ def main(argv: list[str] | None = None) -> int:
         "--guarantee", default="exactly-once", choices=("exactly-once", "at-least-once")
     )
     ap.add_argument("--state", default="rocksdb", choices=("rocksdb", "memory"))
+    ap.add_argument(
+        "--source-idle-ms",
+        type=int,
+        default=None,
+        help="a task whose source queues gave nothing for this long stops holding back "
+        "the watermark of the shuffles it writes (default: never)",
+    )
     ap.add_argument("--log-level", default="WARNING")
     ap.add_argument(
         "--parent-pid",
@@ -404,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             guarantee=args.guarantee,
             state=args.state,
             state_dir=str(Path(args.data_dir) / "state"),
+            source_idle_ms=args.source_idle_ms,
         ),
         config=WorkerConfig(
             session_timeout=args.session_timeout,
