@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from rstreams import StreamBuilder, TumblingWindow
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
@@ -140,3 +147,49 @@ def test_an_idle_source_queue_stops_holding_the_watermark_back() -> None:
     assert task.ctx.watermark == 120
     feed(engine, 1, ("c", 130))
     assert task.ctx.watermark == 130  # queue 1 is back; queue 0 is still idle
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    gaps=st.lists(st.integers(0, 60), min_size=40, max_size=120),
+    keys=st.lists(st.sampled_from("abc"), min_size=120, max_size=120),
+    source_queues=st.sampled_from([1, 2, 4]),
+    queues=st.sampled_from([1, 3]),
+    chunk=st.integers(1, 10),
+    batch=st.integers(1, 50),
+)
+def test_in_order_input_gives_the_same_windows_whatever_the_queues(
+    gaps: list[int], keys: list[str], source_queues: int, queues: int, chunk: int, batch: int
+) -> None:
+    # In-order input dealt to the source queues chunk by chunk (each queue in order),
+    # then processed (one queue after the other, in batches): every window counts all
+    # its records and closes on time unless the input's last timestamp did not reach
+    # its end.
+    stamps = list(itertools.accumulate(gaps))
+    records = list(zip(keys, stamps))
+    config = EngineConfig(batch_size=batch)
+    engine = LocalEngine(window_count(source_queues, queues), MemoryBroker(), config)
+    for n, i in enumerate(range(0, len(records), chunk)):
+        rows = [(0, None, f"{k} {ts}".encode(), ()) for k, ts in records[i : i + chunk]]
+        engine.broker.append("in", n % source_queues, rows)
+    engine.run_until_idle()
+    engine.end_of_input()
+    got = {
+        r.key: r.value
+        for q in range(engine.queue_counts["out"])
+        for r in engine.broker.read("out", q, 0, 10_000)
+    }
+    counts = Counter((k, ts // 100 * 100) for k, ts in records)
+    last = stamps[-1]
+    expected = {
+        json.dumps(
+            {
+                "@windowed": [k, s, s + 100],
+                "closed": "event-time" if s + 100 <= last else "end-of-input",
+            },
+            separators=(",", ":"),
+        ).encode(): str(n).encode()
+        for (k, s), n in counts.items()
+    }
+    assert got == expected
+    assert engine.metrics().get("late", 0) == 0
