@@ -15,9 +15,11 @@ from __future__ import annotations
 import collections
 import json
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from rstreams.loader import load_topology
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine
+from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.runtime.engine.task import TXN_HEADER
 from rstreams.runtime.engine.watermarks import decode_control
 from rstreams.runtime.engine.worker import open_broker
@@ -221,7 +224,7 @@ def test_watermarks_are_committed_with_the_data_and_survive_a_restart(tmp_path) 
     for q in range(3):
         records = broker.read(shuffle, q, 0, 1000)
         controls = [decode_control(r.value) for r in records if r.key is None]
-        assert controls[-1] == ((0, 1), 140, False)
+        assert controls[-1] == ((0, 1), 140, False, 140)
         # Written by the tasks' transactions (every frame's first record is marked).
         assert any(h[0] == TXN_HEADER for h in records[0].headers)
     assert sorted(t.ctx.watermark for t in engine.tasks if t.sub.id == 1) == [140] * 3
@@ -264,3 +267,44 @@ def test_idle_timeout_is_an_option_of_the_durable_runtime(tmp_path) -> None:
         timeout=120,
     )
     assert r.returncode != 0 and "--idle-timeout" in r.stderr
+
+
+@pytest.mark.slow
+def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -> None:
+    # Two workers, 8 queues, SIGKILLed at random and crashing at commit and restore:
+    # restored tasks lose the watermarks they had read; the producers say them again.
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
+    expected = timed_text(tmp_path / "lines.txt", 6000)
+    pipeline = write(tmp_path, "c.py", COUNT)
+    rng = random.Random(5)
+    kills = [0]
+    next_kill = [time.monotonic() + 0.5]
+
+    def chaos(status: object) -> None:
+        now = time.monotonic()
+        if kills[0] < 10 and now >= next_kill[0]:
+            slot = rng.randrange(2)
+            if sup.procs[slot].poll() is None:
+                sup.kill_worker(slot, signal.SIGKILL)
+                kills[0] += 1
+            next_kill[0] = now + rng.uniform(0.1, 0.5)
+
+    sup = Supervisor(
+        str(pipeline), load_topology(str(pipeline)), {"lines": str(tmp_path / "lines.txt")},
+        data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
+        max_restarts=10_000, max_ingest_rate=1_500,
+        worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
+    )  # fmt: skip
+    try:
+        sup.run()
+        results = [
+            (r.key, r.value)
+            for q in range(sup.queue_counts["counts"])
+            for r in sup.broker.read("counts", q, 0)
+        ]
+    finally:
+        sup.close()
+    assert kills[0] >= 5
+    got = {json.dumps(json.loads(k), separators=(", ", ": ")): json.loads(v) for k, v in results}
+    assert len(results) == len(got)  # one result per window, none twice
+    assert got == expected

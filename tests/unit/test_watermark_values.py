@@ -53,8 +53,18 @@ def test_end_of_input_and_idle_producers_stop_holding_it_back() -> None:
 
 
 def test_control_records_round_trip() -> None:
-    assert decode_control(encode_control((2, 7), END, True)) == ((2, 7), END, True)
-    assert decode_control(encode_control((0, 0), NO_TIME, False)) == ((0, 0), NO_TIME, False)
+    assert decode_control(encode_control((2, 7), END, True, 5)) == ((2, 7), END, True, 5)
+    assert decode_control(encode_control((0, 0), 3, False)) == ((0, 0), 3, False, NO_TIME)
+
+
+def test_a_consumer_that_lost_the_watermarks_learns_where_time_got_from_an_end() -> None:
+    # Restarted after the end of input: the producers' resent END carries the largest
+    # watermark each sent before it.
+    marks = InputWatermarks([(0, 0), (0, 1)])
+    marks.update((0, 0), END, False, 250)
+    assert marks.value == NO_TIME
+    marks.update((0, 1), END, False, 260)
+    assert marks.value == 260
 
 
 def window_count(source_queues: int, queues: int) -> Topology:
@@ -106,7 +116,7 @@ def test_a_shuffle_with_several_producers_carries_their_minimum() -> None:
         controls = [
             decode_control(r.value) for r in broker.read(shuffle, q, 0, 100) if r.key is None
         ]
-        assert controls[-1] == ((0, 1), 260, False)
+        assert controls[-1] == ((0, 1), 260, False, 260)
     engine.end_of_input()
     # All producers ended: the largest watermark any sent (the input's last timestamp).
     assert [t.ctx.watermark for t in downstream(engine)] == [260] * 3

@@ -207,6 +207,9 @@ class Task:
                     max_entries=config.cache_entries,
                     auto_flush=False,
                 )
+            #: What this task had sent up to its last commit (exactly-once: kept in its
+            #: transactions), so that a new owner goes on from there.
+            self._restored_times = (NO_TIME, NO_TIME)
             if self.exactly_once:
                 self._recover()  # its changelog records, if any, are restored next
             started = time.monotonic()
@@ -270,6 +273,9 @@ class Task:
         self._last_input = self.clock()
         self._sent_mark: tuple[int, bool] = (NO_TIME, False)
         self._sent_at = self._last_input
+        # The largest watermark sent short of END (and the largest timestamp sent), as of
+        # the last commit of an earlier owner.
+        self.ctx.out_time, self._high = self._restored_times
 
     # -- watermarks ----------------------------------------------------------------------
 
@@ -298,14 +304,16 @@ class Task:
             return
         self._sent_mark = mark
         self._sent_at = self.clock()
-        value = encode_control((self.sub.id, self.queue), *mark)
+        if mark[0] < END and mark[0] > self._high:
+            self._high = mark[0]
+        value = encode_control((self.sub.id, self.queue), *mark, self._high)
         for topic, n in self.marked_outputs:
             for q in range(n):
                 self.producer.send(topic, q, None, value, 0, ())
 
     def _on_control(self, value: bytes | None) -> None:
-        producer, wm, idle = decode_control(value)
-        if self.input_marks.update(producer, wm, idle):
+        producer, wm, idle, high = decode_control(value)
+        if self.input_marks.update(producer, wm, idle, high):
             self.ctx.watermark = self.input_marks.value
             for p in self.processors:
                 p.on_watermark()
@@ -492,6 +500,12 @@ class Task:
             self.failed = True
             raise
 
+    def input_ended(self) -> None:
+        """End of input was declared, and handled by an earlier owner of this task:
+        its watermark is infinite again (its consumers may have lost it)."""
+        self.ended = True
+        self._send_watermark()
+
     def held(self) -> int:
         """Entries this task keeps in memory: cached state, combined partials,
         coalesced updates (see :func:`relieve_memory`)."""
@@ -558,7 +572,14 @@ class Task:
             encoded = encode_column_batch(timestamps, keys, values, headers)
             assert encoded is not None
             appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
-        txn = {"task": self.id, "seq": self.txn_seq, "offsets": offsets, "appends": appends}
+        txn = {
+            "task": self.id,
+            "seq": self.txn_seq,
+            "offsets": offsets,
+            "appends": appends,
+            # Where this task's time got: a new owner's watermark goes on from there.
+            "times": (self.ctx.out_time, self._high),
+        }
         at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, _pack_txn(txn), ())])
         return _Commit(txn, at, changes, [(topic, q) for topic, q, *_ in appends])
 
@@ -635,6 +656,8 @@ class Task:
                 f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
             ) from None
         self.txn_seq = int(txn["seq"])
+        out_time, high = txn.get("times", (NO_TIME, NO_TIME))
+        self._restored_times = (int(out_time), int(high))
         committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn["offsets"]}
         if committed != txn["offsets"]:
             self._apply(txn, redo=True)

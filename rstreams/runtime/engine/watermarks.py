@@ -35,13 +35,15 @@ END = 2**62
 Producer = tuple[int, int]  # (sub-topology id, queue)
 
 
-def encode_control(producer: Producer, watermark: int, idle: bool) -> bytes:
-    return msgpack.packb([producer[0], producer[1], watermark, idle])
+def encode_control(producer: Producer, watermark: int, idle: bool, high: int = NO_TIME) -> bytes:
+    """``high``: the largest watermark short of END the producer has sent, so that a
+    consumer restarted after the end of input still knows where its input's time got."""
+    return msgpack.packb([producer[0], producer[1], watermark, idle, high])
 
 
-def decode_control(value: bytes | None) -> tuple[Producer, int, bool]:
-    sub, queue, watermark, idle = msgpack.unpackb(value or b"", use_list=False)
-    return (int(sub), int(queue)), int(watermark), bool(idle)
+def decode_control(value: bytes | None) -> tuple[Producer, int, bool, int]:
+    sub, queue, watermark, idle, high = msgpack.unpackb(value or b"", use_list=False)
+    return (int(sub), int(queue)), int(watermark), bool(idle), int(high)
 
 
 def task_count(topology: Any, sub: Any, queue_count: Any) -> int:
@@ -75,11 +77,13 @@ class InputWatermarks:
         self.top = NO_TIME  # the largest watermark received short of END
         self.value = NO_TIME if producers else END
 
-    def update(self, producer: Producer, watermark: int, idle: bool) -> bool:
+    def update(self, producer: Producer, watermark: int, idle: bool, high: int = NO_TIME) -> bool:
         """Note a control record; True if :attr:`value` changed. A producer's watermark
         never goes back (a restarted producer may resend an older one)."""
         if producer not in self.marks:
             return False  # not a producer of ours (e.g. a topology since changed)
+        if high < END and high > self.top:
+            self.top = high
         if watermark > self.marks[producer]:
             self.marks[producer] = watermark
             if watermark < END and watermark > self.top:

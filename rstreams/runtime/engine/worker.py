@@ -221,11 +221,17 @@ class Worker:
             return
         for name, task in list(self.tasks.items()):
             done = eoi / f"{name}.done"
-            if (eoi / str(task.sub.id)).exists() and not done.exists():
+            if not (eoi / str(task.sub.id)).exists():
+                continue
+            if not done.exists():
                 task.end_of_input()
-                task.commit()
-                self.broker.flush()
-                done.touch()
+            elif not task.ended:
+                task.input_ended()  # taken over after its end of input: say so again
+            else:
+                continue
+            task.commit()
+            self.broker.flush()
+            done.touch()
 
     def maintain(self) -> dict[str, int]:
         """Keep the log bounded: drop shuffle records every reader committed past (the
