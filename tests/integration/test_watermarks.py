@@ -290,13 +290,11 @@ def test_idle_timeout_is_an_option_of_the_durable_runtime(tmp_path) -> None:
     assert r.returncode != 0 and "--idle-timeout" in r.stderr
 
 
-@pytest.mark.slow
-def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -> None:
-    # Two workers, 8 queues, SIGKILLed at random and crashing at commit and restore:
-    # restored tasks lose the watermarks they had read; the producers say them again.
-    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
-    expected = timed_text(tmp_path / "lines.txt", 6000)
-    pipeline = write(tmp_path, "c.py", COUNT)
+def run_with_chaos(
+    pipeline: Path, inputs: dict[str, str], sink: str, data: Path
+) -> list[tuple[bytes, bytes]]:
+    """A durable run with two workers SIGKILLed at random (and crashing at commit and
+    restore: RSTREAMS_FAULTS): every record the sink topic holds."""
     rng = random.Random(5)
     kills = [0]
     next_kill = [time.monotonic() + 0.5]
@@ -311,8 +309,8 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
             next_kill[0] = now + rng.uniform(0.1, 0.5)
 
     sup = Supervisor(
-        str(pipeline), load_topology(str(pipeline)), {"lines": str(tmp_path / "lines.txt")},
-        data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
+        str(pipeline), load_topology(str(pipeline)), inputs,
+        data_dir=data, workers=2, chunk_lines=200, progress=chaos,
         max_restarts=10_000, max_ingest_rate=1_500,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
@@ -320,15 +318,39 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
         sup.run()
         results = [
             (r.key, r.value)
-            for q in range(sup.queue_counts["counts"])
-            for r in sup.broker.read("counts", q, 0)
+            for q in range(sup.queue_counts[sink])
+            for r in sup.broker.read(sink, q, 0)
         ]
     finally:
         sup.close()
     assert kills[0] >= 5
+    return results
+
+
+@pytest.mark.slow
+def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -> None:
+    # Two workers, 8 queues, SIGKILLed at random and crashing at commit and restore:
+    # restored tasks lose the watermarks they had read; the producers say them again.
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
+    expected = timed_text(tmp_path / "lines.txt", 6000)
+    pipeline = write(tmp_path, "c.py", COUNT)
+    inputs = {"lines": str(tmp_path / "lines.txt")}
+    results = run_with_chaos(pipeline, inputs, "counts", tmp_path / "data")
     got = {json.dumps(json.loads(k), separators=(", ", ": ")): json.loads(v) for k, v in results}
     assert len(results) == len(got)  # one result per window, none twice
     assert got == expected
+
+
+@pytest.mark.slow
+def test_killed_workers_give_every_match_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
+    orders, payments, matches = orders_and_payments(tmp_path, 2000)
+    pipeline = write(tmp_path, "j.py", JOIN)
+    inputs = {"orders": str(orders), "payments": str(payments)}
+    results = run_with_chaos(pipeline, inputs, "matches", tmp_path / "data")
+    got = {str(json.loads(k)): json.loads(v) for k, v in results}
+    assert len(results) == len(got)  # each order has one payment: one match, none twice
+    assert got == matches
 
 
 def committed(data: Path, job: str, topics: tuple[str, ...]) -> tuple[int, bool]:
