@@ -72,3 +72,7 @@ class PipelineFileError(RStreamsError, RuntimeError):
 
 class ConfigError(RStreamsError, ValueError):
     """A runtime option or command-line value is invalid."""
+
+
+class JobRunningError(ConfigError):
+    """Another run of the same job is using its data directory (``rstreams run`` exits 2)."""

@@ -34,6 +34,7 @@ from typing import Any
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker, restore_progress
 
@@ -122,41 +123,47 @@ class Supervisor:
         self.pipeline_path = pipeline_path
         self.topology = topology
         self.root = Path(data_dir) / topology.job_id
-        if fresh and self.root.exists():
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "logs").mkdir(exist_ok=True)
-        self.broker = open_broker(self.root)
-        # Source topics the job creates get several queues, so that work can spread over
-        # workers (now or in a later run with more of them).
-        self.engine = EngineConfig(
-            on_error=on_error,
-            default_queues=DEFAULT_SHUFFLE_QUEUES,
-            guarantee=guarantee,
-            state=state,
-        )
-        self.queue_counts = create_topics(topology, self.broker, self.engine)
-        self.on_error = on_error
-        self.n_workers = workers
-        self.chunk_lines = chunk_lines
-        self.max_restarts = max_restarts
-        self.restart_window = restart_window
-        self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
-        self.progress = progress
-        self.follow = follow
-        self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.restarts: list[float] = []
-        self._retiring: list[subprocess.Popen[bytes]] = []
-        self.spawned = 0
-        self.inputs = []
-        for topic, path in inputs.items():
-            qn = self.queue_counts[topic]
-            pos = _ingested_position(self.broker, topic, qn, os.path.realpath(path))
-            if pos > os.path.getsize(path):
-                log.warning("%s is shorter than what was ingested before: reading it again", path)
-                pos = 0
-            self.inputs.append(_Input(topic, path, qn, pos))
+        # One run per job at a time, from before --fresh deletes anything until close().
+        self.lock = JobLock(data_dir, topology.job_id).acquire()
+        try:
+            if fresh and self.root.exists():
+                shutil.rmtree(self.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "logs").mkdir(exist_ok=True)
+            self.broker = open_broker(self.root)
+            # Source topics the job creates get several queues, so that work can spread over
+            # workers (now or in a later run with more of them).
+            self.engine = EngineConfig(
+                on_error=on_error,
+                default_queues=DEFAULT_SHUFFLE_QUEUES,
+                guarantee=guarantee,
+                state=state,
+            )
+            self.queue_counts = create_topics(topology, self.broker, self.engine)
+            self.on_error = on_error
+            self.n_workers = workers
+            self.chunk_lines = chunk_lines
+            self.max_restarts = max_restarts
+            self.restart_window = restart_window
+            self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
+            self.progress = progress
+            self.follow = follow
+            self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
+            self.procs: dict[int, subprocess.Popen[bytes]] = {}
+            self.restarts: list[float] = []
+            self._retiring: list[subprocess.Popen[bytes]] = []
+            self.spawned = 0
+            self.inputs = []
+            for topic, path in inputs.items():
+                qn = self.queue_counts[topic]
+                pos = _ingested_position(self.broker, topic, qn, os.path.realpath(path))
+                if pos > os.path.getsize(path):
+                    log.warning("%s is shorter than what was ingested: reading it again", path)
+                    pos = 0
+                self.inputs.append(_Input(topic, path, qn, pos))
+        except BaseException:  # (a failed start must not keep the job locked)
+            self.lock.release()
+            raise
 
     # -- workers -------------------------------------------------------------------------
 
@@ -383,7 +390,10 @@ class Supervisor:
         return out
 
     def close(self) -> None:
-        self.broker.close()
+        try:
+            self.broker.close()
+        finally:
+            self.lock.release()
 
 
 def run_durable(
