@@ -437,12 +437,17 @@ class Compiler:
     ) -> Stream:
         """Batch fold of each key's records in source order (``s`` is flushed, ordered;
         for windows the key is the packed ``Windowed``)."""
+        f = Fold(op, node.name, s.key, s.value, self.policy(s), node.fn, node.initializer, ordered)
+        return self.sorted_fold(s, f, ordered)
+
+    def sorted_fold(self, s: Stream, folder: Any, ordered: bool) -> Stream:
+        """``folder`` (a mapInArrow callable with ``schema()``) over each key's records,
+        a key's records together and in source order; values come out in any layout."""
         kc = enc.columns("k", s.key)
         df = s.df.repartition(*kc) if kc else s.df.repartition(1)
         df = df.sortWithinPartitions(*kc, enc.ORDER)
-        f = Fold(op, node.name, s.key, s.value, self.policy(s), node.fn, node.initializer, ordered)
         return Stream(
-            df.mapInArrow(f, f.schema()),
+            df.mapInArrow(folder, folder.schema()),
             s.key,
             enc.ANY,
             ordered=ordered,

@@ -343,7 +343,6 @@ def _window_fold(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> 
         s = timed_frame(comp, node.parents[0], node, True, kind, partial=partial, windows=spec)
         return comp.fold(s, node, node.op, ordered)
     s = timed_frame(comp, node.parents[0], node, True, kind, partial=partial)
-    df = s.df.repartition("k_m").sortWithinPartitions("k_m", enc.ORDER)
     fold = SessionFold(
         node.op,
         node.name,
@@ -356,16 +355,7 @@ def _window_fold(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> 
         node.merger,
         ordered,
     )
-    return Stream(
-        df.mapInArrow(fold, fold.schema()),
-        enc.PACKED,
-        enc.ANY,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=True,
-        source=s.source,
-    )
+    return comp.sorted_fold(s, fold, ordered)
 
 
 def _merge_rule(op: str, fn: Any, merger: Any) -> Callable[[Any, Any], Any]:
