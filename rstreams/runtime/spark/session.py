@@ -23,6 +23,7 @@ seconds, naming the URL (Spark itself retries for about a minute and then blames
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -102,10 +103,11 @@ def get_session(
         active = SparkSession.getActiveSession()
         if active is not None:
             return active, False
-    effective = master or SparkConf().get("spark.master", None) or DEFAULT_MASTER
+    submitted = SparkConf().get("spark.master", None)  # (spark-submit's --master)
+    effective = master or submitted or DEFAULT_MASTER
     check_master_reachable(effective)
     builder: Any = SparkSession.builder.appName(app_name)
-    if master is not None or not SparkConf().contains("spark.master"):
+    if master is not None or submitted is None:
         builder = builder.master(effective)
     settings = {
         **STATE_STORE_CONF,
@@ -168,7 +170,7 @@ def _local_cores(master: str) -> int:
     """
     inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
     first = inside.split(",")[0].strip()
-    return os.cpu_count() or 1 if first == "*" else max(1, int(first or 1))
+    return (os.cpu_count() or 1) if first == "*" else max(1, int(first or 1))
 
 
 def stop_session(session: SparkSession) -> None:
@@ -297,9 +299,7 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
     Done once per SparkContext; a session whose executors can't start Python at all,
     or that gets no executor within ``timeout`` seconds, fails the same way.
     """
-    import json
-
-    import rstreams
+    import rstreams  # (here: rstreams imports this package lazily, not the reverse)
 
     sc = session.sparkContext
     app = sc.applicationId
