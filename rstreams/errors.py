@@ -76,3 +76,18 @@ class ConfigError(RStreamsError, ValueError):
 
 class JobRunningError(ConfigError):
     """Another run of the same job is using its data directory (``rstreams run`` exits 2)."""
+
+
+class StateStoreError(RStreamsError, RuntimeError):
+    """A state store's local files cannot be opened or read (checksum mismatch, missing
+    or damaged SST, bad manifest).
+
+    A store error, never a record error: ``on_error`` does not apply to it. A store is a
+    cache of its changelog, so the engine deletes the damaged local copy and rebuilds it
+    from the changelog; the error only reaches the user if that is impossible.
+    """
+
+    def __init__(self, message: str, *, store: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.store = store
+        self.path = path
