@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 import logging
 import os
 import tempfile
@@ -303,7 +304,7 @@ def _fill(b: FileBroker, batches: int = 5) -> list[bytes]:
 
 @pytest.mark.parametrize(
     "damage",
-    ["half frame", "garbage", "zeros", "header only", "bad crc of the last frame"],
+    ["half frame", "garbage", "zeros", "header only", "bad crc of an unsynced last frame"],
 )
 def test_torn_tail_is_truncated_on_reopen(
     open_broker: Callable[..., FileBroker],
@@ -323,21 +324,114 @@ def test_torn_tail_is_truncated_on_reopen(
         "garbage": good + b"\x13\x37 not a frame at all" * 5,
         "zeros": good + bytes(4096),
         "header only": good + frame[: fmt.HEADER_SIZE],
-        "bad crc of the last frame": good[:-1] + bytes([good[-1] ^ 0x55]),
+        "bad crc of an unsynced last frame": good + frame[:-1] + bytes([frame[-1] ^ 0x55]),
     }[damage]
     seg.write_bytes(damaged)
     c = open_broker()
     with caplog.at_level(logging.WARNING, logger=filelog.__name__):
         end = c.end_offset("t", 0)
     assert "truncating the torn tail" in caplog.text and str(seg) in caplog.text
-    if damage == "bad crc of the last frame":
-        assert end == 12 and seg.stat().st_size == last_pos
-        values = values[:12]
-    else:
-        assert end == 15 and seg.read_bytes() == good
+    assert end == 15 and seg.read_bytes() == good
     assert [r.value for r in c.read("t", 0, 0)] == values
     assert c.append("t", 0, [rec(b"after")]) == end
     assert [r.value for r in open_broker().read("t", 0, 0)] == [*values, b"after"]
+
+
+@pytest.mark.parametrize("damage", ["flip in the last frame", "cut inside the last frame"])
+def test_damage_below_the_durable_point_is_not_a_torn_tail(
+    open_broker: Callable[..., FileBroker], root: Path, damage: str
+) -> None:
+    """The last frame was synced (close flushes): damaging it is corruption, reported
+    with the offset it holds, never truncated away."""
+    b = open_broker()
+    _fill(b)
+    b.close()
+    seg = logs(root)[-1]
+    good = seg.read_bytes()
+    last_pos = frames(seg)[-1][0]
+    if damage == "flip in the last frame":
+        seg.write_bytes(good[:-1] + bytes([good[-1] ^ 0x55]))
+    else:
+        seg.write_bytes(good[: last_pos + 40])
+    c = open_broker()
+    with pytest.raises(
+        CorruptLogError, match=r"at byte \d+ \(offset 12\): .*not a torn write"
+    ) as err:
+        c.end_offset("t", 0)
+    assert err.value.offset == 12 and err.value.position == last_pos
+    assert "rstreams topics repair t --queue 0 --truncate-at 12" in str(err.value)
+    assert seg.stat().st_size == (len(good) if damage.startswith("flip") else last_pos + 40)
+
+
+def test_a_log_cut_at_a_frame_boundary_or_missing_segments_is_refused(
+    open_broker: Callable[..., FileBroker], root: Path
+) -> None:
+    b = open_broker()
+    _fill(b)
+    b.close()
+    seg = logs(root)[-1]
+    seg.write_bytes(seg.read_bytes()[: frames(seg)[-1][0]])  # whole frames, one fewer
+    with pytest.raises(CorruptLogError, match=r"ends at offset 12 but offsets up to 14 were"):
+        open_broker().end_offset("t", 0)
+
+
+def test_a_log_that_ends_below_a_committed_offset_is_refused(
+    open_broker: Callable[..., FileBroker], root: Path
+) -> None:
+    b = open_broker()
+    _fill(b)
+    b.commit("g", "t", 0, 15)
+    b.close()
+    (root / "topics" / "t" / "0" / filelog.DURABLE_FILE).unlink()  # only the group knows
+    seg = logs(root)[-1]
+    seg.write_bytes(seg.read_bytes()[: frames(seg)[1][0]])
+    with pytest.raises(
+        CorruptLogError, match=r"ends at offset 3 but group 'g' committed offset 15"
+    ):
+        open_broker().append("t", 0, [rec(b"would reuse offset 3")])
+
+
+def test_a_closed_segment_cut_short_is_refused(
+    open_broker: Callable[..., FileBroker], root: Path
+) -> None:
+    b = open_broker(segment_bytes=120)  # a segment per batch or so
+    values = _fill(b, batches=6)
+    b.close()
+    closed = logs(root)[0]
+    assert len(logs(root)) > 2
+    c = open_broker(segment_bytes=120)
+    assert [r.value for r in c.read("t", 0, 0)] == values
+    c.close()
+    first = frames(closed)
+    closed.write_bytes(closed.read_bytes()[: first[-1][0]] if len(first) > 1 else b"")
+    d = open_broker(segment_bytes=120)
+    with pytest.raises(CorruptLogError, match=r"the segment ends at offset \d+ but the next one"):
+        d.read("t", 0, 0)
+
+
+@pytest.mark.parametrize("what", ["offset file", "meta.json", "durable point"])
+def test_damaged_small_files_are_errors_not_zeros(
+    open_broker: Callable[..., FileBroker], root: Path, what: str
+) -> None:
+    b = open_broker()
+    _fill(b)
+    b.commit("g", "t", 0, 15)
+    b.close()
+    path = {
+        "offset file": root / "groups" / "g" / "t" / "0.json",
+        "meta.json": root / "topics" / "t" / "meta.json",
+        "durable point": root / "topics" / "t" / "0" / filelog.DURABLE_FILE,
+    }[what]
+    data = path.read_bytes()
+    digit = next(i for i, ch in enumerate(data) if chr(ch).isdigit())
+    path.write_bytes(
+        data[:digit] + (b"9" if data[digit : digit + 1] != b"9" else b"8") + data[digit + 1 :]
+    )
+    c = open_broker()
+    with pytest.raises(CorruptLogError, match="damaged") as err:
+        c.committed("g", "t", 0)
+        c.end_offset("t", 0)
+    assert str(path) in str(err.value)
 
 
 @pytest.mark.parametrize("where", ["payload", "header"])
@@ -378,7 +472,7 @@ def test_corruption_in_a_closed_segment_raises_on_read(
     seg.write_bytes(bytes(data))
     c = open_broker()
     assert [r.value for r in c.read("t", 0, 0, 3)] == values[:3]  # before the damage: fine
-    with pytest.raises(CorruptLogError, match=f"{seg.name} at byte {pos}: crc mismatch"):
+    with pytest.raises(CorruptLogError, match=rf"{seg.name} at byte {pos} \(offset {base}\): crc mismatch"):
         c.read("t", 0, base)
     later = int(logs(root)[1].stem)
     assert [r.value for r in c.read("t", 0, later)] == values[later:]
@@ -659,7 +753,8 @@ def test_committed_offsets_are_durable_files(
     b.commit("g2", "t", 0, 1)
     b.close()
     doc = json.loads((root / "groups" / "g1" / "t" / "1.json").read_text())
-    assert doc == {"group": "g1", "topic": "t", "queue": 1, "offset": 8}
+    assert doc == {"group": "g1", "topic": "t", "queue": 1, "offset": 8, "crc": doc["crc"]}
+    assert doc["crc"] == zlib.crc32(b"g1\0t\x001\x008")  # a flipped digit cannot pass
     assert not [p for p in (root / "groups").rglob("*") if p.name.endswith(".tmp")]
     c = open_broker()
     assert c.groups() == ["g1", "g2"]
@@ -708,10 +803,11 @@ def test_commit_makes_data_durable_before_recording_the_offset(
         monkeypatch.setattr(filelog, "_fdatasync", lambda fd: events.append("data"))
         real = filelog._atomic_write
         monkeypatch.setattr(
-            filelog, "_atomic_write", lambda *a, **k: (events.append("offset"), real(*a, **k))
+            filelog, "_atomic_write", lambda *a, **k: (events.append(a[0].name), real(*a, **k))
         )
         b.commit("g", "t", 0, 1)
-    assert events == ["data", "offset"]
+    # the data, then the durable point that covers it, then the offset
+    assert events == ["data", filelog.DURABLE_FILE, "0.json"]
 
 
 # -- property ----------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ import re
 import sys
 import threading
 import time
+import zlib
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -116,6 +117,7 @@ DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 60 * 60 * 1000
 _READ_BLOCK = 256 * 1024
 _MAX_OPEN_CLOSED_SEGMENTS = 4  # per queue, besides the active segment
 _RACY_NS = 1_000_000_000  # a directory changed this recently may change again unseen
+DURABLE_FILE = "durable-point"  # "<segment base> <bytes> <end offset> <crc32>"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -123,21 +125,67 @@ _generations = itertools.count(1)  # tells apart every file a segment object ope
 
 
 class CorruptLogError(RStreamsError, RuntimeError):
-    """A segment holds a damaged frame with valid data after it (so it is not a torn tail).
+    """Data of a queue is damaged or missing: not a torn write that may be dropped.
 
-    Carries ``topic``, ``queue``, ``segment`` (path) and ``position`` (byte of the frame).
+    Raised for a bad frame with valid frames after it or below the queue's durable point,
+    a log that ends below an offset that was synced, committed by a group or referenced
+    by a transaction, a closed segment cut short, and damaged offset or metadata files.
+    Carries ``topic``, ``queue``, ``segment`` (the damaged file), ``position`` (its byte,
+    or None) and ``offset`` (the first offset that cannot be read, or None). The message
+    ends with what to do next.
     """
 
-    def __init__(self, topic: str, queue: int, segment: str, position: int, reason: str) -> None:
+    def __init__(
+        self,
+        topic: str,
+        queue: int | None,
+        segment: str,
+        position: int | None,
+        reason: str,
+        *,
+        offset: int | None = None,
+        root: str | Path | None = None,
+    ) -> None:
+        where = f"{topic!r}" if queue is None else f"{topic!r}[{queue}]"
+        at = f"{segment}" + (f" at byte {position}" if position is not None else "")
+        if offset is not None:
+            at += f" (offset {offset})"
         super().__init__(
-            f"corrupt log {topic!r}[{queue}]: segment {segment} at byte {position}: {reason}. "
-            f"Records from there on cannot be read; restore the segment from a copy, or "
-            f"truncate it at byte {position} to give up the damaged records"
+            f"corrupt log {where}: {at}: {reason}. {_repair_advice(root, topic, queue, offset)}"
         )
         self.topic = topic
         self.queue = queue
         self.segment = segment
         self.position = position
+        self.offset = offset
+
+
+def _repair_advice(
+    root: str | Path | None, topic: str, queue: int | None, offset: int | None
+) -> str:
+    """The next step, as commands: see every damage, cut it, rebuild the job."""
+    where = ""
+    if root is not None and Path(root).name == "log":  # a job's log: DATA_DIR/JOB/log
+        job = Path(root).parent
+        where = f" --data-dir {job.parent} --job {job.name}"
+    cut = ""
+    if queue is not None and offset is not None:
+        repair = f"rstreams topics repair {topic} --queue {queue} --truncate-at {offset}"
+        cut = f", cut it with `{repair}{where}`"
+    return (
+        f"List every damaged file with `rstreams topics check{where}`{cut}, then rebuild the "
+        f"job from its input with `rstreams run ... --fresh` "
+        f"(docs/state.md#recovering-from-damage)"
+    )
+
+
+def _corrupt(
+    q: _Queue, path: str | Path, position: int | None, reason: str, offset: int | None = None
+) -> CorruptLogError:
+    return CorruptLogError(
+        q.topic.name, q.number, str(path), position, reason, offset=offset,
+        root=q.topic.dir.parent.parent,
+    )  # fmt: skip
 
 
 def _encode_name(name: str) -> str:
@@ -150,6 +198,16 @@ def _encode_name(name: str) -> str:
     if len(enc.encode()) > 200:
         raise ConfigError(f"name {name!r} is too long for a file name ({len(enc)} characters)")
     return enc
+
+
+def _offset_crc(doc: dict[str, Any]) -> int:
+    text = f"{doc['group']}\0{doc['topic']}\0{doc['queue']}\0{doc['offset']}"
+    return zlib.crc32(text.encode())
+
+
+def _meta_crc(meta: dict[str, Any]) -> int:
+    body = {k: v for k, v in meta.items() if k != "crc"}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
 
 
 def _now_ms() -> int:
@@ -335,6 +393,9 @@ class _Queue:
         self.cache_columns = RecordColumns(range(0), [], [], [], [])
         # the last block read (of validated, so unchanging, bytes), for the next read
         self.read_buffer = ReadBuffer()
+        # (segment base, bytes, end offset) known whole (and synced, unless fsync="never")
+        self.durable: tuple[int, int, int] | None = None
+        self.synced_base = -1  # the newest segment whose directory entry is durable
 
     @property
     def end(self) -> int:
@@ -385,6 +446,7 @@ class FileBroker:
         self._create_lock = _FileLock(self._topics_dir / ".create.lock")
         self._dirty: set[tuple[_Queue, _Segment]] = set()
         self._dirty_dirs: set[Path] = set()
+        self._unmarked: set[_Queue] = set()  # queues appended to since their durable point
         self._dirty_lock = threading.Lock()
         self._closed = False
 
@@ -462,6 +524,7 @@ class FileBroker:
             "segment_bytes": segment_bytes or self.segment_bytes,
             "index_interval_bytes": self.index_interval_bytes,
         }
+        meta["crc"] = _meta_crc(meta)
         _makedirs(tdir, sync=self._sync)
         for i in range(queues):
             qdir = tdir / str(i)
@@ -479,9 +542,27 @@ class FileBroker:
         if t is None:
             tdir = self._topics_dir / _encode_name(name)
             try:
-                meta = json.loads((tdir / "meta.json").read_bytes())
+                data = (tdir / "meta.json").read_bytes()
             except FileNotFoundError:
                 return None
+            try:
+                meta = json.loads(data)
+                if isinstance(meta, dict) and "crc" in meta and meta["crc"] != _meta_crc(meta):
+                    raise ValueError("checksum mismatch")
+                if not isinstance(meta, dict) or meta.get("name") != name:
+                    raise ValueError(
+                        f"it names {meta.get('name') if isinstance(meta, dict) else meta!r}"
+                    )
+                if not isinstance(meta.get("queues"), int) or meta["queues"] < 1:
+                    raise ValueError(f"queues {meta.get('queues')!r}")
+                for k in ("segment_bytes", "index_interval_bytes"):
+                    if not isinstance(meta.get(k), int) or meta[k] < 1:
+                        raise ValueError(f"{k} {meta.get(k)!r}")
+            except (ValueError, UnicodeDecodeError) as e:
+                raise CorruptLogError(
+                    name, None, str(tdir / "meta.json"), None,
+                    f"the topic's metadata file is damaged ({e})", root=self.root,
+                ) from None  # fmt: skip
             with self._lock:
                 t = self._topics.setdefault(name, _Topic(name, tdir, meta))
         return t
@@ -522,7 +603,10 @@ class FileBroker:
                 if q is None:
                     q = _Queue(t, queue)
                     with q.mutex, q.write_lock:
+                        q.durable = self._read_durable(q)
                         self._relist(q, locked=True)
+                        q.synced_base = q.bases[-1]
+                        self._check_end(q)
                     t.queues[queue] = q
         return q
 
@@ -639,6 +723,81 @@ class FileBroker:
         except FrameError as e:
             self._bad_tail(q, seg, e, size, locked=locked)
 
+    def _read_durable(self, q: _Queue) -> tuple[int, int, int] | None:
+        """The queue's durable point: (segment base, bytes, end offset), or None."""
+        path = q.dir / DURABLE_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            seg, size, end, crc = (int(x) for x in text.split())
+            if zlib.crc32(f"{seg} {size} {end}".encode()) != crc or min(seg, size, end) < 0:
+                raise ValueError("checksum mismatch")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _corrupt(
+                q, path, None,
+                f"the durable-point file is damaged ({e}); if `rstreams topics check` finds "
+                f"the queue's segments sound, delete this file",
+            ) from None  # fmt: skip
+        return seg, size, end
+
+    def _mark_durable(self, q: _Queue) -> None:
+        """Record how far the queue is whole (and synced): bytes before it are never a
+        torn tail, and the log may never end below it."""
+        with q.mutex:
+            seg = q.segments[-1]
+            if not seg.active or seg.fd < 0:
+                return
+            if self._sync:
+                if seg.dirty:
+                    _fdatasync(seg.fd)
+                    seg.dirty = False
+                if seg.base > q.synced_base:  # the segment's directory entry, too
+                    _fsync_dir(q.dir)
+                    q.synced_base = seg.base
+            point = (seg.base, seg.size, seg.next_offset)
+            with q.write_lock:
+                old = self._read_durable(q)
+                if old is not None and old[2] >= point[2]:
+                    q.durable = old
+                    return
+                text = "{} {} {}".format(*point)
+                data = f"{text} {zlib.crc32(text.encode())}\n".encode()
+                _atomic_write(q.dir / DURABLE_FILE, data, sync=False)
+                q.durable = point
+
+    def _check_end(self, q: _Queue) -> None:
+        """Refuse a log that ends below what was synced, committed or referenced."""
+        last = q.segments[-1]
+        if q.durable is not None and q.end < q.durable[2]:
+            seg, size, end = q.durable
+            raise _corrupt(
+                q, last.path, last.size,
+                f"the log ends at offset {q.end} but offsets up to {end - 1} were written "
+                f"whole (segment {seg:020d}.log up to byte {size}): records "
+                f"{q.end}..{end - 1} are missing (a segment was cut short or deleted)",
+                q.end,
+            )  # fmt: skip
+        for group, offset in self._committed_by(q):
+            if offset > q.end:
+                raise _corrupt(
+                    q, last.path, last.size,
+                    f"the log ends at offset {q.end} but group {group!r} committed offset "
+                    f"{offset}: records {q.end}..{offset - 1} are missing, and new records "
+                    f"would reuse their offsets",
+                    q.end,
+                )  # fmt: skip
+
+    def _committed_by(self, q: _Queue) -> Iterator[tuple[str, int]]:
+        """(group, committed offset) of every group that committed this queue."""
+        tname = _encode_name(q.topic.name)
+        for gdir in sorted(self._groups_dir.iterdir()):
+            path = gdir / tname / f"{q.number}.json"
+            if not gdir.name.startswith(".") and path.exists():
+                doc = self._read_offset_file(path)
+                yield doc["group"], doc["offset"]
+
     def _bad_tail(
         self, q: _Queue, seg: _Segment, e: FrameError, size: int, *, locked: bool
     ) -> None:
@@ -652,13 +811,19 @@ class FileBroker:
             return
         after = find_frame_after(seg.fd, e.pos, size, seg.next_offset)
         if after is not None:
-            raise CorruptLogError(
-                q.topic.name,
-                q.number,
-                str(seg.path),
-                e.pos,
-                f"{e.reason}; a valid frame follows at byte {after}",
-            )
+            raise _corrupt(
+                q, seg.path, e.pos, f"{e.reason}; a valid frame follows at byte {after}",
+                seg.next_offset,
+            )  # fmt: skip
+        mark = self._read_durable(q)  # another process may have moved it
+        if mark is not None and (mark[0] > seg.base or (mark[0] == seg.base and e.pos < mark[1])):
+            synced = "synced" if self._sync else "written whole"
+            raise _corrupt(
+                q, seg.path, e.pos,
+                f"{e.reason}; the queue was {synced} up to offset {mark[2]} (segment "
+                f"{mark[0]:020d}.log, byte {mark[1]}), so this is damage, not a torn write",
+                seg.next_offset,
+            )  # fmt: skip
         log.warning(
             "file log %s: truncating the torn tail of %s at byte %d (%d bytes dropped: %s)",
             q.name,
@@ -682,12 +847,8 @@ class FileBroker:
             if size > seg.size:
                 self._scan_active(q, seg, size, locked=locked)
             elif size < seg.size:
-                raise CorruptLogError(
-                    q.topic.name,
-                    q.number,
-                    str(seg.path),
-                    size,
-                    f"the file shrank below its {seg.size} valid bytes",
+                raise _corrupt(
+                    q, seg.path, size, f"the file shrank below its {seg.size} valid bytes"
                 )
             if seg is not q.segments[-1]:
                 continue  # a locked re-check relisted under us
@@ -759,6 +920,8 @@ class FileBroker:
                     os.close(fd)
             seg.size = pos + len(frame)
             seg.next_offset = base + count
+            with self._dirty_lock:
+                self._unmarked.add(q)
             if self.fsync == "always":
                 _fdatasync(seg.fd)
             elif self.fsync == "commit" and not seg.dirty:
@@ -778,9 +941,7 @@ class FileBroker:
         seg.fd = os.open(seg.path, os.O_RDWR | os.O_CREAT, 0o644)
         seg.gen = next(_generations)
         if os.fstat(seg.fd).st_size:
-            raise CorruptLogError(
-                q.topic.name, q.number, str(seg.path), 0, "a new segment file already has data"
-            )
+            raise _corrupt(q, seg.path, 0, "a new segment file already has data", base)
         seg.ident = os.fstat(seg.fd).st_ino
         seg.active = True
         seg.index = SparseIndex(q.topic.index_interval)
@@ -872,7 +1033,22 @@ class FileBroker:
         i = max(bisect_right(q.bases, offset) - 1, 0)
         segments = q.segments
         while i < len(segments) and out.count < limit:
-            self._read_segment(q, segments[i], offset, limit, out)
+            seg = segments[i]
+            end = self._read_segment(q, seg, offset, limit, out)
+            if (
+                out.count < limit
+                and i + 1 < len(segments)
+                and end != segments[i + 1].base
+                and not q.topic.compacted  # compaction may drop a segment's last records
+            ):
+                # A closed segment cut at a frame boundary reads cleanly but too short.
+                raise _corrupt(
+                    q, seg.path, seg.size,
+                    f"the segment ends at offset {end} but the next one starts at "
+                    f"{segments[i + 1].base}: records {end}..{segments[i + 1].base - 1} are "
+                    f"missing (the file was cut short)",
+                    end,
+                )  # fmt: skip
             offset = max(offset, out.next_offset)
             i += 1
 
@@ -900,8 +1076,11 @@ class FileBroker:
 
     def _read_segment(
         self, q: _Queue, seg: _Segment, offset: int, limit: int, out: _Collected
-    ) -> None:
-        """Append to ``out`` the records of ``seg`` with offsets >= ``offset``, up to ``limit``."""
+    ) -> int:
+        """Append to ``out`` the records of ``seg`` with offsets >= ``offset``, up to ``limit``.
+
+        Returns the offset after the last frame read (the segment's end when ``out`` did
+        not fill up)."""
         if seg.fd < 0:
             self._open_closed(q, seg)
         elif not seg.active:
@@ -912,8 +1091,7 @@ class FileBroker:
             k = bisect_right(idx.offsets, offset) - 1
             pos, expect = (idx.positions[k], idx.offsets[k]) if k >= 0 else (0, seg.base)
             try:
-                self._read_frames(q, seg, pos, expect if k >= 0 else -1, offset, limit, out)
-                return
+                return self._read_frames(q, seg, pos, expect if k >= 0 else -1, offset, limit, out)
             except _StaleIndex:
                 if attempt:
                     break
@@ -921,7 +1099,7 @@ class FileBroker:
                     idx = seg.index = SparseIndex.scan(seg.fd, seg.size, q.topic.index_interval)
                 else:
                     idx = seg.index = self._rebuild_closed_index(q, seg)
-        raise CorruptLogError(q.topic.name, q.number, str(seg.path), 0, "unusable index")
+        raise _corrupt(q, seg.path, 0, "unusable index")
 
     def _read_frames(
         self,
@@ -932,7 +1110,8 @@ class FileBroker:
         offset: int,
         limit: int,
         out: _Collected,
-    ) -> None:
+    ) -> int:
+        at = expect if expect >= 0 else seg.base  # offset of the next frame
         try:
             buffer = q.read_buffer.use(seg.gen)
             for fpos, base, count, last_delta, _ts, _stop, crc, frame in iter_frames(
@@ -943,6 +1122,7 @@ class FileBroker:
                         raise _StaleIndex
                     expect = -1
                 if base + last_delta < offset:
+                    at = base + last_delta + 1
                     continue
                 assert frame is not None
                 key = (seg.gen, fpos)
@@ -956,11 +1136,12 @@ class FileBroker:
                     except FrameError as e:
                         raise FrameError(fpos, e.reason) from None
                     q.cache_key, q.cache_columns = key, columns
+                at = base + last_delta + 1
                 j = columns.index_of(offset) if base < offset else 0
                 want = limit - out.count
                 out.add(columns if j == 0 and want >= count else columns.slice(j, j + want))
                 if out.count >= limit:
-                    return
+                    return at
         except FrameError as e:
             if expect >= 0 and e.pos == pos:
                 raise _StaleIndex from None
@@ -971,7 +1152,8 @@ class FileBroker:
             else:
                 after = find_frame_after(seg.fd, e.pos, seg.size, seg.base)
                 reason = e.reason + (f"; a valid frame follows at byte {after}" if after else "")
-            raise CorruptLogError(q.topic.name, q.number, str(seg.path), e.pos, reason) from None
+            raise _corrupt(q, seg.path, e.pos, reason, at) from None
+        return at
 
     def end_offset(self, topic: str, queue: int) -> int:
         q = self._queue(topic, queue)
@@ -1166,16 +1348,43 @@ class FileBroker:
         self.flush()
         path = self._offset_path(group, topic, queue)
         _makedirs(path.parent, sync=self._sync)
-        doc = {"group": group, "topic": topic, "queue": queue, "offset": int(offset)}
+        doc: dict[str, Any] = {
+            "group": group,
+            "topic": topic,
+            "queue": queue,
+            "offset": int(offset),
+        }
+        doc["crc"] = _offset_crc(doc)
         _atomic_write(path, json.dumps(doc).encode() + b"\n", sync=self._sync)
 
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` committed for the queue (0 if none)."""
         self._check_open()
         try:
-            return int(json.loads(self._offset_path(group, topic, queue).read_bytes())["offset"])
+            return int(self._read_offset_file(self._offset_path(group, topic, queue))["offset"])
         except FileNotFoundError:
             return 0
+
+    def _read_offset_file(self, path: Path) -> dict[str, Any]:
+        """A committed-offset file, checked: a damaged one is an error, never offset 0."""
+        data = path.read_bytes()
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or not isinstance(doc.get("offset"), int):
+                raise ValueError("no offset")
+            if "crc" in doc and doc["crc"] != _offset_crc(doc):
+                raise ValueError("checksum mismatch")
+            if doc["offset"] < 0 or not isinstance(doc.get("queue"), int):
+                raise ValueError(f"offset {doc['offset']}, queue {doc.get('queue')!r}")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CorruptLogError(
+                unquote(path.parent.name), int(path.stem) if path.stem.isdigit() else None,
+                str(path), None,
+                f"the committed-offset file of group {unquote(path.parent.parent.name)!r} is "
+                f"damaged ({e})",
+                root=self.root,
+            ) from None  # fmt: skip
+        return doc
 
     def groups(self) -> list[str]:
         """Every group with committed offsets."""
@@ -1196,7 +1405,7 @@ class FileBroker:
         for f in sorted(gdir.glob("*/*.json")):
             if f.name.startswith("."):
                 continue
-            doc = json.loads(f.read_bytes())
+            doc = self._read_offset_file(f)
             out[(doc["topic"], int(doc["queue"]))] = int(doc["offset"])
         return out
 
@@ -1207,6 +1416,7 @@ class FileBroker:
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
             dirs, self._dirty_dirs = self._dirty_dirs, set()
+            marks, self._unmarked = self._unmarked, set()
         for q, seg in dirty:
             with q.mutex:
                 if seg.dirty and seg.fd >= 0:
@@ -1214,6 +1424,8 @@ class FileBroker:
                 seg.dirty = False
         for d in dirs:
             _fsync_dir(d)
+        for q in marks:
+            self._mark_durable(q)
 
     def close(self) -> None:
         """Flush, then release every file; the broker can no longer be used."""
@@ -1333,6 +1545,6 @@ def _batches_of(
                         floor[0] = batch[-1].offset
                         yield batch
             except FrameError as e:
-                raise CorruptLogError(q.topic.name, q.number, str(path), e.pos, e.reason) from None
+                raise _corrupt(q, path, e.pos, e.reason) from None
         finally:
             os.close(fd)
