@@ -51,6 +51,10 @@ def _known(broker: Any, topic: str) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        return _check(args)
+    if args.action == "repair":
+        return _repair(args)
     broker = _broker(args, create=args.action == "create")
     try:
         if args.action == "list":
@@ -75,6 +79,80 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 print(f"  queue {q}: offsets {start}..{end} ({end - start} records)")
     finally:
         broker.close()
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from rstreams.runtime.queues.fsck import check_log
+
+    root = job_root(args.data_dir, args.job)
+    checks = check_log(root / "log", [args.name] if args.name else None)
+    damaged = 0
+    for qc in checks:
+        for f in qc.findings:
+            print(f)
+            damaged += f.fatal
+        if args.verbose and qc.queue >= 0:
+            state = "ok" if qc.ok else "DAMAGED"
+            print(
+                f"{qc.topic}[{qc.queue}]: {state}: offsets {qc.start}..{qc.end}, "
+                f"{qc.records} records in {qc.frames} frames, {qc.segments} segments",
+                file=sys.stderr,
+            )
+    queues = sum(qc.queue >= 0 for qc in checks)
+    if damaged:
+        first = next(f for qc in checks for f in qc.findings if f.fatal)
+        hint = ""
+        if first.offset is not None and first.queue is not None:
+            hint = (
+                f"; cut the damage with `rstreams topics repair {first.topic} --queue "
+                f"{first.queue} --truncate-at {first.offset} --data-dir {args.data_dir} "
+                f"--job {root.name}`"
+            )
+        print(
+            f"rstreams: {damaged} damaged place(s) in {queues} queues of job {root.name!r}"
+            f"{hint}, then rebuild the job with `rstreams run ... --fresh` "
+            "(docs/state.md#recovering-from-damage)",
+            file=sys.stderr,
+        )
+        return 1
+    if not args.quiet:
+        print(f"{queues} queues checked: no damage", file=sys.stderr)
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from rstreams.runtime.engine.joblock import JobLock
+    from rstreams.runtime.queues.fsck import repair_queue
+
+    if not args.name or args.queue is None or args.truncate_at is None:
+        raise ConfigError("topics repair needs TOPIC, --queue Q and --truncate-at OFFSET")
+    root = job_root(args.data_dir, args.job)
+    lock = JobLock(root.parent, root.name).acquire()  # never under a running job
+    try:
+        r = repair_queue(root / "log", args.name, args.queue, args.truncate_at)
+    finally:
+        lock.release()
+    if not (r.removed_records or r.removed_bytes):
+        print(f"{r.topic}[{r.queue}]: nothing at or after offset {r.cut_at}; nothing cut")
+        return 0
+    print(
+        f"{r.topic}[{r.queue}]: cut at offset {r.cut_at}: {r.removed_records} offsets, "
+        f"{r.removed_bytes} bytes and {r.removed_segments} later segments removed"
+    )
+    for group, offset in r.groups:
+        print(
+            f"  group {group!r} had committed offset {offset}: lowered to {r.cut_at} "
+            f"(it had consumed records that are gone)"
+        )
+    for store in r.stores:
+        print(f"  state store {store} was built from removed changelog records")
+    if r.job_marked:
+        print(
+            f"job {r.job_marked!r} must be rebuilt from its input: its state and outputs "
+            f"include the removed records. Its next run refuses to start without --fresh "
+            f"(rstreams run PIPELINE.py --input ... --data-dir {args.data_dir} --fresh)"
+        )
     return 0
 
 
@@ -255,11 +333,25 @@ def add_parsers(sub: Any, common: Any) -> None:
         p.add_argument("--job", default=None, help="the job whose log to use (DIR/JOB)")
         common(p)
 
-    p = sub.add_parser("topics", help="list, create or describe topics of a job's log")
-    p.add_argument("action", choices=("list", "create", "describe"))
-    p.add_argument("name", nargs="?")
+    p = sub.add_parser(
+        "topics",
+        help="list, create, describe, check or repair topics of a job's log",
+        description=(
+            "check: verify every frame of every queue (of TOPIC, default all) and every "
+            "committed offset; exit 1 if anything is damaged. repair: cut queue --queue of "
+            "TOPIC at offset --truncate-at (records from there on are removed) and report "
+            "what that affects; the job's next run must then be --fresh. "
+            "See docs/state.md#recovering-from-damage."
+        ),
+    )
+    p.add_argument("action", choices=("list", "create", "describe", "check", "repair"))
+    p.add_argument("name", nargs="?", metavar="TOPIC")
     p.add_argument("--queues", type=int, default=1, help="queues of a new topic (default 1)")
     p.add_argument("--compacted", action="store_true", help="create a compacted topic")
+    p.add_argument("--queue", type=int, metavar="Q", help="repair: the queue to cut")
+    p.add_argument(
+        "--truncate-at", type=int, metavar="OFFSET", help="repair: the first offset to remove"
+    )
     base(p)
     p.set_defaults(func=cmd_topics)
 

@@ -91,3 +91,8 @@ class StateStoreError(RStreamsError, RuntimeError):
         super().__init__(message)
         self.store = store
         self.path = path
+
+
+class JobNeedsRebuildError(RStreamsError, RuntimeError):
+    """Records a job had consumed were removed from its log (``rstreams topics repair``):
+    its state and outputs cannot be trusted, so it only runs again with ``--fresh``."""

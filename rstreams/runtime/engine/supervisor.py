@@ -37,6 +37,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker, restore_progress
+from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
 
@@ -128,6 +129,7 @@ class Supervisor:
         try:
             if fresh and self.root.exists():
                 shutil.rmtree(self.root)
+            refuse_if_repaired(self.root)  # a repair removed records this job consumed
             self.root.mkdir(parents=True, exist_ok=True)
             (self.root / "logs").mkdir(exist_ok=True)
             self.broker = open_broker(self.root)
