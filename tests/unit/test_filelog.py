@@ -595,7 +595,7 @@ def test_purge_deletes_whole_segments_below_and_persists_start(
     b.purge("t", 0, cut)
     assert logs(root) == before[3:]
     assert b.start_offset("t", 0) == cut
-    assert (qdir(root) / "start-offset").read_text().strip() == str(cut)
+    assert (qdir(root) / "start-offset").read_text().split()[0] == str(cut)
     with pytest.raises(ConfigError, match="purged"):
         b.read("t", 0, cut - 1)
     assert [r.value for r in b.read("t", 0, cut)] == values[cut:]

@@ -21,7 +21,8 @@ Layout under ``root``::
     topics/<topic>/meta.json                 {"name", "queues", "compacted", retention...}
     topics/<topic>/<queue>/<base:020d>.log   segments: record-batch frames
     topics/<topic>/<queue>/<base:020d>.index sparse index (offset -> position), rebuildable
-    topics/<topic>/<queue>/start-offset      logical start offset after purge (text)
+    topics/<topic>/<queue>/start-offset      logical start offset after purge ("N crc32")
+    topics/<topic>/<queue>/durable-point     how far the queue is known whole and synced
     topics/<topic>/<queue>/lock, maint.lock  flock files (appends; purge/retention/compaction)
     groups/<group>/<topic>/<queue>.json      {"group", "topic", "queue", "offset"}
 
@@ -203,6 +204,19 @@ def _encode_name(name: str) -> str:
 def _offset_crc(doc: dict[str, Any]) -> int:
     text = f"{doc['group']}\0{doc['topic']}\0{doc['queue']}\0{doc['offset']}"
     return zlib.crc32(text.encode())
+
+
+def parse_durable(text: str) -> tuple[int, int, int]:
+    """(segment base, bytes, end offset) of a durable-point file; ValueError if damaged."""
+    seg, size, end, crc = (int(x) for x in text.split())
+    if zlib.crc32(f"{seg} {size} {end}".encode()) != crc or min(seg, size, end) < 0:
+        raise ValueError("checksum mismatch")
+    return seg, size, end
+
+
+def format_durable(seg: int, size: int, end: int) -> bytes:
+    text = f"{seg} {size} {end}"
+    return f"{text} {zlib.crc32(text.encode())}\n".encode()
 
 
 def _meta_crc(meta: dict[str, Any]) -> int:
@@ -629,7 +643,7 @@ class FileBroker:
             int(m.group(1)) for m in map(_SEGMENT_NAME.match, os.listdir(q.dir)) if m is not None
         )
         try:
-            start = int((q.dir / "start-offset").read_text())
+            start = self._read_start(q)
         except FileNotFoundError:
             start = 0
         if not bases:  # every segment removed by hand: start afresh where the log ended
@@ -665,6 +679,21 @@ class FileBroker:
         last = segments[-1]
         if not last.active:
             self._init_active(q, last, locked=locked)
+
+    def _read_start(self, q: _Queue) -> int:
+        """The logical start offset after purges: ``"<offset> <crc32>"`` (or a bare
+        offset, as written before the crc); FileNotFoundError if never purged."""
+        path = q.dir / "start-offset"
+        text = path.read_text()
+        try:
+            parts = [int(x) for x in text.split()]
+            if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
+                raise ValueError("checksum mismatch")
+            if len(parts) not in (1, 2) or parts[0] < 0:
+                raise ValueError(f"{text.strip()!r}")
+        except ValueError as e:
+            raise _corrupt(q, path, None, f"the start-offset file is damaged ({e})") from None
+        return parts[0]
 
     def _drop_closed(self, q: _Queue, seg: _Segment) -> None:
         q.open_closed.pop(seg.base, None)
@@ -731,9 +760,7 @@ class FileBroker:
         except FileNotFoundError:
             return None
         try:
-            seg, size, end, crc = (int(x) for x in text.split())
-            if zlib.crc32(f"{seg} {size} {end}".encode()) != crc or min(seg, size, end) < 0:
-                raise ValueError("checksum mismatch")
+            seg, size, end = parse_durable(text)
         except (ValueError, UnicodeDecodeError) as e:
             raise _corrupt(
                 q, path, None,
@@ -762,9 +789,7 @@ class FileBroker:
                 if old is not None and old[2] >= point[2]:
                     q.durable = old
                     return
-                text = "{} {} {}".format(*point)
-                data = f"{text} {zlib.crc32(text.encode())}\n".encode()
-                _atomic_write(q.dir / DURABLE_FILE, data, sync=False)
+                _atomic_write(q.dir / DURABLE_FILE, format_durable(*point), sync=False)
                 q.durable = point
 
     def _check_end(self, q: _Queue) -> None:
@@ -1171,7 +1196,8 @@ class FileBroker:
 
     def _set_start(self, q: _Queue, start: int) -> None:
         if start > q.start:
-            _atomic_write(q.dir / "start-offset", f"{start}\n".encode(), sync=self._sync)
+            text = f"{start} {zlib.crc32(str(start).encode())}\n"
+            _atomic_write(q.dir / "start-offset", text.encode(), sync=self._sync)
             q.start = start
 
     def _delete_segments(self, q: _Queue, doomed: list[_Segment]) -> None:

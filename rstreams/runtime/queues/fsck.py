@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -138,12 +139,15 @@ def _scan_queue(
     bases = _segments(qdir)
     qc.segments = len(bases)
     try:
-        qc.start = int((qdir / "start-offset").read_text())
+        parts = [int(x) for x in (qdir / "start-offset").read_text().split()]
+        if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
+            raise ValueError("checksum mismatch")
+        qc.start = parts[0]
     except FileNotFoundError:
         qc.start = 0
-    except ValueError:
+    except (ValueError, IndexError) as e:
         qc.findings.append(
-            Finding(topic, queue, str(qdir / "start-offset"), None, None, "not a number")
+            Finding(topic, queue, str(qdir / "start-offset"), None, None, f"damaged ({e})")
         )
     at = bases[0] if bases else qc.start
     qc.start = max(qc.start, at)
