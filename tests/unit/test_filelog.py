@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import zlib
 import logging
 import os
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -317,7 +317,6 @@ def test_torn_tail_is_truncated_on_reopen(
     b.close()
     seg = logs(root)[-1]
     good = seg.read_bytes()
-    last_pos = frames(seg)[-1][0]
     frame = fmt.build_frame(15, fmt.encode_batch([rec(b"lost")])[0], 1, 0, 0)  # type: ignore[index]
     damaged = {
         "half frame": good + frame[: len(frame) // 2],
@@ -472,7 +471,8 @@ def test_corruption_in_a_closed_segment_raises_on_read(
     seg.write_bytes(bytes(data))
     c = open_broker()
     assert [r.value for r in c.read("t", 0, 0, 3)] == values[:3]  # before the damage: fine
-    with pytest.raises(CorruptLogError, match=rf"{seg.name} at byte {pos} \(offset {base}\): crc mismatch"):
+    where = rf"{seg.name} at byte {pos} \(offset {base}\): crc mismatch"
+    with pytest.raises(CorruptLogError, match=where):
         c.read("t", 0, base)
     later = int(logs(root)[1].stem)
     assert [r.value for r in c.read("t", 0, later)] == values[later:]
