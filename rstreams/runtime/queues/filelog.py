@@ -159,6 +159,7 @@ class CorruptLogError(RStreamsError, RuntimeError):
         self.segment = segment
         self.position = position
         self.offset = offset
+        self.reason = reason
 
 
 def _repair_advice(

@@ -269,9 +269,7 @@ def check_log(root: str | os.PathLike[str], topics: list[str] | None = None) -> 
                 t = broker._topic(name)
             except CorruptLogError as e:
                 qc = QueueCheck(name, -1)
-                qc.findings.append(
-                    Finding(name, None, e.segment, None, None, str(e).split(". ")[0])
-                )
+                qc.findings.append(Finding(name, None, e.segment, None, None, e.reason))
                 out.append(qc)
                 continue
             if t is None:  # a directory without meta.json: a topic being created
@@ -300,11 +298,7 @@ def check_log(root: str | os.PathLike[str], topics: list[str] | None = None) -> 
             try:
                 broker._read_offset_file(f)
             except CorruptLogError as e:
-                bad_groups.findings.append(
-                    Finding(
-                        e.topic, e.queue, str(f), None, None, str(e).split(": ")[-1].split(". ")[0]
-                    )
-                )
+                bad_groups.findings.append(Finding(e.topic, e.queue, str(f), None, None, e.reason))
         if bad_groups.findings:
             out.append(bad_groups)
     finally:
