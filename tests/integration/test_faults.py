@@ -246,7 +246,7 @@ DATA_PARTS = ("log/topics", "log/groups", "state")
 
 
 @settings(
-    max_examples=12,
+    max_examples=20,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
