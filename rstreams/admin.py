@@ -42,6 +42,17 @@ def _broker(args: argparse.Namespace, create: bool = False) -> Any:
     return open_broker(root)
 
 
+def _check_topic_name(topic: str | None) -> None:
+    """Refuse a topic name the log can not keep as one directory of its own."""
+    if topic is None:
+        return
+    if not topic or "/" in topic or "\\" in topic or ".." in topic or "\0" in topic:
+        raise ConfigError(
+            f"invalid topic name {topic!r}: a topic name must be non-empty and contain "
+            "no '/', '\\', '..' or NUL"
+        )
+
+
 def _known(broker: Any, topic: str) -> int:
     n = broker.queue_count(topic)
     if n is None:
@@ -55,6 +66,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
         return _check(args)
     if args.action == "repair":
         return _repair(args)
+    if args.action in ("create", "describe"):
+        _check_topic_name(args.name)
     broker = _broker(args, create=args.action == "create")
     try:
         if args.action == "list":
@@ -157,6 +170,7 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    _check_topic_name(args.topic)
     broker = _broker(args, create=True)
     try:
         if broker.queue_count(args.topic) is None:
@@ -211,6 +225,9 @@ def _records(broker: Any, topic: str, queue: int, start: int, limit: int | None)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    _check_topic_name(args.topic)
+    if args.offset is not None and args.offset < 0:
+        raise ConfigError(f"--offset must be >= 0; got {args.offset}")
     broker = _broker(args)
     try:
         n = _known(broker, args.topic)
@@ -273,8 +290,21 @@ def cmd_group(args: argparse.Namespace) -> int:
 
     root = job_root(args.data_dir, args.job)
     group = args.group or root.name
+    broker = _broker(args)
+    try:
+        offsets = broker.group_offsets(group)
+    finally:
+        broker.close()
+    missing = ConfigError(
+        f"group {group!r} does not exist in job {root.name!r}: it has no live member "
+        f"and no committed offset (the job's own group is {root.name!r})"
+    )
+    if not offsets and not (root / "coordination" / group).is_dir():
+        raise missing  # (before looking creates the group's directory)
     m = FileGroupMembership(root, group, "rstreams-cli")
     members = m.describe()
+    if not members and not offsets:
+        raise missing
     owners = m.task_owners()
     print(f"group {group}: generation {m.generation()}, {len(members)} live member(s)")
     for member, info in members.items():
@@ -283,13 +313,12 @@ def cmd_group(args: argparse.Namespace) -> int:
             f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
             f"\ttasks: {', '.join(tasks) or 'none'}"
         )
-    broker = _broker(args)
-    try:
-        offsets = broker.group_offsets(group)
-        if offsets:
+    if offsets:
+        broker = _broker(args)
+        try:
             _print_lag(broker, offsets, indent="  ")
-    finally:
-        broker.close()
+        finally:
+            broker.close()
     return 0
 
 

@@ -1,7 +1,8 @@
 """The ``rstreams`` command.
 
 Exit codes: 0 success, 1 a record failed processing (or another runtime failure),
-2 bad usage or configuration, 3 the pipeline file could not be loaded.
+2 bad usage or configuration, 3 the pipeline file could not be loaded, 130 interrupted
+(Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--rebalance-interval must be at least 1 s; got {args.rebalance_interval}"
         )
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1; got {args.workers}")
+    if args.top < 0:
+        raise ConfigError(f"--top must be >= 0; got {args.top}")
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0; got {args.max_restarts}")
     if args.in_memory and args.workers not in (None, 1):
         raise ConfigError("--in-memory runs in this process: it takes no --workers")
     topology = load_topology(args.pipeline)
@@ -152,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "follow": args.follow,
             "guarantee": args.guarantee,
             "state": args.state,
+            "max_restarts": args.max_restarts,
             "worker_args": [
                 "--allocation", args.allocation,
                 "--rebalance-interval", str(args.rebalance_interval),
@@ -365,6 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--top", type=int, default=20, metavar="N", help="rows to print without --output"
+    )
+    run.add_argument(
+        "--max-restarts",
+        type=int,
+        default=5,
+        metavar="N",
+        help="durable runtime: restart a worker that dies (killed, or an unexpected error) "
+        "with a backoff, and give up after N restarts in a row without progress (no "
+        "commit); 0: never restart (default 5)",
     )
     _common(run)
     run.set_defaults(func=cmd_run)

@@ -171,6 +171,7 @@ def run(
     guarantee: str = "exactly-once",
     state: str = "rocksdb",
     worker_args: list[str] | None = None,
+    max_restarts: int = 5,
     master: str | None = None,
     spark: Any = None,
     **spark_options: Any,
@@ -197,6 +198,8 @@ def run(
         guarantee: durable runtime: ``"exactly-once"`` (default; transactional commits) or
             ``"at-least-once"`` (faster; a crash may count some input twice).
         state: durable runtime: ``"rocksdb"`` (default) or ``"memory"`` state stores.
+        max_restarts: durable runtime: restarts of dead workers in a row without progress
+            (no commit) before the run gives up (0: never restart).
         follow: with ``data_dir``, keep reading lines appended to the input files until
             interrupted (Ctrl-C or SIGTERM), then return the tables as they are.
         master: Spark master URL (``local[*]`` by default); Spark only.
@@ -229,6 +232,7 @@ def run(
             topology, inputs, on_error=on_error, chunk_lines=chunk_lines, progress=progress,
             workers=workers, data_dir=data_dir, pipeline=pipeline, fresh=fresh,
             follow=follow, guarantee=guarantee, state=state, worker_args=worker_args,
+            max_restarts=max_restarts,
         )  # fmt: skip
 
 
@@ -247,6 +251,7 @@ def _run_embedded(
     guarantee: str,
     state: str,
     worker_args: list[str] | None,
+    max_restarts: int = 5,
 ) -> RunResult:
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
@@ -273,6 +278,7 @@ def _run_embedded(
             guarantee=guarantee,
             state=state,
             worker_args=worker_args,
+            max_restarts=max_restarts,
         )
 
     opened = {topic: _open(path) for topic, path in inputs.items()}

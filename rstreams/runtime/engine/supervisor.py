@@ -10,8 +10,13 @@ The supervisor (the ``rstreams run`` process itself):
    and any bookkeeping can not ingest a chunk twice). Running again with the same data
    directory resumes: only what was not ingested yet is read (a file that grew is
    tailed, a file that shrank is read again from the start, with a warning);
-4. restarts a worker that dies unexpectedly (it rejoins the group; the others take its
-   tasks over meanwhile), and gives up only on a crash loop;
+4. restarts a worker that dies unexpectedly (killed by a signal, or an unexpected
+   exception: exit code 1) after a backoff (0.1 s doubling up to 5 s; it rejoins the
+   group, the others take its tasks over meanwhile), and gives up after
+   ``max_restarts`` restarts in a row during which the job committed nothing. A worker
+   that stops on an error a restart would meet again (a record that failed: exit code
+   3; another rstreams error such as a corrupt log: exit code 4) ends the run at once
+   with that error;
 5. when everything is ingested and every input queue of every sub-topology is committed
    up to its end (checked upstream first), stops the workers (they commit and leave)
    and reads the final table of each sink topic (last value per key).
@@ -36,12 +41,58 @@ from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
-from rstreams.runtime.engine.worker import EXIT_PROCESSING_ERROR, open_broker, restore_progress
+from rstreams.runtime.engine.worker import (
+    EXIT_FATAL,
+    EXIT_PROCESSING_ERROR,
+    WORKER_ERROR_PREFIX,
+    open_broker,
+    restore_progress,
+    skipped_at,
+)
 from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
 
 INGEST_HEADER = "rstreams-ingest"
+
+#: Restarts wait this long, doubling after each restart without progress, up to the cap.
+RESTART_BACKOFF = 0.1
+RESTART_BACKOFF_MAX = 5.0
+#: Restarts in a row without progress (no commit) before a run gives up.
+DEFAULT_MAX_RESTARTS = 5
+
+
+def describe_exit(code: int) -> str:
+    """``killed by SIGKILL`` or ``exit code 1``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _worker_error(code: int, text: str) -> RStreamsError:
+    """The error a worker stopped on (it printed it last, after WORKER_ERROR_PREFIX), as
+    the same kind of rstreams error where it names one (a ConfigError stays one)."""
+    import rstreams.errors as errors
+
+    at = text.rfind(WORKER_ERROR_PREFIX)
+    msg = text[at + len(WORKER_ERROR_PREFIX) :].strip() if at >= 0 else ""
+    if code == EXIT_PROCESSING_ERROR:
+        return ProcessingError(msg or "a worker failed on a record")
+    name, sep, rest = msg.partition(": ")
+    cls = getattr(errors, name, None) if sep and name.isidentifier() else None
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, RStreamsError)
+        and not issubclass(cls, ProcessingError)
+    ):
+        try:
+            return cls(rest)
+        except TypeError:  # an error class that takes more than a message
+            pass
+    return RStreamsError(msg or f"a worker stopped with {describe_exit(code)}")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -105,8 +156,7 @@ class Supervisor:
         on_error: str = "fail",
         fresh: bool = False,
         chunk_lines: int = 20_000,
-        max_restarts: int = 5,
-        restart_window: float = 60.0,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
         worker_args: list[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
         follow: bool = False,
@@ -116,6 +166,8 @@ class Supervisor:
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
+        if max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be >= 0; got {max_restarts}")
         for path in inputs.values():
             if path == "-":
                 raise ConfigError("standard input can only be read with --in-memory")
@@ -146,13 +198,20 @@ class Supervisor:
             self.n_workers = workers
             self.chunk_lines = chunk_lines
             self.max_restarts = max_restarts
-            self.restart_window = restart_window
             self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
             self.progress = progress
             self.follow = follow
             self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
             self.procs: dict[int, subprocess.Popen[bytes]] = {}
-            self.restarts: list[float] = []
+            #: Restarts in a row without progress, and how each of those workers ended.
+            self.failures: list[str] = []
+            self.backoff = RESTART_BACKOFF
+            #: Slots whose replacement worker starts at this (monotonic) time.
+            self._respawn: dict[int, float] = {}
+            #: The group's committed offsets when a worker was last (re)started.
+            self._committed_at_restart: dict[tuple[str, int], int] = {}
+            self.group_dir = self.root / "coordination" / topology.job_id
+            self.skipped_before = 0
             self._retiring: list[subprocess.Popen[bytes]] = []
             self.spawned = 0
             self.inputs = []
@@ -182,27 +241,44 @@ class Supervisor:
         self.procs[slot] = subprocess.Popen(cmd, stderr=logfile, stdout=logfile)
         logfile.close()
 
+    def _progressed(self) -> bool:
+        """Did the job commit anything since a worker was last (re)started?"""
+        now = self.broker.group_offsets(self.topology.job_id)
+        before = self._committed_at_restart
+        return any(off > before.get(tq, 0) for tq, off in now.items())
+
     def _check_workers(self) -> None:
+        now = time.monotonic()
+        for slot, due in list(self._respawn.items()):
+            if now >= due:
+                del self._respawn[slot]
+                self._committed_at_restart = self.broker.group_offsets(self.topology.job_id)
+                self._spawn(slot)
         for slot, p in list(self.procs.items()):
             code = p.poll()
-            if code is None:
+            if code is None or slot in self._respawn:
                 continue
-            tail = self._log_tail(slot)
-            if code == EXIT_PROCESSING_ERROR:
-                raise ProcessingError(
-                    tail.strip().removeprefix("rstreams worker: ") or "a worker failed"
-                )
-            now = time.monotonic()
-            self.restarts = [t for t in self.restarts if now - t < self.restart_window]
-            self.restarts.append(now)
-            if len(self.restarts) > self.max_restarts:
+            if code in (EXIT_PROCESSING_ERROR, EXIT_FATAL, 2):
+                # A restart would meet the same error (2: the worker refused its options).
+                raise _worker_error(code, self._log_tail(slot, 200))
+            if self._progressed():
+                self.failures = []
+                self.backoff = RESTART_BACKOFF
+            self.failures.append(describe_exit(code))
+            if len(self.failures) > self.max_restarts:
                 raise RStreamsError(
-                    f"workers keep dying ({len(self.restarts)} exits within "
-                    f"{self.restart_window:.0f}s; last exit code {code}); giving up. "
-                    f"Last log lines of worker {slot}:\n{tail}"
+                    f"worker {slot} {describe_exit(code)}; giving up after "
+                    f"{len(self.failures) - 1} restart(s) in a row without progress (the job "
+                    f"committed nothing meanwhile; --max-restarts {self.max_restarts}). The "
+                    f"workers ended: {', '.join(self.failures)}. Last log lines of worker {slot} "
+                    f"({self.root / 'logs' / f'worker-{slot}.log'}):\n{self._log_tail(slot)}"
                 )
-            log.warning("worker %d exited with code %s; starting a replacement", slot, code)
-            self._spawn(slot)
+            log.warning(
+                "worker %d %s; starting a replacement in %.1fs", slot, describe_exit(code),
+                self.backoff,
+            )  # fmt: skip
+            self._respawn[slot] = now + self.backoff
+            self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MAX)
 
     def _log_tail(self, slot: int, lines: int = 15) -> str:
         try:
@@ -213,12 +289,13 @@ class Supervisor:
 
     def add_worker(self) -> int:
         """Start one more worker (it joins the group: a rebalance); returns its slot."""
-        slot = max(self.procs, default=-1) + 1
+        slot = max([*self.procs, *self._respawn], default=-1) + 1
         self._spawn(slot)
         return slot
 
     def remove_worker(self, slot: int) -> None:
         """Ask a worker to commit and leave the group (SIGTERM); it is not replaced."""
+        self._respawn.pop(slot, None)
         p = self.procs.pop(slot)
         p.send_signal(signal.SIGTERM)
         self._retiring.append(p)
@@ -308,6 +385,8 @@ class Supervisor:
         shutil.rmtree(
             self.root / "coordination" / self.topology.job_id / "restore", ignore_errors=True
         )
+        self._committed_at_restart = self.broker.group_offsets(self.topology.job_id)
+        self.skipped_before = self.skipped()
         for slot in range(self.n_workers):
             self._spawn(slot)
         pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
@@ -359,6 +438,22 @@ class Supervisor:
         finally:
             self._stop_workers()
         return self.status(start)
+
+    def skipped(self) -> int:
+        """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it
+        committed, over all its runs: what workers counted per task at each commit."""
+        group = self.topology.job_id
+        total = 0
+        for sub in self.topology.subtopologies:
+            n = max(self.queue_counts[t] for t in sub.source_topics)
+            for q in range(n):
+                committed = {
+                    t: self.broker.committed(group, t, q)
+                    for t in sub.source_topics
+                    if q < self.queue_counts[t]
+                }
+                total += skipped_at(self.group_dir, f"{sub.id}_{q}", committed)
+        return total
 
     def status(self, start: float) -> dict[str, Any]:
         return {
@@ -412,6 +507,7 @@ def run_durable(
     follow: bool = False,
     guarantee: str = "exactly-once",
     state: str = "rocksdb",
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
 ) -> Any:
     """Run on worker processes over the file log; returns a :class:`rstreams.runner.RunResult`."""
     from rstreams.runner import Progress, RunResult
@@ -443,10 +539,24 @@ def run_durable(
         follow=follow,
         guarantee=guarantee,
         state=state,
+        max_restarts=max_restarts,
     )
     try:
         status = sup.run()
         tables = sup.tables()
+        metrics: dict[str, int] = {}
+        skipped = sup.skipped() - sup.skipped_before
+        if skipped:
+            metrics["skipped"] = skipped
+            log.warning(
+                "%d record(s) failed and were %s (on_error=%s); the worker logs name each: %s",
+                skipped,
+                "skipped" if on_error == "skip" else "dead-lettered",
+                on_error,
+                sup.root / "logs",
+            )
     finally:
         sup.close()
-    return RunResult(tables, status["records_in"], status["records_out"], status["elapsed"], {})
+    return RunResult(
+        tables, status["records_in"], status["records_out"], status["elapsed"], metrics
+    )

@@ -14,6 +14,7 @@ Run one with ``python -m rstreams.runtime.engine.worker PIPELINE.py --data-dir D
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -48,6 +49,11 @@ log = logging.getLogger("rstreams.worker")
 
 #: Exit code of a worker stopped by a record that failed processing (not restarted).
 EXIT_PROCESSING_ERROR = 3
+#: Exit code of a worker stopped by an error that a restart would meet again: a corrupt
+#: log, an unreadable changelog, a value its serde can not write, a bad option... (not
+#: restarted; the message is the last line the worker prints). An unexpected exception
+#: (a bug, with its traceback) exits 1 and is restarted, as is a worker killed by a signal.
+EXIT_FATAL = 4
 
 
 @attrs.frozen
@@ -124,6 +130,8 @@ class Worker:
         self.parent_pid: int | None = None
         self._generation = -1
         self.processed = 0
+        #: Per task: [records skipped before this worker owned it, count last published].
+        self._skipped: dict[str, list[int]] = {}
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -157,6 +165,8 @@ class Worker:
             )
             self.pool.add(agent)
         self.tasks[name] = task
+        base = skipped_at(self.membership.dir, name, dict(task.positions))
+        self._skipped[name] = [base, base]
         log.info(
             "%s: started task %s (restored %d changelog records)",
             self.member_id,
@@ -176,10 +186,31 @@ class Worker:
         tmp.write_text(f"{done} {total}")
         tmp.replace(path)
 
+    def _publish_skipped(self, tasks: dict[str, Task]) -> None:
+        """Before a commit: publish each task's count of skipped records with the
+        positions the commit covers (read by :func:`skipped_at`). Keeps the count the
+        last commit covered too, in case this commit never happens."""
+        for name, task in tasks.items():
+            counts = self._skipped.get(name)
+            if counts is None:
+                continue
+            total = counts[0] + task.ctx.metrics["skipped"]
+            if total == counts[1]:
+                continue
+            path = _skipped_path(self.membership.dir, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            entries = [*_read_skipped(path)[-1:], (dict(task.positions), total)]
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries))
+            tmp.replace(path)
+            counts[1] = total
+
     def _stop_task(self, name: str) -> None:
         task = self.tasks.pop(name)
         for topic in task.positions:
             self.pool.remove(topic, task.queue)
+        self._publish_skipped({name: task})
+        self._skipped.pop(name, None)
         task.close()  # flush + commit before the lock goes
         self.broker.flush()
         self.membership.release_task(name)
@@ -209,6 +240,7 @@ class Worker:
                 self._start_task(name)
 
     def commit(self) -> None:
+        self._publish_skipped(self.tasks)
         written = commit_tasks(list(self.tasks.values()), self.broker)
         self.broker.flush()
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
@@ -229,6 +261,7 @@ class Worker:
                 task.input_ended()  # taken over after its end of input: say so again
             else:
                 continue
+            self._publish_skipped({name: task})
             task.commit()
             self.broker.flush()
             done.touch()
@@ -291,7 +324,9 @@ class Worker:
                     if n:
                         progress += n
                         if task.wants_commit:
-                            task.commit()  # a full state cache: commit to bound memory
+                            # A full state cache: commit to bound memory.
+                            self._publish_skipped({task.id: task})
+                            task.commit()
                         elif not self.exactly_once:
                             # Output is visible at once; downstream tasks of this worker
                             # need not wait for their timer. (Exactly-once output waits
@@ -356,6 +391,32 @@ def restore_progress(group_dir: Path) -> tuple[int, int] | None:
     return (done, total) if total else None
 
 
+def _skipped_path(group_dir: Path, task: str) -> Path:
+    return group_dir / "skipped" / task
+
+
+def _read_skipped(path: Path) -> list[tuple[dict[str, int], int]]:
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    return [(dict(positions), int(count)) for positions, count in entries]
+
+
+def skipped_at(group_dir: Path, task: str, committed: dict[str, int]) -> int:
+    """How many records ``task`` skipped (over all its owners) in the input up to the
+    ``committed`` positions. Workers write the count with the positions it covers before
+    each commit (see :meth:`Worker._publish_skipped`), so the count that holds is the
+    largest one whose positions are not beyond what was committed: a count written for a
+    commit that never happened (the worker died) is not taken, and the records it
+    counted are counted again by whoever processes them again."""
+    best = 0
+    for positions, count in _read_skipped(_skipped_path(group_dir, task)):
+        if all(pos <= committed.get(topic, 0) for topic, pos in positions.items()):
+            best = max(best, count)
+    return best
+
+
 def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Any:
     from rstreams.runtime.queues.filelog import FileBroker
 
@@ -363,8 +424,9 @@ def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rstreams.loader import load_topology
-
+    """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
+    gone), 3 a record failed processing, 4 another rstreams error (fatal: a restart
+    would meet it again), 1 an unexpected exception (traceback; restarted)."""
     ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
     ap.add_argument("pipeline")
     ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
@@ -402,6 +464,29 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
     )
+    try:
+        worker = _make_worker(args)
+        gctune.tune()
+        signal.signal(signal.SIGTERM, worker.stop)
+        signal.signal(signal.SIGINT, worker.stop)
+        worker.run()
+    except ProcessingError as e:
+        print(f"{WORKER_ERROR_PREFIX}{e}", file=sys.stderr)
+        return EXIT_PROCESSING_ERROR
+    except RStreamsError as e:
+        # The last thing the worker prints: the supervisor reports it as the run's error.
+        print(f"{WORKER_ERROR_PREFIX}{type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FATAL
+    return 0
+
+
+#: How a worker's last line, its error, starts (the supervisor looks for it in the log).
+WORKER_ERROR_PREFIX = "rstreams worker: "
+
+
+def _make_worker(args: argparse.Namespace) -> Worker:
+    from rstreams.loader import load_topology
+
     topology = load_topology(args.pipeline)
     worker = Worker(
         topology,
@@ -427,18 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     worker.parent_pid = args.parent_pid
-    gctune.tune()
-    signal.signal(signal.SIGTERM, worker.stop)
-    signal.signal(signal.SIGINT, worker.stop)
-    try:
-        worker.run()
-    except ProcessingError as e:
-        print(f"rstreams worker: {e}", file=sys.stderr)
-        return EXIT_PROCESSING_ERROR
-    except RStreamsError as e:
-        print(f"rstreams worker: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return worker
 
 
 if __name__ == "__main__":

@@ -1,0 +1,218 @@
+"""Restarts that fit the fault: a deterministic error ends the run at once, a killed
+worker is restarted with a backoff, and a crash loop without progress gives up."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rstreams.cli import main as cli_main
+from rstreams.errors import ConfigError, ProcessingError, RStreamsError, SerdeError
+from rstreams.loader import load_topology
+from rstreams.runtime.engine.supervisor import Supervisor, _worker_error, describe_exit
+from rstreams.runtime.engine.worker import EXIT_FATAL, EXIT_PROCESSING_ERROR
+
+
+def write(tmp_path: Path, body: str, name: str = "p.py") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def supervisor(pipeline: Path, inputs: dict[str, str], tmp_path: Path, **kw) -> Supervisor:
+    return Supervisor(
+        str(pipeline), load_topology(str(pipeline)), inputs, data_dir=tmp_path / "data", **kw
+    )
+
+
+WORDS = """
+    import re
+    from rstreams import StreamBuilder
+
+    def build():
+        b = StreamBuilder("words")
+        (b.source("lines").flatMap(lambda l: re.findall(r"\\w+", l.lower()))
+          .keyBy(lambda w: w).count().toRStream().sink("counts"))
+        return b
+"""
+
+
+def test_describe_exit():
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(1) == "exit code 1"
+
+
+def test_processing_error_ends_the_run_at_once_without_restarts(tmp_path, capsys):
+    pipeline = write(
+        tmp_path,
+        """
+        from rstreams import StreamBuilder
+
+        def build():
+            b = StreamBuilder("ints")
+            b.source("in").map(int).sink("out")
+            return b
+        """,
+    )
+    data = tmp_path / "in.txt"
+    data.write_text("1\n2\nx\n4\n")
+    sup = supervisor(pipeline, {"in": str(data)}, tmp_path, workers=2)
+    start = time.monotonic()
+    try:
+        with pytest.raises(ProcessingError, match=r"failed on the record .*'x'.*ValueError"):
+            sup.run()
+    finally:
+        sup.close()
+    assert sup.spawned == 2  # one per slot: no restart
+    assert not sup.failures
+    assert time.monotonic() - start < 30
+    # Through the CLI: exit code 1 and the step's error.
+    code = cli_main(
+        ["run", str(pipeline), "--input", str(data), "--workers", "2", "--fresh",
+         "--data-dir", str(tmp_path / "cli")]
+    )  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "rstreams: error: step 'in-map-1' failed on the record at in[" in err
+    assert "ValueError: invalid literal for int()" in err
+    assert "giving up" not in err
+
+
+UNSERIALIZABLE = """
+    from rstreams import StreamBuilder
+
+    def build():
+        b = StreamBuilder("sets")
+        (b.source("in").keyBy(lambda v: v)
+          .aggregate(lambda: 0, lambda acc, v: {acc, v})  # a set: msgpack can't store it
+          .toRStream().sink("out"))
+        return b
+"""
+
+
+def test_a_fatal_error_ends_the_run_at_once(tmp_path, capsys):
+    """A value the store's serde can not write fails the same way on every restart: the
+    worker exits EXIT_FATAL and the run ends with its error (not a ConfigError)."""
+    pipeline = write(tmp_path, UNSERIALIZABLE)
+    data = tmp_path / "in.txt"
+    data.write_text("a\nb\n")
+    sup = supervisor(pipeline, {"in": str(data)}, tmp_path, workers=2)
+    try:
+        with pytest.raises(RStreamsError, match=r"serializ") as info:
+            sup.run()
+    finally:
+        sup.close()
+    assert not isinstance(info.value, (ConfigError, ProcessingError))
+    assert sup.spawned == 2
+    assert "giving up" not in str(info.value)
+    code = cli_main(
+        ["run", str(pipeline), "--input", str(data), "--workers", "1", "--fresh",
+         "--data-dir", str(tmp_path / "cli")]
+    )  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "rstreams: error: " in err and "serializ" in err
+
+
+def test_a_worker_error_keeps_its_kind():
+    """The run's error is the kind the worker stopped on: a ConfigError stays one (exit
+    code 2), other rstreams errors stay theirs, and the last message is the one taken."""
+    log = "INFO something\nrstreams worker: old\nrstreams worker: ConfigError: bad option\n"
+    err = _worker_error(EXIT_FATAL, log)
+    assert type(err) is ConfigError and str(err) == "bad option"
+    err = _worker_error(EXIT_FATAL, "rstreams worker: SerdeError: no\n  more\n")
+    assert type(err) is SerdeError and str(err) == "no\n  more"
+    err = _worker_error(EXIT_FATAL, "rstreams worker: KeyError: x\n")
+    assert type(err) is RStreamsError and str(err) == "KeyError: x"
+    err = _worker_error(EXIT_PROCESSING_ERROR, "rstreams worker: step 's' failed\n")
+    assert type(err) is ProcessingError and str(err) == "step 's' failed"
+
+
+def test_killed_worker_is_restarted_and_the_result_is_exact(tmp_path):
+    pipeline = write(tmp_path, WORDS)
+    lines = [f"w{i % 97} x{i % 13} common" for i in range(150_000)]
+    data = tmp_path / "in.txt"
+    data.write_text("\n".join(lines) + "\n")
+    kills = collections.Counter()
+    state = {"next": time.monotonic() + 0.5}
+
+    def chaos(status: dict) -> None:
+        now = time.monotonic()
+        if now >= state["next"] and kills["n"] < 6:
+            slot = kills["n"] % 2
+            if sup.procs[slot].poll() is None:
+                sup.kill_worker(slot, signal.SIGKILL)
+                kills["n"] += 1
+            state["next"] = now + 0.6
+
+    sup = supervisor(
+        pipeline, {"lines": str(data)}, tmp_path, workers=2, chunk_lines=500,
+        max_ingest_rate=30_000, progress=chaos, max_restarts=3,
+        worker_args=["--commit-interval", "0.2", "--session-timeout", "2"],
+    )  # fmt: skip
+    try:
+        sup.run()
+        table = sup.tables()["counts"]
+    finally:
+        sup.close()
+    assert kills["n"] >= 3
+    assert sup.spawned >= 2 + kills["n"]
+    expected = collections.Counter(w for line in lines for w in re.findall(r"\w+", line.lower()))
+    assert table == dict(expected)
+
+
+def test_a_crash_loop_without_progress_gives_up_after_max_restarts(tmp_path, monkeypatch):
+    """Workers that die from SIGKILL before any commit: restarted with a doubling
+    backoff, then the run gives up naming the exits and the worker's log."""
+    pipeline = write(tmp_path, WORDS)
+    data = tmp_path / "in.txt"
+    data.write_text("a b\nc d\n")
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:1")  # dies at its first commit
+    sup = supervisor(pipeline, {"lines": str(data)}, tmp_path, workers=1, max_restarts=3)
+    start = time.monotonic()
+    try:
+        with pytest.raises(RStreamsError) as info:
+            sup.run()
+    finally:
+        sup.close()
+    elapsed = time.monotonic() - start
+    msg = str(info.value)
+    assert "giving up after 3 restart(s) in a row without progress" in msg
+    assert msg.count("killed by SIGKILL") >= 4
+    assert "--max-restarts 3" in msg and "worker-0.log" in msg
+    assert sup.spawned == 4  # the first start and 3 restarts
+    assert 0.1 + 0.2 + 0.4 <= elapsed < 60  # the backoff waited
+
+
+def test_max_restarts_zero_never_restarts(tmp_path, monkeypatch):
+    pipeline = write(tmp_path, WORDS)
+    data = tmp_path / "in.txt"
+    data.write_text("a b\n")
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:1")
+    sup = supervisor(pipeline, {"lines": str(data)}, tmp_path, workers=1, max_restarts=0)
+    try:
+        with pytest.raises(RStreamsError, match="giving up after 0 restart"):
+            sup.run()
+    finally:
+        sup.close()
+    assert sup.spawned == 1
+
+
+def test_negative_max_restarts_is_refused(tmp_path, capsys):
+    pipeline = write(tmp_path, WORDS)
+    data = tmp_path / "in.txt"
+    data.write_text("a\n")
+    code = cli_main(
+        ["run", str(pipeline), "--input", str(data), "--max-restarts", "-1",
+         "--data-dir", str(tmp_path / "d")]
+    )  # fmt: skip
+    assert code == 2
+    assert "--max-restarts must be >= 0; got -1" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "d")
