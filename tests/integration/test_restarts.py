@@ -129,8 +129,10 @@ def test_a_worker_error_keeps_its_kind():
     assert type(err) is ConfigError and str(err) == "bad option"
     err = _worker_error(EXIT_FATAL, "rstreams worker: SerdeError: no\n  more\n")
     assert type(err) is SerdeError and str(err) == "no\n  more"
-    err = _worker_error(EXIT_FATAL, "rstreams worker: KeyError: x\n")
-    assert type(err) is RStreamsError and str(err) == "KeyError: x"
+    err = _worker_error(EXIT_FATAL, "rstreams worker: CorruptLogError: corrupt log 'x'[0]\n")
+    assert type(err) is RStreamsError and str(err) == "corrupt log 'x'[0]"
+    err = _worker_error(EXIT_FATAL, "a traceback without the line\n")
+    assert type(err) is RStreamsError and "exit code 4" in str(err)
     err = _worker_error(EXIT_PROCESSING_ERROR, "rstreams worker: step 's' failed\n")
     assert type(err) is ProcessingError and str(err) == "step 's' failed"
 

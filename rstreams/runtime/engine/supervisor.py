@@ -82,7 +82,9 @@ def _worker_error(code: int, text: str) -> RStreamsError:
     if code == EXIT_PROCESSING_ERROR:
         return ProcessingError(msg or "a worker failed on a record")
     name, sep, rest = msg.partition(": ")
-    cls = getattr(errors, name, None) if sep and name.isidentifier() else None
+    if not (sep and name.isidentifier()):
+        return RStreamsError(msg or f"a worker stopped with {describe_exit(code)}")
+    cls = getattr(errors, name, None)
     if (
         isinstance(cls, type)
         and issubclass(cls, RStreamsError)
@@ -92,7 +94,7 @@ def _worker_error(code: int, text: str) -> RStreamsError:
             return cls(rest)
         except TypeError:  # an error class that takes more than a message
             pass
-    return RStreamsError(msg or f"a worker stopped with {describe_exit(code)}")
+    return RStreamsError(rest)  # e.g. a CorruptLogError: its message says what it is
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
