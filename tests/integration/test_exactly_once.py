@@ -53,9 +53,10 @@ def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch) -> Non
     def chaos(status) -> None:
         now = time.monotonic()
         if kills["harness"] < 20 and now >= next_kill[0]:
-            slot = rng.randrange(2)
-            if sup.procs[slot].poll() is None:
-                sup.kill_worker(slot, signal.SIGKILL)
+            # (a dead worker's replacement starts after a backoff: kill a live one)
+            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
+            if live:
+                sup.kill_worker(rng.choice(live), signal.SIGKILL)
                 kills["harness"] += 1
             next_kill[0] = now + rng.uniform(0.05, 0.4)
 
