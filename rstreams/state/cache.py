@@ -13,7 +13,7 @@ from typing import Any
 
 from rstreams.errors import SerdeError
 from rstreams.serde import Serde
-from rstreams.state.stores import KeyValueStore
+from rstreams.state.stores import KeyValueStore, StoreDamagedError
 
 _MISSING = object()
 
@@ -103,9 +103,13 @@ class CachedStore:
         try:
             return self._vde(raw)
         except SerdeError as e:
-            raise SerdeError(
-                f"store {self.name!r}: can not read the value of key {key!r}: {e}"
-            ) from None
+            msg = f"store {self.name!r}: can not read the value of key {key!r}: {e}"
+            path = getattr(self.inner, "path", None)
+            if path is not None:
+                # Every value a store holds came through its changelog, where it was
+                # checked: its local copy is damaged (a store error, not a record's).
+                raise StoreDamagedError(msg, store=self.name, path=str(path)) from None
+            raise SerdeError(msg) from None
 
     def put(self, key: Any, value: Any) -> None:
         if key not in self._cache and len(self._cache) >= self._max and self._auto_flush:

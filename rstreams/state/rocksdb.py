@@ -6,6 +6,13 @@ changelog offset the data corresponds to) lives in the ``meta`` column family an
 written **in the same WriteBatch** as the data it describes: a crash can never
 separate them.
 
+A RocksDB failure (rocksdict raises a plain ``Exception`` whose message starts with
+``Corruption:``, ``IO error:``...) is raised as a
+:class:`~rstreams.state.stores.StoreDamagedError` naming the store and its directory,
+or, when deleting the local copy would not help (the database is locked, the disk is
+full or read-only), as a plain :class:`~rstreams.errors.StateStoreError`. Checksums are
+verified on every read and paranoid checks are on, so damaged files are found, not read.
+
     >>> import tempfile
     >>> s = RocksDBStore(tempfile.mkdtemp(), "counts")
     >>> s.write_batch([(b"a", b"1"), (b"b", b"2")], meta={"changelog_offset": 2})
@@ -21,13 +28,34 @@ import shutil
 from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
-from rstreams.state.stores import KeyValueStore
+from rstreams.errors import StateStoreError
+from rstreams.state.stores import KeyValueStore, StoreDamagedError
 
 _META = "meta"  # the column family of the store's bookkeeping
+_RANGE_CHUNK = 1024  # entries read per iterator: no iterator outlives a chunk
+# RocksDB messages of failures a new local copy would meet again.
+_NOT_DAMAGE = ("lock", "no space left", "permission denied", "read-only file system",
+               "too many open files")  # fmt: skip
+
+
+def store_error(name: str, path: Path, what: str, e: BaseException) -> StateStoreError:
+    """The :class:`StateStoreError` of RocksDB failure ``e`` of store ``name``."""
+    msg = str(e)
+    cls = StateStoreError if any(w in msg.lower() for w in _NOT_DAMAGE) else StoreDamagedError
+    return cls(
+        f"state store {name!r} ({path}): RocksDB could not {what}: {msg}",
+        store=name,
+        path=str(path),
+    )
+
+
+def _is_rocksdb_error(e: BaseException) -> bool:
+    # rocksdict raises plain Exception for every RocksDB status that is not OK.
+    return type(e) is Exception
 
 
 @attrs.frozen
@@ -67,6 +95,9 @@ def _options(config: RocksDBConfig) -> Any:
     opts.set_write_buffer_size(config.write_buffer_bytes)
     opts.set_max_write_buffer_number(config.max_write_buffers)
     opts.set_keep_log_file_num(2)
+    # Stop at damage found while opening, flushing or compacting instead of going on
+    # with what is readable (reads verify block checksums by default).
+    opts.set_paranoid_checks(True)
     return opts
 
 
@@ -74,32 +105,54 @@ class RocksDBStore(KeyValueStore):
     """A byte store in its own RocksDB database."""
 
     def __init__(self, path: str | Path, name: str, config: RocksDBConfig | None = None) -> None:
-        from rocksdict import Options, Rdict, WriteOptions
+        from rocksdict import WriteOptions
 
         self.name = name
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
         self.config = config or RocksDBConfig()
-        opts = _options(self.config)
-        opts.create_missing_column_families(True)
-        opts.set_atomic_flush(True)  # data and its changelog offset reach disk together
-        self._db = Rdict(str(self.path), opts, column_families={_META: Options(raw_mode=True)})
-        self._meta = self._db.get_column_family(_META)
-        self._meta_cf = self._db.get_column_family_handle(_META)
         self._write_opts = WriteOptions()
         # A property at runtime; the package stubs call it a method.
         self._write_opts.disable_wal = not self.config.wal  # type: ignore[assignment,method-assign]
         self._write_opts.sync = self.config.sync and self.config.wal
         self._count: int | None = None
+        self._open()
+
+    def _open(self) -> None:
+        from rocksdict import Options, Rdict
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        opts = _options(self.config)
+        opts.create_missing_column_families(True)
+        opts.set_atomic_flush(True)  # data and its changelog offset reach disk together
+        try:
+            self._db = Rdict(str(self.path), opts, column_families={_META: Options(raw_mode=True)})
+        except Exception as e:
+            if _is_rocksdb_error(e):
+                raise store_error(self.name, self.path, "open the database", e) from None
+            raise
+        self._meta = self._db.get_column_family(_META)
+        self._meta_cf = self._db.get_column_family_handle(_META)
+        self._count = None
+
+    def _fail(self, what: str, e: Exception) -> NoReturn:
+        if _is_rocksdb_error(e):
+            raise store_error(self.name, self.path, what, e) from None
+        raise e
 
     # -- data ----------------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        v = self._db.get(key)
+        try:
+            v = self._db.get(key)
+        except Exception as e:
+            self._fail("read", e)
         return None if v is None else bytes(v)
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        found = self._db.get(list(keys))  # one multi-get
+        try:
+            found = self._db.get(list(keys))  # one multi-get
+        except Exception as e:
+            self._fail("read", e)
         assert found is not None
         return [None if v is None else bytes(v) for v in found]
 
@@ -142,7 +195,10 @@ class RocksDBStore(KeyValueStore):
             deque(map(wb.put, keys, values), maxlen=0)
         for mk, mv in (meta or {}).items():
             wb.put(mk.encode(), json.dumps(mv).encode(), self._meta_cf)
-        self._db.write(wb, self._write_opts)
+        try:
+            self._db.write(wb, self._write_opts)
+        except Exception as e:
+            self._fail("write", e)
         self._count = None
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
@@ -151,17 +207,42 @@ class RocksDBStore(KeyValueStore):
     def range(
         self, start: bytes | None = None, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
-        if start is None:
-            it.seek_to_first()
-        else:
-            it.seek(start)
-        while it.valid():
-            k = it.key()
-            if end is not None and k >= end:
-                break
-            yield bytes(k), bytes(it.value())
-            it.next()
+        # In chunks, each with its own iterator: a generator left unfinished holds no
+        # iterator (which would keep the database, and its LOCK, alive after close).
+        after: bytes | None = None
+        while True:
+            chunk = self._chunk(start, after, end)
+            yield from chunk
+            if len(chunk) < _RANGE_CHUNK:
+                return
+            after = chunk[-1][0]
+
+    def _chunk(
+        self, start: bytes | None, after: bytes | None, end: bytes | None
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to _RANGE_CHUNK entries from ``start`` (or after ``after``) below ``end``."""
+        out: list[tuple[bytes, bytes]] = []
+        try:
+            it = self._db.iter()
+            if after is not None:
+                it.seek(after)
+                if it.valid() and it.key() == after:
+                    it.next()
+            elif start is None:
+                it.seek_to_first()
+            else:
+                it.seek(start)
+            while it.valid() and len(out) < _RANGE_CHUNK:
+                k = it.key()
+                if end is not None and k >= end:
+                    return out
+                out.append((bytes(k), bytes(it.value())))
+                it.next()
+            # An iterator stops (valid() False) at damage too: only status() tells.
+            it.status()
+        except Exception as e:
+            self._fail("read", e)
+        return out
 
     def __len__(self) -> int:
         if self._count is None:
@@ -171,23 +252,48 @@ class RocksDBStore(KeyValueStore):
     # -- metadata ------------------------------------------------------------------------
 
     def meta(self, key: str, default: Any = None) -> Any:
-        raw = self._meta.get(key.encode())
+        try:
+            raw = self._meta.get(key.encode())
+        except Exception as e:
+            self._fail("read its metadata", e)
         return default if raw is None else json.loads(bytes(raw))
 
     def clear(self) -> None:
-        """Delete everything (data and metadata)."""
-        self.close()
+        """Delete everything (data and metadata): the database is closed, its directory
+        deleted and a new, empty one opened in its place."""
+        self._release()
         shutil.rmtree(self.path, ignore_errors=True)
-        self.__init__(self.path, self.name, self.config)  # type: ignore[misc]
+        self._open()
 
     def flush(self) -> None:
-        self._db.flush()
+        try:
+            self._db.flush()
+        except Exception as e:
+            self._fail("flush", e)
 
     def close(self) -> None:
-        if not self.config.wal:
-            self._db.flush()  # what the memtables hold exists nowhere else on disk
-        self._meta.close()
-        self._db.close()
-        # The column family handle keeps the database, and its LOCK, alive: drop it so
-        # the store can be opened again in this process (a task given up and taken back).
-        del self._meta_cf
+        if not hasattr(self, "_meta_cf"):
+            return  # closed already
+        try:
+            if not self.config.wal:
+                self.flush()  # what the memtables hold exists nowhere else on disk
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Close the database without flushing (nothing is lost that the changelog does
+        not have: the store's checkpoint goes down with its data)."""
+        if not hasattr(self, "_meta_cf"):
+            return  # closed already
+        try:
+            try:
+                self._meta.close()
+            finally:
+                self._db.close()
+        except Exception as e:
+            self._fail("close", e)
+        finally:
+            # The column family handle keeps the database, and its LOCK, alive: drop it
+            # so the store can be opened again in this process (a task given up and
+            # taken back).
+            del self._meta_cf

@@ -5,6 +5,37 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 
+from rstreams.errors import StateStoreError
+
+
+class StoreDamagedError(StateStoreError):
+    """A store's local copy is damaged (checksum mismatch, missing or damaged SST, bad
+    manifest, a stored value that does not decode): delete it (``path``) and rebuild it
+    from the changelog. Other :class:`StateStoreError` s (the database is locked, the
+    disk is full or read-only) are not cured by a rebuild."""
+
+
+class LostStateError(StateStoreError):
+    """Records the job's state relies on can not be read or are gone from its log: a
+    damaged changelog, a changelog ending below a store's checkpoint, a queue ending
+    below what its last transaction wrote. Nothing else holds them: the job is rebuilt
+    from its input (``rstreams run ... --fresh``). Names ``topic``, ``queue`` and the
+    first ``offset`` missing."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str | None = None,
+        topic: str,
+        queue: int,
+        offset: int | None,
+    ) -> None:
+        super().__init__(message, store=store)
+        self.topic = topic
+        self.queue = queue
+        self.offset = offset
+
 
 class KeyValueStore:
     """Interface of byte stores: point reads/writes, batched writes, ordered iteration."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rstreams.errors import ConfigError, ProcessingError
+from rstreams.errors import ConfigError, ProcessingError, StateStoreError
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
@@ -130,7 +130,13 @@ class StreamContext:
             ) from None
 
     def handle_error(self, step: str, record: Record, exc: BaseException, fn: Any = None) -> None:
-        """Apply the on_error policy to ``record``, which failed in ``step``."""
+        """Apply the on_error policy to ``record``, which failed in ``step``.
+
+        A :class:`~rstreams.errors.StateStoreError` (a store could not be read or
+        written) is not the record's failure: it is raised as it is, whatever the policy.
+        """
+        if isinstance(exc, StateStoreError):
+            raise exc
         from rstreams.dsl.stream import describe_fn
 
         where = f"{record.topic}[{record.queue}]@{record.offset}"

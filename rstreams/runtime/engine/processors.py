@@ -26,7 +26,7 @@ from itertools import chain, repeat
 from typing import Any
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import SerdeError
+from rstreams.errors import SerdeError, StateStoreError
 from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
@@ -371,6 +371,8 @@ class AggregateProcessor(Processor):
             else:
                 merge = self.merge
                 news = [p if o is None else merge(o, p) for o, p in zip(olds, values)]
+        except StateStoreError:
+            raise  # the store's failure, not a record's
         except Exception:
             return False
         self.store.put_many(keys, news)

@@ -23,11 +23,26 @@ recorded changelog offset is still valid replays only the changelog tail after i
 data and that offset are written in one WriteBatch); otherwise, and for memory stores,
 the changelog is replayed from its start (latest value per key wins, tombstones
 delete). Processors are built and initialized afterwards, from the restored stores.
+
+Damaged state
+-------------
+A store is a cache of its changelog. A RocksDB store whose local copy can not be opened
+or read (:class:`~rstreams.state.stores.StoreDamagedError`: checksum mismatch, missing
+SST, bad manifest) is deleted, with a warning, and rebuilt from its changelog: while the
+task is built, by the task itself; later (damage found by a read or write while
+processing or committing), by its worker, which drops the task without committing and
+builds it again. Such an error is never a record's: ``on_error`` does not apply. A
+changelog that can not be read, or ends below the offset a store's checkpoint says it
+reached, can not rebuild anything: the task stops with a
+:class:`~rstreams.state.stores.LostStateError` naming the queue and offset (the job is
+then rebuilt from its input with ``--fresh``; see docs/state.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -35,7 +50,7 @@ from typing import Any
 
 import msgpack
 
-from rstreams.errors import RStreamsError, SerdeError
+from rstreams.errors import RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
@@ -53,7 +68,7 @@ from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
-from rstreams.state.stores import KeyValueStore, MemoryStore
+from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError
 
 Fetch = Callable[[str, int, int, int], RecordColumns]
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
@@ -147,6 +162,36 @@ def transactions_topic(job_id: str) -> str:
     return f"{job_id}-transactions"
 
 
+#: Where the advice of errors that only a rebuild from the input can cure points to.
+REBUILD_ADVICE = (
+    "rebuild the job from its input with `rstreams run PIPELINE --input ... --fresh` "
+    "(docs/state.md#recovering-from-damage)"
+)
+
+
+def discard_damaged_store(error: StoreDamagedError, state_dir: str | None, who: str) -> None:
+    """Delete the local copy of the store ``error`` names, so that it is rebuilt from
+    its changelog; with a warning. Only ever a directory under ``state_dir``: otherwise
+    (or with no path) ``error`` is raised."""
+    path = Path(error.path) if error.path else None
+    root = Path(state_dir).resolve() if state_dir else None
+    if path is None or root is None or not path.resolve().is_relative_to(root):
+        raise error
+    log.warning(
+        "%s: state store %r is damaged (%s); deleting its local copy %s and "
+        "rebuilding it from its changelog",
+        who, error.store, error, path,
+    )  # fmt: skip
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        raise StateStoreError(
+            f"state store {error.store!r}: can not delete its damaged local copy {path}; "
+            f"delete it by hand and run again ({error})",
+            store=error.store,
+            path=str(path),
+        ) from error
+
+
 class Task:
     """Runs sub-topology ``sub`` on queue ``queue`` of every topic it reads.
 
@@ -198,32 +243,60 @@ class Task:
         self.failed = False
         self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
         self.stores: dict[str, CachedStore] = {}
-        try:
-            for name in sub.stores:
-                self.stores[name] = CachedStore(
-                    self._open_store(name),
-                    INTERNAL_SERDE,
-                    topology.stores[name].serde,
-                    max_entries=config.cache_entries,
-                    auto_flush=False,
-                )
-            #: What this task had sent up to its last commit (exactly-once: kept in its
-            #: transactions), so that a new owner goes on from there.
-            self._restored_times = (NO_TIME, NO_TIME)
-            if self.exactly_once:
-                self._recover()  # its changelog records, if any, are restored next
-            started = time.monotonic()
-            self.restored = self._restore()
-            self.restore_seconds = time.monotonic() - started
-            # Processors only now, on restored state: built earlier, they would have
-            # rebuilt their indexes and stream time from stores still empty.
-            self._build_processors(topology.job_id, producer, clock)
-        except BaseException:
-            for s in self.stores.values():  # a RocksDB store stays locked until closed
-                s.close(flush=False)
-            raise
+        discarded: set[str] = set()
+        while True:
+            try:
+                self._build(topology, sub, producer, clock)
+                break
+            except StoreDamagedError as e:
+                self._close_stores()  # a RocksDB store stays locked until closed
+                if e.path is None or e.path in discarded:
+                    raise  # a new copy is damaged too: not the store's files
+                discarded.add(e.path)
+                discard_damaged_store(e, config.state_dir, f"task {self.id}")
+            except BaseException:
+                self._close_stores()
+                raise
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committed = dict(self.positions)
+
+    def _build(
+        self, topology: Topology, sub: SubTopology, producer: Producer, clock: Callable[[], int]
+    ) -> None:
+        """Open the stores, finish the last transaction, restore, build the processors."""
+        self.stores = {}
+        for name in sub.stores:
+            self.stores[name] = CachedStore(
+                self._open_store(name),
+                INTERNAL_SERDE,
+                topology.stores[name].serde,
+                max_entries=self.config.cache_entries,
+                auto_flush=False,
+            )
+        #: What this task had sent up to its last commit (exactly-once: kept in its
+        #: transactions), so that a new owner goes on from there.
+        self._restored_times = (NO_TIME, NO_TIME)
+        if self.exactly_once:
+            self._recover()  # its changelog records, if any, are restored next
+        started = time.monotonic()
+        self.restored = self._restore()
+        self.restore_seconds = time.monotonic() - started
+        # Processors only now, on restored state: built earlier, they would have
+        # rebuilt their indexes and stream time from stores still empty.
+        self._build_processors(topology.job_id, producer, clock)
+
+    def _close_stores(self) -> None:
+        """Close every store without writing anything (a failed task, damage): errors
+        closing a damaged store are not the error to report."""
+        for s in self.stores.values():
+            with contextlib.suppress(StateStoreError):
+                s.close(flush=False)
+
+    def abandon(self) -> None:
+        """Close without committing anything (damaged state was found): the task's next
+        owner restores its state and goes on from its last commit."""
+        self.failed = True
+        self._close_stores()
 
     def _build_processors(self, job_id: str, producer: Producer, clock: Callable[[], int]) -> None:
         """Phase 3 proper: fresh processors for this queue, initialized on its stores."""
@@ -342,6 +415,16 @@ class Task:
             end = self.broker.end_offset(topic, self.queue)
             pos = start
             checkpoint = inner.meta("changelog_offset") if hasattr(inner, "meta") else None
+            if checkpoint is not None and checkpoint > end:
+                # The store had records its changelog no longer has: they are lost.
+                raise LostStateError(
+                    f"task {self.id}: state store {name!r} is at offset {checkpoint} of "
+                    f"its changelog {topic}[{self.queue}], which ends at {end}: records "
+                    f"{end}..{checkpoint - 1} of {topic}[{self.queue}]@{end} are gone "
+                    f"(the log was cut or lost its tail), and the state they held with "
+                    f"them; {REBUILD_ADVICE}",
+                    store=name, topic=topic, queue=self.queue, offset=end,
+                )  # fmt: skip
             if checkpoint is not None and start <= checkpoint <= end:
                 pos = checkpoint  # a valid local checkpoint: replay the tail only
             elif len(inner):
@@ -357,7 +440,7 @@ class Task:
             serde = self.stores[name].value_serde
             first = pos
             while pos < end:
-                records = self.broker.read_columns(topic, self.queue, pos, 10_000)
+                records = self._read_changelog(name, topic, pos)
                 if not len(records):
                     break
                 self._check(records, serde, topic)
@@ -377,6 +460,22 @@ class Task:
                 self.id, n, took, n / took if took else 0.0,
             )  # fmt: skip
         return n
+
+    def _read_changelog(self, store: str, topic: str, pos: int) -> RecordColumns:
+        from rstreams.runtime.queues.filelog import CorruptLogError
+
+        try:
+            return self.broker.read_columns(topic, self.queue, pos, 10_000)
+        except CorruptLogError as e:
+            if e.topic != topic:
+                raise
+            at = pos if e.offset is None else e.offset
+            raise LostStateError(
+                f"task {self.id}: state store {store!r} can not be restored: its changelog "
+                f"{topic}[{self.queue}]@{at} can not be read ({e.segment}: {e.reason}); "
+                f"it is the only durable copy of that state: {REBUILD_ADVICE}",
+                store=store, topic=topic, queue=self.queue, offset=at,
+            ) from e  # fmt: skip
 
     def _check(self, records: RecordColumns, serde: Any, topic: str) -> None:
         """Refuse state that can not be read back, naming where it is: never reset it."""
@@ -411,10 +510,14 @@ class Task:
         offset: int,
         topic: str,
     ) -> None:
-        if hasattr(inner, "meta"):
-            inner.write_columns(keys, values, meta={"changelog_offset": offset})  # type: ignore[attr-defined]
-        else:
-            inner.write_batch(list(zip(keys, values)))
+        try:
+            if hasattr(inner, "meta"):
+                inner.write_columns(keys, values, meta={"changelog_offset": offset})  # type: ignore[attr-defined]
+            else:
+                inner.write_batch(list(zip(keys, values)))
+        except StateStoreError:
+            self.failed = True  # nothing more of this task is committed
+            raise
 
     # -- processing ----------------------------------------------------------------------
 
@@ -619,6 +722,17 @@ class Task:
     def _append_outputs(self, txn: dict[str, Any], redo: bool) -> None:
         marker = (TXN_HEADER, f"{txn['task']}:{txn['seq']}".encode())
         for topic, q, hint, payload, count, max_ts in txn["appends"]:
+            if redo and (end := self.broker.end_offset(topic, q)) < hint:
+                # The queue held ``hint`` records when the transaction was written:
+                # some are gone, and appending again would not bring them back.
+                raise LostStateError(
+                    f"task {self.id}: {topic}[{q}] ends at offset {end}, below offset "
+                    f"{hint} where its last transaction "
+                    f"({self.txn_topic}[{self.txn_queue}], seq {txn['seq']}) appended: "
+                    f"records {topic}[{q}]@{end}..{hint - 1} are gone (the log was cut or "
+                    f"lost its tail); {REBUILD_ADVICE}",
+                    topic=topic, queue=q, offset=end,
+                )  # fmt: skip
             if redo and self._has_marker(topic, q, hint, marker):
                 continue
             self.broker.append_encoded(topic, q, payload, count, max_ts)
@@ -664,8 +778,12 @@ class Task:
         self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
 
     def close(self) -> None:
-        self.commit()
-        for p in self.processors:
-            p.close()
+        try:
+            self.commit()
+            for p in self.processors:
+                p.close()
+        except BaseException:
+            self.abandon()
+            raise
         for s in self.stores.values():
             s.close(flush=False)

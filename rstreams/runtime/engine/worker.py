@@ -34,7 +34,12 @@ from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, commit_tasks, relieve_memory
+from rstreams.runtime.engine.task import (
+    Task,
+    commit_tasks,
+    discard_damaged_store,
+    relieve_memory,
+)
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import (
@@ -44,6 +49,7 @@ from rstreams.runtime.rebalance import (
     get_strategy,
 )
 from rstreams.runtime.rebalance.membership import FileGroupMembership
+from rstreams.state.stores import StoreDamagedError
 
 log = logging.getLogger("rstreams.worker")
 
@@ -54,6 +60,9 @@ EXIT_PROCESSING_ERROR = 3
 #: restarted; the message is the last line the worker prints). An unexpected exception
 #: (a bug, with its traceback) exits 1 and is restarted, as is a worker killed by a signal.
 EXIT_FATAL = 4
+#: Rebuilds of damaged state a worker makes in a row, without a commit between them,
+#: before it gives up (the damage is not in the store's files: the disk, a bug...).
+MAX_REBUILDS = 3
 
 
 @attrs.frozen
@@ -132,6 +141,8 @@ class Worker:
         self.processed = 0
         #: Per task: [records skipped before this worker owned it, count last published].
         self._skipped: dict[str, list[int]] = {}
+        #: Damaged stores rebuilt since the last commit that wrote anything.
+        self._rebuilds = 0
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -243,7 +254,35 @@ class Worker:
         self._publish_skipped(self.tasks)
         written = commit_tasks(list(self.tasks.values()), self.broker)
         self.broker.flush()
+        if written:
+            self._rebuilds = 0
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
+
+    def _rebuild(self, error: StoreDamagedError) -> None:
+        """A store's local copy turned out damaged while its task ran: drop every task
+        of this worker without committing (a commit in progress may have stopped half
+        way through the tasks), delete that copy, and let the loop build the tasks again
+        (as after a rebalance: state restored from the changelogs, processing resumed
+        from the last commit). The task locks are kept meanwhile. Raises ``error`` after
+        MAX_REBUILDS rebuilds in a row without a commit."""
+        self._rebuilds += 1
+        if self._rebuilds > MAX_REBUILDS:
+            for task in self.tasks.values():
+                task.failed = True  # nothing more is committed
+            raise error
+        log.warning(
+            "%s: state store %r turned out damaged while running; dropping the %d task(s) "
+            "of this worker without committing, to rebuild it from its changelog and go "
+            "on from the last commit",
+            self.member_id, error.store, len(self.tasks),
+        )  # fmt: skip
+        for name in list(self.tasks):
+            task = self.tasks.pop(name)
+            for topic in task.positions:
+                self.pool.remove(topic, task.queue)
+            self._skipped.pop(name, None)
+            task.abandon()
+        discard_damaged_store(error, self.engine.state_dir, self.member_id)
 
     def _end_of_input(self) -> None:
         """The supervisor declared bounded input over for a sub-topology (a control
@@ -301,66 +340,72 @@ class Worker:
         next_punctuate = now
         try:
             while not self.stop_event.is_set():
-                now = time.monotonic()
-                if now >= next_heartbeat:
-                    if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                        log.warning("%s: the supervisor is gone; stopping", self.member_id)
-                        break
-                    self.membership.heartbeat()
-                    next_heartbeat = now + cfg.heartbeat_interval
-                    # Liveness check of the others: a dead member bumps the generation.
-                    self.membership.members()
-                if self.membership.generation() != self._generation or now >= next_rebalance:
-                    self.rebalance()
-                    next_rebalance = now + cfg.rebalance_interval
-                self._claim_tasks()
-                if self.pool.error is not None:
-                    raise self.pool.error
-                progress = 0
-                if not cfg.agent_thread:
-                    self.pool.pull_all()  # the agents whose timer is due, or who were woken
-                for task in list(self.tasks.values()):
-                    n = task.poll(cfg.batch_size)
-                    if n:
-                        progress += n
-                        if task.wants_commit:
-                            # A full state cache: commit to bound memory.
-                            self._publish_skipped({task.id: task})
-                            task.commit()
-                        elif not self.exactly_once:
-                            # Output is visible at once; downstream tasks of this worker
-                            # need not wait for their timer. (Exactly-once output waits
-                            # for its transaction.)
-                            self.pool.wake(task.producer.flush())
-                if progress:
-                    self.pool.wake(relieve_memory(self.tasks.values(), self.engine.cache_entries))
-                self.processed += progress
-                if now >= next_punctuate:
-                    wall = wall_clock_ms()
-                    for task in self.tasks.values():
-                        task.punctuate(wall)
-                    self._end_of_input()
-                    # Idle: look again soon (the end of a bounded run waits on this).
-                    next_punctuate = now + (0.1 if progress else 0.02)
-                if time.monotonic() >= next_commit:
-                    self.commit()
-                    next_commit = time.monotonic() + cfg.commit_interval
-                if time.monotonic() >= next_maintenance:
-                    log.debug("%s: maintenance %s", self.member_id, self.maintain())
-                    next_maintenance = time.monotonic() + cfg.maintenance_interval
-                if not progress:
-                    tasks = self.tasks.values()
-                    if (
-                        time.monotonic() >= next_commit - cfg.commit_interval * 0.9
-                        and any(t.uncommitted for t in tasks)
-                        and not any(t.lag() for t in tasks)
-                    ):
-                        # Input ran dry (not just a pull in flight): commit now, not at
-                        # the timer, so output (which exactly-once shows only at commit)
-                        # moves on at once; at most ten times per commit interval.
+                try:
+                    now = time.monotonic()
+                    if now >= next_heartbeat:
+                        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                            log.warning("%s: the supervisor is gone; stopping", self.member_id)
+                            break
+                        self.membership.heartbeat()
+                        next_heartbeat = now + cfg.heartbeat_interval
+                        # Liveness check of the others: a dead member bumps the generation.
+                        self.membership.members()
+                    if self.membership.generation() != self._generation or now >= next_rebalance:
+                        self.rebalance()
+                        next_rebalance = now + cfg.rebalance_interval
+                    self._claim_tasks()
+                    if self.pool.error is not None:
+                        raise self.pool.error
+                    progress = 0
+                    if not cfg.agent_thread:
+                        self.pool.pull_all()  # the agents whose timer is due, or who were woken
+                    for task in list(self.tasks.values()):
+                        n = task.poll(cfg.batch_size)
+                        if n:
+                            progress += n
+                            if task.wants_commit:
+                                # A full state cache: commit to bound memory.
+                                self._publish_skipped({task.id: task})
+                                task.commit()
+                            elif not self.exactly_once:
+                                # Output is visible at once; downstream tasks of this worker
+                                # need not wait for their timer. (Exactly-once output waits
+                                # for its transaction.)
+                                self.pool.wake(task.producer.flush())
+                    if progress:
+                        self.pool.wake(
+                            relieve_memory(self.tasks.values(), self.engine.cache_entries)
+                        )
+                    self.processed += progress
+                    if now >= next_punctuate:
+                        wall = wall_clock_ms()
+                        for task in self.tasks.values():
+                            task.punctuate(wall)
+                        self._end_of_input()
+                        # Idle: look again soon (the end of a bounded run waits on this).
+                        next_punctuate = now + (0.1 if progress else 0.02)
+                    if time.monotonic() >= next_commit:
                         self.commit()
                         next_commit = time.monotonic() + cfg.commit_interval
-                    self.stop_event.wait(cfg.idle_sleep)
+                    if time.monotonic() >= next_maintenance:
+                        log.debug("%s: maintenance %s", self.member_id, self.maintain())
+                        next_maintenance = time.monotonic() + cfg.maintenance_interval
+                    if not progress:
+                        tasks = self.tasks.values()
+                        if (
+                            time.monotonic() >= next_commit - cfg.commit_interval * 0.9
+                            and any(t.uncommitted for t in tasks)
+                            and not any(t.lag() for t in tasks)
+                        ):
+                            # Input ran dry (not just a pull in flight): commit now, not at
+                            # the timer, so output (which exactly-once shows only at commit)
+                            # moves on at once; at most ten times per commit interval.
+                            self.commit()
+                            next_commit = time.monotonic() + cfg.commit_interval
+                        self.stop_event.wait(cfg.idle_sleep)
+                except StoreDamagedError as e:
+                    # Damaged local state found while processing or committing.
+                    self._rebuild(e)
         finally:
             self.pool.stop()
             failed = any(t.failed for t in self.tasks.values())
