@@ -37,15 +37,19 @@ from rstreams.state.stores import KeyValueStore, StoreDamagedError
 
 _META = "meta"  # the column family of the store's bookkeeping
 _RANGE_CHUNK = 1024  # entries read per iterator: no iterator outlives a chunk
-# RocksDB messages of failures a new local copy would meet again.
-_NOT_DAMAGE = ("lock", "no space left", "permission denied", "read-only file system",
+# RocksDB messages of failures a new local copy would meet again: the database is
+# locked (by this process or another), the disk is full or read-only...
+_LOCKED = ("lock hold", "While lock file", "/LOCK:")
+_NOT_DAMAGE = ("no space left", "permission denied", "read-only file system",
                "too many open files")  # fmt: skip
 
 
 def store_error(name: str, path: Path, what: str, e: BaseException) -> StateStoreError:
     """The :class:`StateStoreError` of RocksDB failure ``e`` of store ``name``."""
     msg = str(e)
-    cls = StateStoreError if any(w in msg.lower() for w in _NOT_DAMAGE) else StoreDamagedError
+    lower = msg.lower()
+    damage = not any(w in msg for w in _LOCKED) and not any(w in lower for w in _NOT_DAMAGE)
+    cls = StoreDamagedError if damage else StateStoreError
     return cls(
         f"state store {name!r} ({path}): RocksDB could not {what}: {msg}",
         store=name,
@@ -121,6 +125,7 @@ class RocksDBStore(KeyValueStore):
         from rocksdict import Options, Rdict
 
         self.path.mkdir(parents=True, exist_ok=True)
+        before = {f.name for f in self.path.glob("*.sst")}
         opts = _options(self.config)
         opts.create_missing_column_families(True)
         opts.set_atomic_flush(True)  # data and its changelog offset reach disk together
@@ -133,6 +138,15 @@ class RocksDBStore(KeyValueStore):
         self._meta = self._db.get_column_family(_META)
         self._meta_cf = self._db.get_column_family_handle(_META)
         self._count = None
+        #: SST files the directory held that the database does not use (RocksDB deletes
+        #: them at open): left over by a crash, or lost by a damaged MANIFEST.
+        self.dropped_files = sorted(before - {f["name"].lstrip("/") for f in self._live_files()})
+
+    def _live_files(self) -> list[dict[str, Any]]:
+        try:
+            return list(self._db.live_files())
+        except Exception as e:
+            self._fail("list its files", e)
 
     def _fail(self, what: str, e: Exception) -> NoReturn:
         if _is_rocksdb_error(e):

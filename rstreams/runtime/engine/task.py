@@ -425,9 +425,22 @@ class Task:
                     f"them; {REBUILD_ADVICE}",
                     store=name, topic=topic, queue=self.queue, offset=end,
                 )  # fmt: skip
+            if checkpoint is None and getattr(inner, "dropped_files", None):
+                log.warning(
+                    "task %s: state store %r lost SST files its MANIFEST no longer lists "
+                    "(%s; a damaged MANIFEST?); rebuilding it from its changelog",
+                    self.id, name, ", ".join(inner.dropped_files),  # type: ignore[attr-defined]
+                )  # fmt: skip
             if checkpoint is not None and start <= checkpoint <= end:
                 pos = checkpoint  # a valid local checkpoint: replay the tail only
             elif len(inner):
+                if checkpoint is None:  # every write of a task's store records one
+                    log.warning(
+                        "task %s: state store %r holds data but no changelog offset (its "
+                        "local copy lost part of its history, e.g. a damaged MANIFEST); "
+                        "deleting it and rebuilding it from its changelog",
+                        self.id, name,
+                    )  # fmt: skip
                 inner.clear()  # type: ignore[attr-defined]
             plan.append((name, topic, pos, end))
         total = sum(end - pos for _, _, pos, end in plan)
