@@ -798,5 +798,8 @@ class Task:
         except BaseException:
             self.abandon()
             raise
+        if self.failed:  # the error that failed it is the one to report
+            self._close_stores()
+            return
         for s in self.stores.values():
             s.close(flush=False)
