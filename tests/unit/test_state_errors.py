@@ -96,3 +96,26 @@ def test_a_queue_shorter_than_the_last_transaction_stops_the_recovery() -> None:
             lambda: 0, txn_queue=0,
         )  # fmt: skip
     assert (e.value.topic, e.value.queue, e.value.offset) == ("out", 0, 0)
+
+
+def test_a_task_rebuilds_a_damaged_store_from_its_changelog(tmp_path: Path, caplog) -> None:
+    topology = count_topology()
+    config = EngineConfig(state="rocksdb", state_dir=str(tmp_path), coalesce=True)
+    broker = MemoryBroker()
+    engine = LocalEngine(topology, broker, config)
+    broker.append("in", 0, [(0, None, v.encode(), ()) for v in "abcab"])
+    engine.run_until_idle()
+    engine.close()
+    for sst in tmp_path.glob("*/*/*.sst"):
+        data = bytearray(sst.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        sst.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="rstreams.task"):
+        engine = LocalEngine(topology, broker, config)
+    assert "rebuilding it from its changelog" in caplog.text
+    (task,) = [t for t in engine.tasks if t.stores]
+    assert not task.failed
+    broker.append("in", 0, [(0, None, b"a", ())])
+    engine.run_until_idle()
+    assert dict(task.stores["c-n-store"].items()) == {"a": 3, "b": 2, "c": 1}
+    engine.close()

@@ -264,6 +264,7 @@ class Task:
         self, topology: Topology, sub: SubTopology, producer: Producer, clock: Callable[[], int]
     ) -> None:
         """Open the stores, finish the last transaction, restore, build the processors."""
+        self.failed = False  # a store write of an earlier attempt may have set it
         self.stores = {}
         for name in sub.stores:
             self.stores[name] = CachedStore(
