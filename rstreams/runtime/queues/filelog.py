@@ -685,14 +685,15 @@ class FileBroker:
         """The logical start offset after purges: ``"<offset> <crc32>"`` (or a bare
         offset, as written before the crc); FileNotFoundError if never purged."""
         path = q.dir / "start-offset"
-        text = path.read_text()
+        data = path.read_bytes()
         try:
+            text = data.decode()
             parts = [int(x) for x in text.split()]
             if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
                 raise ValueError("checksum mismatch")
             if len(parts) not in (1, 2) or parts[0] < 0:
                 raise ValueError(f"{text.strip()!r}")
-        except ValueError as e:
+        except ValueError as e:  # (UnicodeDecodeError included)
             raise _corrupt(q, path, None, f"the start-offset file is damaged ({e})") from None
         return parts[0]
 
@@ -757,11 +758,11 @@ class FileBroker:
         """The queue's durable point: (segment base, bytes, end offset), or None."""
         path = q.dir / DURABLE_FILE
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         try:
-            seg, size, end = parse_durable(text)
+            seg, size, end = parse_durable(data.decode())
         except (ValueError, UnicodeDecodeError) as e:
             raise _corrupt(
                 q, path, None,
