@@ -302,9 +302,10 @@ def run_with_chaos(
     def chaos(status: object) -> None:
         now = time.monotonic()
         if kills[0] < 10 and now >= next_kill[0]:
-            slot = rng.randrange(2)
-            if sup.procs[slot].poll() is None:
-                sup.kill_worker(slot, signal.SIGKILL)
+            # A live one: a killed worker's replacement starts after a backoff.
+            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
+            if live:
+                sup.kill_worker(rng.choice(live), signal.SIGKILL)
                 kills[0] += 1
             next_kill[0] = now + rng.uniform(0.1, 0.5)
 
@@ -343,7 +344,10 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
 
 @pytest.mark.slow
 def test_killed_workers_give_every_match_once(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
+    # A worker restores about 30 join tasks when it starts: at 5% a crash each, most
+    # restarts would die before committing, and restarts without progress back off
+    # (up to 5 s each). 1% still crashes about one start in four.
+    monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.01")
     orders, payments, matches = orders_and_payments(tmp_path, 2000)
     pipeline = write(tmp_path, "j.py", JOIN)
     inputs = {"orders": str(orders), "payments": str(payments)}
