@@ -31,20 +31,12 @@ from rstreams.errors import (
     TopologyError,
 )
 from rstreams.serde import SerdeLike, get_serde
+from rstreams.userfn import describe_fn as describe_fn  # re-exported: its old home
 
 if TYPE_CHECKING:
     from rstreams.planner.topology import Topology
 
 __all__ = ["GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"]
-
-
-def describe_fn(fn: Any) -> str:
-    """``module:line`` of a user callback, for error messages."""
-    code = getattr(fn, "__code__", None)
-    label = getattr(fn, "__qualname__", None) or type(fn).__name__
-    if code is None:
-        return label
-    return f"{label} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
 def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False) -> Any:

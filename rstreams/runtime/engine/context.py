@@ -17,6 +17,7 @@ from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
 from rstreams.state.cache import CachedStore
 from rstreams.state.rocksdb import RocksDBConfig
+from rstreams.userfn import describe_fn
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.producer import Producer
@@ -137,8 +138,6 @@ class StreamContext:
         """
         if isinstance(exc, StateStoreError):
             raise exc
-        from rstreams.dsl.stream import describe_fn
-
         where = f"{record.topic}[{record.queue}]@{record.offset}"
         what = f" in {describe_fn(fn)}" if fn is not None else ""
         msg = (

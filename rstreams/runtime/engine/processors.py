@@ -31,9 +31,9 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
-from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
+from rstreams.userfn import as_timestamp
 
 COMBINABLE = n.COMBINABLE
 

@@ -5,17 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rstreams.runtime.queues.base import Headers
-
-
-def as_timestamp(value: Any) -> int:
-    """What a ``selectTimestamp`` function returned, as epoch milliseconds; the same
-    check (and message) on every backend."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            "a timestamp must be epoch milliseconds (int); "
-            f"got {type(value).__name__} {value!r:.40}"
-        )
-    return int(value)
+from rstreams.userfn import as_timestamp as as_timestamp  # re-exported: its old home
 
 
 class Record:

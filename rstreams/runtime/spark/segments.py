@@ -32,10 +32,9 @@ import attrs
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
-from rstreams.dsl.stream import describe_fn
-from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.gctune import tuned
 from rstreams.runtime.spark import encoding as enc
+from rstreams.userfn import as_timestamp, describe_fn
 
 FAILURE_MARK = "RSTREAMS-RECORD-FAILED:"
 #: Arrow batches a fold emits at most (rows), to bound worker memory.

@@ -44,11 +44,11 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
-from rstreams.runtime.engine.record import as_timestamp
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiler import Compiler, Stream, translate
 from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep, update_rule
+from rstreams.userfn import as_timestamp
 from rstreams.windowed import Windowed
 
 _TIME = "_t"
