@@ -7,8 +7,8 @@
     >>> path = os.path.join(tempfile.mkdtemp(), "in.txt")
     >>> _ = open(path, "w").write("a b\\na\\n")
     >>> result = run(b.build(), inputs={"lines": path})
-    >>> result.tables["counts"]
-    {'a': 2, 'b': 1}
+    >>> sorted(result.tables["counts"].items())  # a table's key order is not specified
+    [('a', 2), ('b', 1)]
 
 The in-process runtime keeps queues and state in memory and processes the input in
 chunks: each chunk runs through every sub-topology (shuffles included) and is committed
@@ -19,136 +19,30 @@ value per key of a chunk is emitted), which is what a final table needs.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO, Any, BinaryIO
-
-import attrs
+from collections.abc import Callable
+from typing import Any
 
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
 from rstreams.runtime.gctune import tuned
-from rstreams.runtime.queues.base import RecordColumns
-from rstreams.serde import _json_default, json_texts
+
+# Shared with the Spark backend, which must not import this module: they live below both
+# backends and are re-exported here under their old names.
+from rstreams.runtime.inputs import check_inputs as check_inputs
+from rstreams.runtime.inputs import line_chunks as line_chunks
+from rstreams.runtime.inputs import open_input
+from rstreams.runtime.results import Progress as Progress
+from rstreams.runtime.results import RunResult as RunResult
+from rstreams.runtime.results import fold_records as fold_records
+from rstreams.runtime.results import write_table as write_table
 
 __all__ = ["Progress", "RunResult", "run"]
 
 BACKENDS = ("embedded", "spark")
-
-
-@attrs.frozen
-class Progress:
-    """A snapshot passed to the ``progress`` callback of :func:`run`."""
-
-    records_in: int
-    records_out: int
-    bytes_read: int
-    bytes_total: int | None
-    elapsed: float
-    #: What is running, when the backend says more than counts (e.g. a Spark stage).
-    detail: str = ""
-    #: Records read but not yet committed (durable runtime only).
-    lag: int | None = None
-    #: (changelog offsets replayed, offsets to replay) of the tasks restoring their
-    #: state now (durable runtime only).
-    restoring: tuple[int, int] | None = None
-
-
-@attrs.frozen
-class RunResult:
-    """What a bounded run produced.
-
-    ``tables`` maps each sink topic to its final table (last value per key, keys in
-    order of first appearance); ``records_in`` counts input lines, ``records_out``
-    records written to sink topics.
-    """
-
-    tables: dict[str, dict[Any, Any]]
-    records_in: int
-    records_out: int
-    elapsed: float
-    metrics: dict[str, int]
-
-
-def line_chunks(
-    f: BinaryIO, chunk_lines: int, *, last_partial: bool = True, block: int = 1 << 20
-) -> Iterator[tuple[list[bytes], int]]:
-    """Chunks of ``chunk_lines`` lines (without their line ends: ``\n`` and any ``\r``
-    before it) and the bytes consumed so far.
-
-    The file is read in large blocks and split in C, not a line at a time. A last line
-    without a newline is a chunk of its own, kept as it is, when ``last_partial``
-    (a finished file); otherwise it is left unread (a file still being written).
-    """
-    consumed = 0
-    rest = b""
-    pending: list[bytes] = []
-    cr = False  # seen a \r: strip it from line ends
-
-    def take(n: int) -> tuple[list[bytes], int]:
-        chunk = pending[:n]
-        del pending[:n]
-        size = sum(map(len, chunk)) + len(chunk)  # the lines and their newlines
-        if cr:
-            chunk = [line.rstrip(b"\r") for line in chunk]
-        return chunk, size
-
-    while data := f.read(block):
-        if rest:
-            data = rest + data
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            rest = data
-            continue
-        rest = data[cut + 1 :]
-        body = data[:cut]
-        cr = cr or b"\r" in body
-        pending.extend(body.split(b"\n"))
-        while len(pending) >= chunk_lines:
-            chunk, size = take(chunk_lines)
-            consumed += size
-            yield chunk, consumed
-    if pending:
-        chunk, size = take(len(pending))
-        consumed += size
-        yield chunk, consumed
-    if rest and last_partial:
-        consumed += len(rest)
-        yield [rest], consumed
-
-
-def _open(path: str) -> tuple[BinaryIO, int | None]:
-    if path == "-":
-        return sys.stdin.buffer, None
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"input file {path!r} does not exist")
-    if p.is_dir():
-        raise ConfigError(f"input {path!r} is a directory; give a file (one record per line)")
-    try:
-        f = p.open("rb")
-    except OSError as e:
-        raise ConfigError(f"can not read input file {path!r}: {e.strerror}") from None
-    return f, p.stat().st_size
-
-
-def check_inputs(topology: Topology, inputs: dict[str, str]) -> None:
-    """Every source topic bound to an input, and nothing else bound."""
-    missing = [t for t in topology.source_topics if t not in inputs]
-    unknown = [t for t in inputs if t not in topology.source_topics]
-    if unknown:
-        raise ConfigError(
-            f"topic(s) {unknown} are not sources of {topology.job_id!r}; "
-            f"its sources are {topology.source_topics}"
-        )
-    if missing:
-        raise ConfigError(f"no input bound to source topic(s) {missing}; bind each to a file")
 
 
 #: Seconds between commits of an in-process run.
@@ -281,7 +175,7 @@ def _run_embedded(
             max_restarts=max_restarts,
         )
 
-    opened = {topic: _open(path) for topic, path in inputs.items()}
+    opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())
     if any(size is None for _, size in opened.values()):
         total_bytes = None
@@ -341,31 +235,6 @@ def _run_embedded(
     return RunResult(tables, records_in, records_out, time.monotonic() - start, engine.metrics())
 
 
-def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:
-    """Fold sink records (deserialized with the sink topic's serdes) into a final table:
-    the last value per key."""
-    if not len(records):
-        return
-    # Only each key's last record counts: pick those on the raw bytes (in log order, so
-    # that keys written as different bytes still fold in order), then decode columns.
-    raw_keys, raw_values = records.keys, records.values
-    last = sorted(dict(zip(raw_keys, range(len(raw_keys)))).values())
-    keys = _decode_column(spec.key_serde, [raw_keys[i] for i in last])
-    values = _decode_column(spec.value_serde, [raw_values[i] for i in last])
-    try:
-        table.update(zip(keys, values))
-    except TypeError:  # unhashable keys (lists, dicts): make them hashable
-        for k, v in zip(keys, values):
-            table[_hashable(k)] = v
-
-
-def _decode_column(serde: Any, column: list[bytes | None]) -> list[Any]:
-    if None in column:
-        de = serde.deserialize
-        return [None if b is None else de(b) for b in column]
-    return serde.deserialize_many(column)
-
-
 def _collect(
     engine: LocalEngine,
     sinks: list[str],
@@ -389,38 +258,3 @@ def _collect(
             for q in range(engine.queue_counts[spec.name]):
                 broker.purge(spec.name, q, broker.end_offset(spec.name, q))
     return n
-
-
-def _hashable(key: Any) -> Any:
-    if isinstance(key, list):
-        return tuple(_hashable(k) for k in key)
-    if isinstance(key, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in key.items()))
-    return key
-
-
-def _table_json(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=_json_default)
-
-
-def _rows(table: dict[Any, Any]) -> list[str]:
-    """The JSON lines of a final table (windowed keys as {"@windowed": [...]})."""
-    keys = json_texts(list(table), _table_json)
-    values = json_texts(list(table.values()), _table_json)
-    return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
-
-
-def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
-    """Write a final table as JSON lines ``{"key": ..., "value": ...}``: to a file
-    atomically (a temp file renamed into place), or to an open text stream."""
-
-    if not isinstance(path, str):
-        path.writelines(_rows(table))
-        path.flush()
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(_rows(table))
-    tmp.replace(target)

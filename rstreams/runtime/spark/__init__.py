@@ -19,7 +19,7 @@ from rstreams.errors import ConfigError
 from rstreams.runtime.spark.support import SUPPORTED, Support, check_supported
 
 if TYPE_CHECKING:
-    from rstreams.runner import RunResult
+    from rstreams.runtime.results import RunResult
 
 __all__ = ["SUPPORTED", "Support", "check_supported", "run_spark"]
 

@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
-from rstreams.runner import Progress, RunResult, check_inputs
+from rstreams.runtime.inputs import check_inputs
+from rstreams.runtime.results import Progress, RunResult
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
@@ -158,7 +159,7 @@ def run_spark(
             RocksDB state stores; ``checkpoint`` is then required, and running again
             with the same checkpoint continues from where the last run stopped.
         on_error: ``"fail"``, ``"skip"`` or ``"dead-letter"``, as on the embedded engine.
-        progress: called about twice a second with a :class:`~rstreams.runner.Progress`
+        progress: called about twice a second with a :class:`~rstreams.runtime.results.Progress`
             whose ``detail`` names the running Spark stage.
         trigger_once: streaming: process what is there and stop (``availableNow``);
             False keeps running until interrupted (Ctrl-C).

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
-from rstreams.runner import write_table
+from rstreams.runtime.results import write_table
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.serde import JsonSerde, MsgpackSerde, StrSerde
