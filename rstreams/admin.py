@@ -14,6 +14,7 @@ from typing import Any
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import queue_for_key
+from rstreams.runtime.queues.broker import Broker
 
 
 def job_root(data_dir: str, job: str | None) -> Path:
@@ -31,7 +32,7 @@ def job_root(data_dir: str, job: str | None) -> Path:
     raise ConfigError(f"{data_dir!r} holds several jobs ({', '.join(jobs)}); pick one with --job")
 
 
-def _broker(args: argparse.Namespace, create: bool = False) -> Any:
+def _broker(args: argparse.Namespace, create: bool = False) -> Broker:
     from rstreams.runtime.engine.worker import open_broker
 
     if create and args.job:
@@ -53,7 +54,7 @@ def _check_topic_name(topic: str | None) -> None:
         )
 
 
-def _known(broker: Any, topic: str) -> int:
+def _known(broker: Broker, topic: str) -> int:
     n = broker.queue_count(topic)
     if n is None:
         known = ", ".join(sorted(broker.topics())) or "none"
@@ -212,7 +213,9 @@ def _decode(b: bytes | None) -> str | None:
         return b.hex()
 
 
-def _records(broker: Any, topic: str, queue: int, start: int, limit: int | None) -> Iterator[Any]:
+def _records(
+    broker: Broker, topic: str, queue: int, start: int, limit: int | None
+) -> Iterator[Any]:
     pos = start
     while limit is None or limit > 0:
         batch = broker.read(topic, queue, pos, 10_000 if limit is None else min(limit, 10_000))
@@ -277,7 +280,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_lag(broker: Any, offsets: dict[tuple[str, int], int], indent: str = "") -> None:
+def _print_lag(broker: Broker, offsets: dict[tuple[str, int], int], indent: str = "") -> None:
     """A table of committed offset, end and lag per topic queue."""
     print(f"{indent}topic\tqueue\tcommitted\tend\tlag")
     for (topic, q), off in sorted(offsets.items()):

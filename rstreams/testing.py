@@ -44,6 +44,7 @@ from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.queues.base import Headers
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
@@ -69,7 +70,7 @@ class _RecordingProducer(Producer):
 
     records_order = True
 
-    def __init__(self, broker: MemoryBroker) -> None:
+    def __init__(self, broker: Broker) -> None:
         super().__init__(broker)
         self.unprocessed: deque[tuple[str, int]] = deque()
         self.order: dict[str, list[tuple[int, int]]] = {}

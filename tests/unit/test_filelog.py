@@ -16,7 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues import CorruptLogError, FileBroker, LogRecord, MemoryBroker, filelog
+from rstreams.runtime.queues import (
+    CorruptLogError,
+    FileBroker,
+    LogRecord,
+    MemoryBroker,
+    filelog,
+    offsets,
+)
 from rstreams.runtime.queues import _logformat as fmt
 
 Record = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
@@ -802,9 +809,10 @@ def test_commit_makes_data_durable_before_recording_the_offset(
         b.append("t", 0, [rec(b"a")])
         monkeypatch.setattr(filelog, "_fdatasync", lambda fd: events.append("data"))
         real = filelog._atomic_write
-        monkeypatch.setattr(
-            filelog, "_atomic_write", lambda *a, **k: (events.append(a[0].name), real(*a, **k))
-        )
+        for module in (filelog, offsets):  # the durable point, the group offset
+            monkeypatch.setattr(
+                module, "_atomic_write", lambda *a, **k: (events.append(a[0].name), real(*a, **k))
+            )
         b.commit("g", "t", 0, 1)
     # the data, then the durable point that covers it, then the offset
     assert events == ["data", filelog.DURABLE_FILE, "0.json"]

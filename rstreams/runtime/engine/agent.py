@@ -18,16 +18,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Protocol
 
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
-
-
-class Readable(Protocol):
-    def read_columns(
-        self, topic: str, queue: int, offset: int, max_records: int | None = None
-    ) -> RecordColumns: ...
-
+from rstreams.runtime.queues.broker import Broker
 
 _EMPTY = RecordColumns(range(0), (), (), (), ())
 
@@ -118,7 +111,7 @@ class PullingAgent:
 
     def __init__(
         self,
-        broker: Readable,
+        broker: Broker,
         topic: str,
         queue: int,
         cache: QueueCache,

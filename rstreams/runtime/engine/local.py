@@ -19,6 +19,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
     transactions_topic,
 )
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.memory import MemoryBroker
 
 #: Segment size of shuffle and changelog topics: small enough that purging consumed
@@ -30,7 +31,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def create_topics(topology: Topology, broker: MemoryBroker, config: EngineConfig) -> dict[str, int]:
+def create_topics(topology: Topology, broker: Broker, config: EngineConfig) -> dict[str, int]:
     """Create every topic of the topology, resolving unknown queue counts.
 
     A topic that already exists keeps its queue count (a declared count must match);
@@ -77,7 +78,7 @@ class LocalEngine:
     def __init__(
         self,
         topology: Topology,
-        broker: MemoryBroker | None = None,
+        broker: Broker | None = None,
         config: EngineConfig | None = None,
         producer: Producer | None = None,
         group: str | None = None,
@@ -85,7 +86,7 @@ class LocalEngine:
     ) -> None:
         self.topology = topology
         self.config = config or EngineConfig()
-        self.broker = broker or MemoryBroker()
+        self.broker: Broker = broker or MemoryBroker()
         self.producer = producer or Producer(self.broker)
         self.group = group or topology.job_id
         self.queue_counts = create_topics(topology, self.broker, self.config)

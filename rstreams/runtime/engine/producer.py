@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from itertools import chain
 
 from rstreams.runtime.queues.base import Headers
-from rstreams.runtime.queues.memory import MemoryBroker
+from rstreams.runtime.queues.broker import Broker
 
 Pending = tuple[int, bytes | None, bytes | None, Headers]
 #: Records as columns: timestamps, keys, values, headers.
@@ -26,7 +26,7 @@ class Producer:
     #: driver replays records in production order); otherwise sends are grouped by queue.
     records_order = False
 
-    def __init__(self, broker: MemoryBroker) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._pending: dict[tuple[str, int], list[Columns]] = defaultdict(list)
 

@@ -49,6 +49,7 @@ from rstreams.runtime.engine.worker import (
     restore_progress,
     skipped_at,
 )
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
@@ -127,7 +128,7 @@ class _Input:
                 yield lines, start + consumed
 
 
-def _ingested_position(broker: Any, topic: str, queues: int, file_id: str) -> int:
+def _ingested_position(broker: Broker, topic: str, queues: int, file_id: str) -> int:
     """How far ``file_id`` was ingested into ``topic``: from the chunks' last records."""
     best = 0
     for q in range(queues):

@@ -66,6 +66,7 @@ from rstreams.runtime.engine.watermarks import (
 )
 from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.cache import CachedStore
 from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError
@@ -119,7 +120,7 @@ class _Commit:
         self.written = written
 
 
-def commit_tasks(tasks: Collection[Task], broker: Any) -> list[tuple[str, int]]:
+def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int]]:
     """Commit several tasks of a process together (group commit): every task's
     transaction is appended, then all are made durable with one flush (each file is
     synced once, however many tasks wrote to it), then all outputs are written and made
@@ -208,7 +209,7 @@ class Task:
         topology: Topology,
         sub: SubTopology,
         queue: int,
-        broker: Any,
+        broker: Broker,
         producer: Producer,
         config: EngineConfig,
         group: str,
@@ -697,6 +698,7 @@ class Task:
             # Where this task's time got: a new owner's watermark goes on from there.
             "times": (self.ctx.out_time, self._high),
         }
+        assert self.txn_queue is not None
         at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, _pack_txn(txn), ())])
         return _Commit(txn, at, changes, [(topic, q) for topic, q, *_ in appends])
 
@@ -715,6 +717,7 @@ class Task:
         self._commit_offsets(c.txn["offsets"])
         self._commits += 1
         if self._commits % 100 == 0:  # only the last transaction is ever read again
+            assert self.txn_queue is not None
             self.broker.purge(self.txn_topic, self.txn_queue, c.at)
         for name, records in c.changes.items():
             self._apply_store_change(name, records, via_changelog=False)

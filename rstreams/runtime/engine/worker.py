@@ -41,6 +41,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import get_mapper
 from rstreams.runtime.rebalance import (
     AllocateAveragely,
@@ -109,7 +110,7 @@ class Worker:
     def __init__(
         self,
         topology: Topology,
-        broker: Any,
+        broker: Broker,
         root: str | os.PathLike[str],
         *,
         member_id: str | None = None,
@@ -462,7 +463,7 @@ def skipped_at(group_dir: Path, task: str, committed: dict[str, int]) -> int:
     return best
 
 
-def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Any:
+def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
     from rstreams.runtime.queues.filelog import FileBroker
 
     return FileBroker(Path(root) / "log", **kwargs)

@@ -1,6 +1,7 @@
 """The broker layer: topics of N queues (partitions). Knows nothing of topologies."""
 
 from rstreams.runtime.queues.base import LogRecord, queue_for_key
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.filelog import CorruptLogError, FileBroker
 from rstreams.runtime.queues.mapper import (
     HashRingQueueMapper,
@@ -11,6 +12,7 @@ from rstreams.runtime.queues.mapper import (
 from rstreams.runtime.queues.memory import MemoryBroker
 
 __all__ = [
+    "Broker",
     "CorruptLogError",
     "FileBroker",
     "HashRingQueueMapper",

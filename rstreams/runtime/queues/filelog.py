@@ -87,9 +87,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-from rstreams.errors import ConfigError, RStreamsError
+from rstreams.errors import ConfigError
+from rstreams.runtime.queues._files import (
+    CorruptLogError,
+    _atomic_write,
+    _encode_name,
+    _fsync_dir,
+    _makedirs,
+    _write_all,
+)
 from rstreams.runtime.queues._logformat import (
     FrameError,
     ReadBuffer,
@@ -106,6 +114,7 @@ from rstreams.runtime.queues._logformat import (
     read_header,
 )
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
+from rstreams.runtime.queues.offsets import FileGroupOffsets
 
 log = logging.getLogger(__name__)
 
@@ -120,65 +129,8 @@ _MAX_OPEN_CLOSED_SEGMENTS = 4  # per queue, besides the active segment
 _RACY_NS = 1_000_000_000  # a directory changed this recently may change again unseen
 DURABLE_FILE = "durable-point"  # "<segment base> <bytes> <end offset> <crc32>"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 _generations = itertools.count(1)  # tells apart every file a segment object opens
-
-
-class CorruptLogError(RStreamsError, RuntimeError):
-    """Data of a queue is damaged or missing: not a torn write that may be dropped.
-
-    Raised for a bad frame with valid frames after it or below the queue's durable point,
-    a log that ends below an offset that was synced, committed by a group or referenced
-    by a transaction, a closed segment cut short, and damaged offset or metadata files.
-    Carries ``topic``, ``queue``, ``segment`` (the damaged file), ``position`` (its byte,
-    or None) and ``offset`` (the first offset that cannot be read, or None). The message
-    ends with what to do next.
-    """
-
-    def __init__(
-        self,
-        topic: str,
-        queue: int | None,
-        segment: str,
-        position: int | None,
-        reason: str,
-        *,
-        offset: int | None = None,
-        root: str | Path | None = None,
-    ) -> None:
-        where = f"{topic!r}" if queue is None else f"{topic!r}[{queue}]"
-        at = f"{segment}" + (f" at byte {position}" if position is not None else "")
-        if offset is not None:
-            at += f" (offset {offset})"
-        super().__init__(
-            f"corrupt log {where}: {at}: {reason}. {_repair_advice(root, topic, queue, offset)}"
-        )
-        self.topic = topic
-        self.queue = queue
-        self.segment = segment
-        self.position = position
-        self.offset = offset
-        self.reason = reason
-
-
-def _repair_advice(
-    root: str | Path | None, topic: str, queue: int | None, offset: int | None
-) -> str:
-    """The next step, as commands: see every damage, cut it, rebuild the job."""
-    where = ""
-    if root is not None and Path(root).name == "log":  # a job's log: DATA_DIR/JOB/log
-        job = Path(root).parent
-        where = f" --data-dir {job.parent} --job {job.name}"
-    cut = ""
-    if queue is not None and offset is not None:
-        repair = f"rstreams topics repair {topic} --queue {queue} --truncate-at {offset}"
-        cut = f", cut it with `{repair}{where}`"
-    return (
-        f"List every damaged file with `rstreams topics check{where}`{cut}, then rebuild the "
-        f"job from its input with `rstreams run ... --fresh` "
-        f"(docs/state.md#recovering-from-damage)"
-    )
 
 
 def _corrupt(
@@ -188,23 +140,6 @@ def _corrupt(
         q.topic.name, q.number, str(path), position, reason, offset=offset,
         root=q.topic.dir.parent.parent,
     )  # fmt: skip
-
-
-def _encode_name(name: str) -> str:
-    """A file name for a topic/group name: itself if plain, else percent-encoded."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"names must be non-empty strings; got {name!r}")
-    enc = name if _SAFE_NAME.match(name) else quote(name, safe="")
-    if enc.startswith("."):
-        enc = "%2E" + enc[1:]
-    if len(enc.encode()) > 200:
-        raise ConfigError(f"name {name!r} is too long for a file name ({len(enc)} characters)")
-    return enc
-
-
-def _offset_crc(doc: dict[str, Any]) -> int:
-    text = f"{doc['group']}\0{doc['topic']}\0{doc['queue']}\0{doc['offset']}"
-    return zlib.crc32(text.encode())
 
 
 def parse_durable(text: str) -> tuple[int, int, int]:
@@ -227,50 +162,6 @@ def _meta_crc(meta: dict[str, Any]) -> int:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view, pos = view[n:], pos + n
-
-
-def _atomic_write(path: Path, data: bytes, *, sync: bool) -> None:
-    """Write a small file by temp file + fsync + rename (+ fsync of the directory)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data, 0)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        _fsync_dir(path.parent)
-
-
-def _makedirs(path: Path, *, sync: bool) -> None:
-    """``mkdir -p`` that also makes the new directory entries durable."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            d.mkdir()
-        if sync:
-            _fsync_dir(d.parent)
 
 
 class _FileLock:
@@ -453,9 +344,8 @@ class FileBroker:
         self.index_interval_bytes = index_interval_bytes
         self._sync = fsync != "never"
         self._topics_dir = self.root / "topics"
-        self._groups_dir = self.root / "groups"
         _makedirs(self._topics_dir, sync=self._sync)
-        _makedirs(self._groups_dir, sync=self._sync)
+        self._offsets = FileGroupOffsets(self.root / "groups", sync=self._sync)
         self._topics: dict[str, _Topic] = {}
         self._lock = threading.RLock()
         self._create_lock = _FileLock(self._topics_dir / ".create.lock")
@@ -818,12 +708,7 @@ class FileBroker:
 
     def _committed_by(self, q: _Queue) -> Iterator[tuple[str, int]]:
         """(group, committed offset) of every group that committed this queue."""
-        tname = _encode_name(q.topic.name)
-        for gdir in sorted(self._groups_dir.iterdir()):
-            path = gdir / tname / f"{q.number}.json"
-            if not gdir.name.startswith(".") and path.exists():
-                doc = self._read_offset_file(path)
-                yield doc["group"], doc["offset"]
+        return self._offsets.committed_by(q.topic.name, q.number)
 
     def _bad_tail(
         self, q: _Queue, seg: _Segment, e: FrameError, size: int, *, locked: bool
@@ -1365,77 +1250,32 @@ class FileBroker:
                 self._relist(q, locked=False)
         return removed
 
-    # -- groups -------------------------------------------------------------------------
-
-    def _offset_path(self, group: str, topic: str, queue: int) -> Path:
-        return self._groups_dir / _encode_name(group) / _encode_name(topic) / f"{int(queue)}.json"
+    # -- groups (stored by FileGroupOffsets) ---------------------------------------------
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         """Record ``group``'s position in a queue, after making appended data durable."""
         self._check_open()
         self.flush()
-        path = self._offset_path(group, topic, queue)
-        _makedirs(path.parent, sync=self._sync)
-        doc: dict[str, Any] = {
-            "group": group,
-            "topic": topic,
-            "queue": queue,
-            "offset": int(offset),
-        }
-        doc["crc"] = _offset_crc(doc)
-        _atomic_write(path, json.dumps(doc).encode() + b"\n", sync=self._sync)
+        self._offsets.commit(group, topic, queue, offset)
 
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` committed for the queue (0 if none)."""
         self._check_open()
-        try:
-            return int(self._read_offset_file(self._offset_path(group, topic, queue))["offset"])
-        except FileNotFoundError:
-            return 0
-
-    def _read_offset_file(self, path: Path) -> dict[str, Any]:
-        """A committed-offset file, checked: a damaged one is an error, never offset 0."""
-        data = path.read_bytes()
-        try:
-            doc = json.loads(data)
-            if not isinstance(doc, dict) or not isinstance(doc.get("offset"), int):
-                raise ValueError("no offset")
-            if "crc" in doc and doc["crc"] != _offset_crc(doc):
-                raise ValueError("checksum mismatch")
-            if doc["offset"] < 0 or not isinstance(doc.get("queue"), int):
-                raise ValueError(f"offset {doc['offset']}, queue {doc.get('queue')!r}")
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptLogError(
-                unquote(path.parent.name), int(path.stem) if path.stem.isdigit() else None,
-                str(path), None,
-                f"the committed-offset file of group {unquote(path.parent.parent.name)!r} is "
-                f"damaged ({e})",
-                root=self.root,
-            ) from None  # fmt: skip
-        return doc
+        return self._offsets.committed(group, topic, queue)
 
     def groups(self) -> list[str]:
         """Every group with committed offsets."""
         self._check_open()
-        return sorted(
-            unquote(d.name)
-            for d in self._groups_dir.iterdir()
-            if d.is_dir() and not d.name.startswith(".")
-        )
+        return self._offsets.groups()
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """{(topic, queue): offset} of everything ``group`` committed."""
         self._check_open()
-        out = {}
-        gdir = self._groups_dir / _encode_name(group)
-        if not gdir.is_dir():
-            return {}
-        for f in sorted(gdir.glob("*/*.json")):
-            if f.name.startswith("."):
-                continue
-            doc = self._read_offset_file(f)
-            out[(doc["topic"], int(doc["queue"]))] = int(doc["offset"])
-        return out
+        return self._offsets.group_offsets(group)
+
+    def _read_offset_file(self, path: Path) -> dict[str, Any]:
+        """A committed-offset file, checked: a damaged one is an error, never offset 0."""
+        return self._offsets.read_file(path)
 
     # -- durability and lifetime --------------------------------------------------------
 

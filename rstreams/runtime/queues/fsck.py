@@ -39,6 +39,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from rstreams.errors import ConfigError, JobNeedsRebuildError
+from rstreams.runtime.queues._files import _encode_name, _fsync_dir
 from rstreams.runtime.queues._logformat import (
     FrameError,
     decode_columns,
@@ -51,14 +52,12 @@ from rstreams.runtime.queues.filelog import (
     DURABLE_FILE,
     CorruptLogError,
     FileBroker,
-    _encode_name,
     _fdatasync,
     _FileLock,
-    _fsync_dir,
-    _offset_crc,
     format_durable,
     parse_durable,
 )
+from rstreams.runtime.queues.offsets import _offset_crc
 
 __all__ = [
     "NEEDS_REBUILD_FILE",

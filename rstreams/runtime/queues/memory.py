@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
+from rstreams.runtime.queues.offsets import MemoryGroupOffsets
 
 
 class MemoryQueue:
@@ -50,15 +51,22 @@ class MemoryBroker:
     """
 
     def __init__(self) -> None:
-        self.topics: dict[str, MemoryTopic] = {}
-        self.offsets: dict[tuple[str, str, int], int] = {}
+        self._topics: dict[str, MemoryTopic] = {}
+        self._offsets = MemoryGroupOffsets()
 
     def create_topic(
-        self, name: str, queues: int, *, compacted: bool = False, **options: object
+        self,
+        name: str,
+        queues: int,
+        *,
+        compacted: bool = False,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_bytes: int | None = None,
     ) -> None:
-        """Create a topic (idempotent). ``options`` of durable brokers (segment size,
-        retention) mean nothing in memory and are ignored."""
-        old = self.topics.get(name)
+        """Create a topic (idempotent). Segment size and retention, options of the file
+        log, mean nothing in memory and are ignored."""
+        old = self._topics.get(name)
         if old is not None:
             if old.queue_count != queues:
                 raise ConfigError(
@@ -67,20 +75,24 @@ class MemoryBroker:
             return
         if queues < 1:
             raise ConfigError(f"topic {name!r} needs at least one queue; got {queues}")
-        self.topics[name] = MemoryTopic(name, queues, compacted)
+        self._topics[name] = MemoryTopic(name, queues, compacted)
 
     def queue_count(self, name: str) -> int | None:
-        t = self.topics.get(name)
+        t = self._topics.get(name)
         return None if t is None else t.queue_count
+
+    def topics(self) -> dict[str, int]:
+        """Every topic and its queue count."""
+        return {name: t.queue_count for name, t in sorted(self._topics.items())}
 
     def _queue(self, topic: str, queue: int) -> MemoryQueue:
         try:
-            return self.topics[topic].queues[queue]
+            return self._topics[topic].queues[queue]
         except KeyError:
             raise ConfigError(f"topic {topic!r} does not exist") from None
         except IndexError:
             raise ConfigError(
-                f"topic {topic!r} has no queue {queue} (it has {self.topics[topic].queue_count})"
+                f"topic {topic!r} has no queue {queue} (it has {self._topics[topic].queue_count})"
             ) from None
 
     def append(
@@ -135,7 +147,9 @@ class MemoryBroker:
                 f"offset {offset} of {topic}[{queue}] was purged; the queue starts at {q.base}"
             )
         i = offset - q.base
-        return q.records[i:] if max_records is None else q.records[i : i + max_records]
+        if max_records is None:
+            return q.records[i:]
+        return q.records[i : i + max_records] if max_records > 0 else []
 
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
@@ -156,14 +170,35 @@ class MemoryBroker:
             del q.records[:n]
             q.base += n
 
+    def compact(self, topic: str, queue: int) -> int:
+        """Nothing to do: memory holds no closed segments to clean (0 records removed).
+
+        Checks its arguments like the file log does."""
+        self._queue(topic, queue)
+        if not self._topics[topic].compacted:
+            raise ConfigError(f"topic {topic!r} is not compacted; create it with compacted=True")
+        return 0
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Nothing to do: memory has no segments to delete (0 deleted)."""
+        return 0
+
     def flush(self) -> None:
         """Nothing to make durable in memory."""
 
     def close(self) -> None:
         pass
 
+    # -- groups (see MemoryGroupOffsets) ---------------------------------------------
+
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
-        self.offsets[(group, topic, queue)] = offset
+        self._offsets.commit(group, topic, queue, offset)
 
     def committed(self, group: str, topic: str, queue: int) -> int:
-        return self.offsets.get((group, topic, queue), 0)
+        return self._offsets.committed(group, topic, queue)
+
+    def groups(self) -> list[str]:
+        return self._offsets.groups()
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        return self._offsets.group_offsets(group)

@@ -18,13 +18,12 @@ b'b' [b'2', b'4']
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import Protocol
 
 import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import Headers, queue_for_key
+from rstreams.runtime.queues.broker import Broker
 
 Record = tuple[int, bytes | None, bytes | None, Headers]
 
@@ -124,11 +123,6 @@ class KeyBasedBatcher:
         return [self._close(slot) for slot in list(self._open)]
 
 
-class _AppendBroker(Protocol):
-    def queue_count(self, name: str) -> int | None: ...
-    def append(self, topic: str, queue: int, records: Iterable[Record]) -> int: ...
-
-
 class KeyBasedBatchProducer:
     """Sends messages to ``topic`` in key-based batches (one ``append`` per batch).
 
@@ -142,7 +136,7 @@ class KeyBasedBatchProducer:
 
     def __init__(
         self,
-        broker: _AppendBroker,
+        broker: Broker,
         topic: str,
         *,
         max_messages: int = 1000,

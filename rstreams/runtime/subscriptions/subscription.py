@@ -50,12 +50,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import Headers, LogRecord
+from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.subscriptions.errors import ConsumerBusyError, ConsumerClosedError
 from rstreams.runtime.subscriptions.failover import failover_active_index
 from rstreams.runtime.subscriptions.hashing import NONE_KEY, sticky_key_hash
@@ -64,18 +65,6 @@ from rstreams.runtime.subscriptions.selectors import (
     ConsistentHashingSelector,
     StickyHashRangeSelector,
 )
-
-
-class Broker(Protocol):
-    """What a subscription needs from a broker (MemoryBroker and FileBroker have it)."""
-
-    def queue_count(self, name: str) -> int | None: ...
-    def read(
-        self, topic: str, queue: int, offset: int, max_records: int | None = None
-    ) -> list[LogRecord]: ...
-    def start_offset(self, topic: str, queue: int) -> int: ...
-    def commit(self, group: str, topic: str, queue: int, offset: int) -> None: ...
-    def committed(self, group: str, topic: str, queue: int) -> int: ...
 
 
 class SubscriptionType(str, enum.Enum):

@@ -1,0 +1,130 @@
+"""Small file-system helpers of the file log, and its error for damaged files.
+
+Shared by :mod:`~rstreams.runtime.queues.filelog` (segments, metadata) and
+:mod:`~rstreams.runtime.queues.offsets` (committed group offsets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from pathlib import Path
+from urllib.parse import quote
+
+from rstreams.errors import ConfigError, RStreamsError
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+
+
+class CorruptLogError(RStreamsError, RuntimeError):
+    """Data of a queue is damaged or missing: not a torn write that may be dropped.
+
+    Raised for a bad frame with valid frames after it or below the queue's durable point,
+    a log that ends below an offset that was synced, committed by a group or referenced
+    by a transaction, a closed segment cut short, and damaged offset or metadata files.
+    Carries ``topic``, ``queue``, ``segment`` (the damaged file), ``position`` (its byte,
+    or None) and ``offset`` (the first offset that cannot be read, or None). The message
+    ends with what to do next.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        queue: int | None,
+        segment: str,
+        position: int | None,
+        reason: str,
+        *,
+        offset: int | None = None,
+        root: str | Path | None = None,
+    ) -> None:
+        where = f"{topic!r}" if queue is None else f"{topic!r}[{queue}]"
+        at = f"{segment}" + (f" at byte {position}" if position is not None else "")
+        if offset is not None:
+            at += f" (offset {offset})"
+        super().__init__(
+            f"corrupt log {where}: {at}: {reason}. {_repair_advice(root, topic, queue, offset)}"
+        )
+        self.topic = topic
+        self.queue = queue
+        self.segment = segment
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+
+
+def _repair_advice(
+    root: str | Path | None, topic: str, queue: int | None, offset: int | None
+) -> str:
+    """The next step, as commands: see every damage, cut it, rebuild the job."""
+    where = ""
+    if root is not None and Path(root).name == "log":  # a job's log: DATA_DIR/JOB/log
+        job = Path(root).parent
+        where = f" --data-dir {job.parent} --job {job.name}"
+    cut = ""
+    if queue is not None and offset is not None:
+        repair = f"rstreams topics repair {topic} --queue {queue} --truncate-at {offset}"
+        cut = f", cut it with `{repair}{where}`"
+    return (
+        f"List every damaged file with `rstreams topics check{where}`{cut}, then rebuild the "
+        f"job from its input with `rstreams run ... --fresh` "
+        f"(docs/state.md#recovering-from-damage)"
+    )
+
+
+def _encode_name(name: str) -> str:
+    """A file name for a topic/group name: itself if plain, else percent-encoded."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"names must be non-empty strings; got {name!r}")
+    enc = name if _SAFE_NAME.match(name) else quote(name, safe="")
+    if enc.startswith("."):
+        enc = "%2E" + enc[1:]
+    if len(enc.encode()) > 200:
+        raise ConfigError(f"name {name!r} is too long for a file name ({len(enc)} characters)")
+    return enc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
+
+
+def _atomic_write(path: Path, data: bytes, *, sync: bool) -> None:
+    """Write a small file by temp file + fsync + rename (+ fsync of the directory)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, data, 0)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        _fsync_dir(path.parent)
+
+
+def _makedirs(path: Path, *, sync: bool) -> None:
+    """``mkdir -p`` that also makes the new directory entries durable."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir()
+        if sync:
+            _fsync_dir(d.parent)
