@@ -119,7 +119,7 @@ class _Input:
         """Chunks of whole lines from the current position. A last line without a newline
         is taken as a line at the end of a bounded file, but left for later when following
         a file that is still being written."""
-        from rstreams.runner import line_chunks
+        from rstreams.runtime.inputs import line_chunks
 
         start = self.position  # the caller moves position on as chunks are appended
         with open(self.path, "rb") as f:
@@ -472,7 +472,7 @@ class Supervisor:
 
     def tables(self) -> dict[str, dict[Any, Any]]:
         """Final table (last value per key) of every sink topic, read from the log."""
-        from rstreams.runner import fold_records
+        from rstreams.runtime.results import fold_records
 
         out: dict[str, dict[Any, Any]] = {}
         for topic in self.topology.sink_topics:
@@ -512,8 +512,9 @@ def run_durable(
     state: str = "rocksdb",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
 ) -> Any:
-    """Run on worker processes over the file log; returns a :class:`rstreams.runner.RunResult`."""
-    from rstreams.runner import Progress, RunResult
+    """Run on worker processes over the file log; returns a
+    :class:`~rstreams.runtime.results.RunResult`."""
+    from rstreams.runtime.results import Progress, RunResult
 
     def report(s: dict[str, Any]) -> None:
         if progress is not None:
