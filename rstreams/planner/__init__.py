@@ -2,7 +2,9 @@
 
 from rstreams.planner.compiler import compile_pipeline
 from rstreams.planner.topology import (
+    ProcessorBuilder,
     ProcessorFactory,
+    ProcessorRegistry,
     StoreSpec,
     SubTopology,
     TopicSpec,
@@ -11,7 +13,9 @@ from rstreams.planner.topology import (
 )
 
 __all__ = [
+    "ProcessorBuilder",
     "ProcessorFactory",
+    "ProcessorRegistry",
     "StoreSpec",
     "SubTopology",
     "TopicSpec",

@@ -3,12 +3,13 @@
 A :class:`Topology` is what ``StreamBuilder.build()`` returns. It is pure description;
 ``describe()`` (text) and ``to_dot()``/``render()`` (graphviz) are separate renderers of
 it, and the runtime turns it into live processors per queue through
-:meth:`ProcessorFactory.build` (phase 3 of the build).
+:meth:`ProcessorFactory.build` (phase 3 of the build), with the registry of processor
+builders it hands in: the planner knows no runtime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,21 @@ from rstreams.serde import Serde
 #: Queue count of shuffle topics whose upstream queue count is not known at build time.
 DEFAULT_SHUFFLE_QUEUES = 8
 
-# Filled by the runtime: factory kind -> function building a fresh processor. The planner
-# only describes; which class executes a kind is the runtime's business.
-_PROCESSOR_BUILDERS: dict[str, Callable[[ProcessorFactory], Any]] = {}
+#: A function building a fresh processor for a factory.
+ProcessorBuilder = Callable[["ProcessorFactory"], Any]
+#: What a runtime hands to :meth:`SubTopology.build`: factory kind -> processor builder.
+#: The planner only describes; which class executes a kind is the runtime's business.
+ProcessorRegistry = Mapping[str, ProcessorBuilder]
 
 
-def register_processor(kind: str) -> Callable[[Callable[[ProcessorFactory], Any]], Any]:
-    """Decorator used by a runtime to say how to build processors of ``kind``."""
+def register_processor(
+    kind: str, registry: dict[str, ProcessorBuilder]
+) -> Callable[[ProcessorBuilder], Any]:
+    """Decorator a runtime uses to put how to build processors of ``kind`` in its
+    ``registry`` (which it later hands to :meth:`SubTopology.build`)."""
 
-    def deco(builder: Callable[[ProcessorFactory], Any]) -> Any:
-        _PROCESSOR_BUILDERS[kind] = builder
+    def deco(builder: ProcessorBuilder) -> Any:
+        registry[kind] = builder
         return builder
 
     return deco
@@ -108,15 +114,11 @@ class ProcessorFactory:
         """What the step does, for people: the aggregation for ``aggregate`` factories."""
         return self.node.kind if self.kind == "aggregate" else self.kind
 
-    def build(self) -> Any:
-        """A fresh, unlinked processor for this step (a new object on every call)."""
-        if not _PROCESSOR_BUILDERS:
-            # The embedded engine registers its processors on import.
-            import importlib
-
-            importlib.import_module("rstreams.runtime.engine.processors")
+    def build(self, registry: ProcessorRegistry) -> Any:
+        """A fresh, unlinked processor for this step (a new object on every call), made
+        by the builder ``registry`` (the runtime's) has for its kind."""
         try:
-            builder = _PROCESSOR_BUILDERS[self.kind]
+            builder = registry[self.kind]
         except KeyError:
             raise UnsupportedOperation(
                 f"no processor for step {self.name!r} of kind {self.kind!r} on the embedded engine"
@@ -143,12 +145,13 @@ class SubTopology:
     def stores(self) -> list[str]:
         return [s for f in self.factories for s in f.stores]
 
-    def build(self) -> dict[str, Any]:
-        """Phase 3: fresh processors for one queue, linked parent -> children.
+    def build(self, registry: ProcessorRegistry) -> dict[str, Any]:
+        """Phase 3: fresh processors for one queue, linked parent -> children, made by
+        the runtime's ``registry`` of processor builders.
 
         Returns the processors by step name; sources are the entry points.
         """
-        procs = {f.name: f.build() for f in self.factories}
+        procs = {f.name: f.build(registry) for f in self.factories}
         for f in self.factories:
             procs[f.name].link([procs[c] for c in f.children])
         return procs

@@ -16,6 +16,7 @@ from rstreams.runtime.engine.processors import (
     Processor,
     UserSourceProcessor,
 )
+from rstreams.runtime.engine.registry import PROCESSORS
 
 WORD = re.compile(r"\w+")
 
@@ -217,14 +218,14 @@ def test_key_by_after_an_aggregation_shuffles_again() -> None:
 def test_processor_factory_build_returns_a_fresh_processor_each_call() -> None:
     t = wordcount()
     factory = t.factories["sentences-flatMap-1"]
-    first, second = factory.build(), factory.build()
+    first, second = factory.build(PROCESSORS), factory.build(PROCESSORS)
     assert isinstance(first, FlatMapProcessor) and isinstance(second, FlatMapProcessor)
     assert first is not second
     assert first.name == second.name == "sentences-flatMap-1"
     assert first.children == [] and second.children == []  # unlinked
 
     agg = t.factories["sentences-count-3"]
-    a1, a2 = agg.build(), agg.build()
+    a1, a2 = agg.build(PROCESSORS), agg.build(PROCESSORS)
     assert isinstance(a1, AggregateProcessor) and a1 is not a2
     assert a1.pending is not a2.pending
 
@@ -236,7 +237,7 @@ def test_subtopology_build_links_children() -> None:
     src.map(str.upper).sink("upper")
     sub = b.build().subtopologies[0]
 
-    procs = sub.build()
+    procs = sub.build(PROCESSORS)
     assert list(procs) == [f.name for f in sub.factories]
     assert all(isinstance(p, Processor) for p in procs.values())
     assert isinstance(procs["source-in"], UserSourceProcessor)
@@ -244,7 +245,7 @@ def test_subtopology_build_links_children() -> None:
     assert procs["in-flatMap-1"].children == [procs["in-sink-2"]]
     assert procs["in-sink-2"].children == []
 
-    again = sub.build()
+    again = sub.build(PROCESSORS)
     assert all(again[name] is not procs[name] for name in procs)
 
 
@@ -271,7 +272,7 @@ def test_factory_of_unknown_kind_fails_loudly() -> None:
     node = StreamBuilder("j").source("in").map(str.upper).node
     factory = ProcessorFactory("x", "teleport", node)
     with pytest.raises(UnsupportedOperation, match="no processor for step 'x' of kind 'teleport'"):
-        factory.build()
+        factory.build(PROCESSORS)
 
 
 def test_node_type_without_translation_rule_fails_loudly() -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError, StateStoreError
 from rstreams.functions import Builtin
-from rstreams.planner.topology import ProcessorFactory, register_processor
+from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.queues.base import RecordColumns
@@ -36,6 +36,9 @@ from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.userfn import as_timestamp
 
 COMBINABLE = n.COMBINABLE
+
+#: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
+BUILDERS: dict[str, ProcessorBuilder] = {}
 
 _MISSING = object()
 
@@ -153,28 +156,28 @@ class FnProcessor(Processor):
         return apply_column(self.ctx, self.name, fn or self.fn, self.fn, batch)
 
 
-@register_processor("map")
+@register_processor("map", BUILDERS)
 class MapProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         values, batch = self.apply(batch)
         self.forward(batch.with_values(values))
 
 
-@register_processor("filter")
+@register_processor("filter", BUILDERS)
 class FilterProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         mask, batch = self.apply(batch)
         self.forward(batch.select(mask))
 
 
-@register_processor("keyBy")
+@register_processor("keyBy", BUILDERS)
 class KeyByProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         keys, batch = self.apply(batch)
         self.forward(batch.with_keys(keys))
 
 
-@register_processor("selectTimestamp")
+@register_processor("selectTimestamp", BUILDERS)
 class SelectTimestampProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         fn = self.fn
@@ -182,7 +185,7 @@ class SelectTimestampProcessor(FnProcessor):
         self.forward(batch.with_timestamps(stamps))
 
 
-@register_processor("flatMap")
+@register_processor("flatMap", BUILDERS)
 class FlatMapProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         outs, batch = self.apply(batch)
@@ -207,7 +210,7 @@ class FlatMapProcessor(FnProcessor):
         return results, (batch if len(keep) == len(outs) else batch.take(keep))
 
 
-@register_processor("foreach")
+@register_processor("foreach", BUILDERS)
 class ForeachProcessor(FnProcessor):
     """Terminal: ``fn(value)`` once per record, in order; a failure never replays."""
 
@@ -220,7 +223,7 @@ class ForeachProcessor(FnProcessor):
                 self.ctx.handle_error(self.name, batch.row(i), e, fn)
 
 
-@register_processor("peek")
+@register_processor("peek", BUILDERS)
 class PeekProcessor(FnProcessor):
     """``fn(value)`` once per record for its side effect; failed records stop here."""
 
@@ -239,7 +242,7 @@ class PeekProcessor(FnProcessor):
         self.forward(batch)
 
 
-@register_processor("print")
+@register_processor("print", BUILDERS)
 class PrintProcessor(Processor):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -254,8 +257,8 @@ class PrintProcessor(Processor):
         sys.stdout.write("\n".join(lines) + "\n")
 
 
-@register_processor("merge")
-@register_processor("toRStream")
+@register_processor("merge", BUILDERS)
+@register_processor("toRStream", BUILDERS)
 class PassThroughProcessor(Processor):
     def process(self, batch: Batch) -> None:
         self.forward(batch)
@@ -299,7 +302,7 @@ def _update_rule(node: n.AggregateNode) -> Callable[[Any, Any], Any]:
     raise AssertionError(op)
 
 
-@register_processor("aggregate")
+@register_processor("aggregate", BUILDERS)
 class AggregateProcessor(Processor):
     """Keyed aggregation over a state store; emits (key, new aggregate) per input record.
 
@@ -497,7 +500,7 @@ class _SinkBase(Processor):
             send(topic, rr if kb is None else queue_of(kb, nq), kb, vb, ts, h)
 
 
-@register_processor("sink")
+@register_processor("sink", BUILDERS)
 class SinkProcessor(_SinkBase):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -506,7 +509,7 @@ class SinkProcessor(_SinkBase):
         self.value_serde = factory.node.value_serde
 
 
-@register_processor("shuffle-sink")
+@register_processor("shuffle-sink", BUILDERS)
 class ShuffleSinkProcessor(_SinkBase):
     """Writes to a shuffle topic; for count/sum/min/max, writes partial aggregates and,
     when combining is on, merges them per key until the task's next commit."""
@@ -696,7 +699,7 @@ class SourceProcessor(Processor):
         self.forward(batch)
 
 
-@register_processor("source")
+@register_processor("source", BUILDERS)
 class UserSourceProcessor(SourceProcessor):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -705,11 +708,7 @@ class UserSourceProcessor(SourceProcessor):
         self.value_serde = factory.node.value_serde
 
 
-@register_processor("shuffle-source")
+@register_processor("shuffle-source", BUILDERS)
 class ShuffleSourceProcessor(SourceProcessor):
     key_serde = INTERNAL_SERDE
     value_serde = INTERNAL_SERDE
-
-
-# Windowed aggregations and joins register their processor kinds on import.
-from rstreams.runtime.engine import windowing as _windowing  # noqa: E402, F401

@@ -56,6 +56,7 @@ from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Columns, Producer
+from rstreams.runtime.engine.registry import PROCESSORS
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
@@ -302,7 +303,7 @@ class Task:
 
     def _build_processors(self, job_id: str, producer: Producer, clock: Callable[[], int]) -> None:
         """Phase 3 proper: fresh processors for this queue, initialized on its stores."""
-        procs = self.sub.build()
+        procs = self.sub.build(PROCESSORS)
         self.processors: list[Processor] = [procs[f.name] for f in self.sub.factories]
         self.sources: dict[str, SourceProcessor] = {}
         for p in self.processors:

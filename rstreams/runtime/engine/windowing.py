@@ -22,7 +22,7 @@ from typing import Any
 
 from rstreams.dsl import nodes as n
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
-from rstreams.planner.topology import ProcessorFactory, register_processor
+from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor, _update_rule
@@ -33,6 +33,9 @@ log = logging.getLogger("rstreams.windows")
 
 _STREAM_TIME = ("t",)
 _NO_TIME = -(2**62)
+
+#: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
+BUILDERS: dict[str, ProcessorBuilder] = {}
 
 
 class _Out:
@@ -132,7 +135,7 @@ class _TimedProcessor(Processor):
             self._saved_time = self.stream_time
 
 
-@register_processor("window-aggregate")
+@register_processor("window-aggregate", BUILDERS)
 class WindowAggregateProcessor(_TimedProcessor):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -309,7 +312,7 @@ class _Key:
     __hash__ = None  # type: ignore[assignment]
 
 
-@register_processor("late")
+@register_processor("late", BUILDERS)
 class LateProcessor(Processor):
     def process(self, batch: Batch) -> None:
         self.forward(batch)
@@ -318,7 +321,7 @@ class LateProcessor(Processor):
 # -- joins ----------------------------------------------------------------------------------
 
 
-@register_processor("join-tag")
+@register_processor("join-tag", BUILDERS)
 class JoinTagProcessor(FnProcessor):
     """Keys a side's records by its join key and tags their values with the side."""
 
@@ -336,7 +339,7 @@ class JoinTagProcessor(FnProcessor):
                            batch.timestamps, batch.offsets, batch.headers))  # fmt: skip
 
 
-@register_processor("join")
+@register_processor("join", BUILDERS)
 class JoinProcessor(_TimedProcessor):
     """Windowed join (buffers both sides within the window) or table join (latest value
     per key and side, expired after ``ttl`` of stream time)."""

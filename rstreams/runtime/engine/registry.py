@@ -1,0 +1,19 @@
+"""The embedded engine's processor registry: factory kind -> processor builder.
+
+The planner describes steps by kind and knows no runtime; a task hands this registry to
+:meth:`rstreams.planner.topology.SubTopology.build` to get its live processors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rstreams.planner.topology import ProcessorBuilder
+from rstreams.runtime.engine.processors import BUILDERS as _PLAIN
+from rstreams.runtime.engine.windowing import BUILDERS as _WINDOWED
+
+__all__ = ["PROCESSORS"]
+
+#: Every processor kind the embedded engine runs: stateless steps, aggregations, sources
+#: and sinks (processors.py), windowed aggregations and joins (windowing.py).
+PROCESSORS: Mapping[str, ProcessorBuilder] = {**_PLAIN, **_WINDOWED}
