@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
+from rstreams.runtime.queues._logformat import _RECORD_SHAPE, HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
-from rstreams.runtime.queues.offsets import MemoryGroupOffsets
+from rstreams.runtime.queues.offsets import MemoryGroupOffsets, check_name
 
 
 class MemoryQueue:
@@ -67,6 +67,8 @@ class MemoryBroker:
         """Create a topic (idempotent). Segment size and retention, options of the file
         log, mean nothing in memory and are ignored."""
         old = self._topics.get(name)
+        if old is None:
+            check_name(name)
         if old is not None:
             if old.queue_count != queues:
                 raise ConfigError(
@@ -87,6 +89,8 @@ class MemoryBroker:
 
     def _queue(self, topic: str, queue: int) -> MemoryQueue:
         try:
+            if queue < 0:
+                raise IndexError(queue)
             return self._topics[topic].queues[queue]
         except KeyError:
             raise ConfigError(f"topic {topic!r} does not exist") from None
@@ -123,6 +127,11 @@ class MemoryBroker:
     ) -> int:
         """:meth:`append` of records given as columns; the first new offset."""
         q = self._queue(topic, queue)
+        n = len(timestamps)
+        if n and not n == len(keys) == len(values) == len(headers):
+            raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
+        if n and not set(map(type, timestamps)) <= {int}:  # as the file log checks
+            raise TypeError(f"record timestamps must be int milliseconds; got {max(timestamps)!r}")
         first = q.end
         q.records.extend(
             LogRecord.many(range(first, first + len(values)), timestamps, keys, values, headers)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from rstreams.errors import ConfigError
 from rstreams.runtime.queues._files import (
     CorruptLogError,
     _atomic_write,
@@ -38,6 +39,20 @@ def _offset_crc(doc: dict[str, Any]) -> int:
     return zlib.crc32(text.encode())
 
 
+def check_name(name: str) -> None:
+    """Refuse a topic or group name that is not a non-empty string (as every broker does)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"names must be non-empty strings; got {name!r}")
+
+
+def check_offset(group: str, topic: str, queue: int, offset: int) -> None:
+    """Refuse a negative committed offset: no read could ever start there."""
+    if offset < 0:
+        raise ConfigError(
+            f"group {group!r} cannot commit offset {offset} of {topic!r}[{queue}]: offsets are >= 0"
+        )
+
+
 class MemoryGroupOffsets:
     """Committed offsets in a dict."""
 
@@ -45,6 +60,9 @@ class MemoryGroupOffsets:
         self._offsets: dict[tuple[str, str, int], int] = {}
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        check_name(group)
+        check_name(topic)
+        check_offset(group, topic, queue, offset)
         self._offsets[(group, topic, queue)] = offset
 
     def committed(self, group: str, topic: str, queue: int) -> int:
@@ -77,6 +95,7 @@ class FileGroupOffsets:
         return self.dir / _encode_name(group) / _encode_name(topic) / f"{int(queue)}.json"
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        check_offset(group, topic, queue, offset)
         path = self.path(group, topic, queue)
         _makedirs(path.parent, sync=self._sync)
         doc: dict[str, Any] = {
