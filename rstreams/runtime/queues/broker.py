@@ -26,8 +26,9 @@ class Broker(Protocol):
 
     Errors: an unknown topic, a queue number outside ``0 <= queue < queue_count`` and a
     read below the start offset raise :class:`~rstreams.errors.ConfigError` (the same
-    type on every broker); so does any call on a closed broker that keeps files.
-    Malformed records raise ``TypeError`` and append nothing.
+    type and message on every broker), as do an empty topic or group name and a negative
+    committed offset. Malformed records (not four fields, columns of different lengths,
+    timestamps that are not ints) raise ``TypeError`` and append nothing.
     """
 
     # -- topics -------------------------------------------------------------------------
@@ -166,6 +167,8 @@ class Broker(Protocol):
         ...
 
     def close(self) -> None:
-        """Flush and release resources. Idempotent; a closed broker that keeps files
-        refuses further calls with ``ConfigError``."""
+        """Flush and release resources. Idempotent, and :meth:`flush` may follow.
+
+        A broker that keeps files refuses appends, reads and commits once closed
+        (``ConfigError``); one in memory keeps working."""
         ...

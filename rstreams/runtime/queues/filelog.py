@@ -1,8 +1,8 @@
 """Durable, file-backed log broker: the embedded runtime's topics on local disk.
 
-:class:`FileBroker` has the interface of :class:`~rstreams.runtime.queues.memory.MemoryBroker`
-(topics of N queues, dense per-queue offsets, consumer-group offsets) and keeps everything
-in files under one root directory, so a job survives restarts and several worker processes
+:class:`FileBroker` implements :class:`~rstreams.runtime.queues.broker.Broker` (topics of N
+queues, dense per-queue offsets, consumer-group offsets) and keeps everything in files
+under one root directory, so a job survives restarts and several worker processes
 can share the log.
 
 >>> import tempfile
@@ -24,7 +24,8 @@ Layout under ``root``::
     topics/<topic>/<queue>/start-offset      logical start offset after purge ("N crc32")
     topics/<topic>/<queue>/durable-point     how far the queue is known whole and synced
     topics/<topic>/<queue>/lock, maint.lock  flock files (appends; purge/retention/compaction)
-    groups/<group>/<topic>/<queue>.json      {"group", "topic", "queue", "offset"}
+    groups/<group>/<topic>/<queue>.json      {"group", "topic", "queue", "offset", "crc"}
+                                             (see rstreams.runtime.queues.offsets)
 
 Topic and group names that are not plain ``[A-Za-z0-9_.-]`` (or start with a dot) are
 percent-encoded in paths; the files hold the real names. The frame and index formats are
