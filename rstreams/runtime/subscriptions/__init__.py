@@ -2,8 +2,8 @@
 key_shared subscriptions, Key_Shared selectors and the sticky-key hash.
 
 Pure logic over queues and consumer names, plus an in-process consumer API
-(:class:`Subscription`) that reads any broker with the MemoryBroker interface and keeps
-its cursor as the broker's committed offsets. See docs/groups.md.
+(:class:`Subscription`) that reads any :class:`~rstreams.runtime.queues.Broker` and
+keeps its cursor as the broker's committed offsets. See docs/groups.md.
 """
 
 from rstreams.runtime.subscriptions.batching import Batch, KeyBasedBatcher, KeyBasedBatchProducer

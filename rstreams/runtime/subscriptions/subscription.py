@@ -1,4 +1,4 @@
-"""Subscriptions with Pulsar semantics over any broker with the MemoryBroker interface.
+"""Subscriptions with Pulsar semantics over any :class:`~rstreams.runtime.queues.Broker`.
 
 A :class:`Subscription` is a named cursor over every queue of a topic, shared by the
 consumers that subscribe to it. How messages are spread over those consumers depends on
