@@ -785,7 +785,3 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     folded = comp.fold(attrs.evolve(full, df=rows), node, op, ordered)
     good = comp.widen(good, s.key, enc.ANY)
     return attrs.evolve(folded, df=good.df.unionByName(folded.df), python=True)
-
-
-# Windowed aggregations and joins register their translation rules on import.
-from rstreams.runtime.spark import windows as _windows  # noqa: E402, F401

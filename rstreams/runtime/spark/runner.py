@@ -30,6 +30,10 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
 from rstreams.runtime.results import Progress, RunResult
 from rstreams.runtime.spark import encoding as enc
+
+# The translation rules of windowed aggregations and joins, which add themselves to the
+# compiler's `translate` (windows.py builds on compiler.py, not the reverse).
+from rstreams.runtime.spark import windows as _windows  # noqa: F401
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
