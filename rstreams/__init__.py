@@ -18,6 +18,7 @@ in-process driver and run it embedded or on Apache Spark::
 """
 
 from rstreams import functions
+from rstreams._version import __version__ as __version__
 from rstreams.dsl import (
     GroupedStream,
     HoppingWindow,
@@ -45,8 +46,6 @@ from rstreams.errors import (
 )
 from rstreams.planner.topology import Topology
 from rstreams.serde import Serde, get_serde
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",

@@ -299,7 +299,7 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
     Done once per SparkContext; a session whose executors can't start Python at all,
     or that gets no executor within ``timeout`` seconds, fails the same way.
     """
-    import rstreams  # (here: rstreams imports this package lazily, not the reverse)
+    from rstreams._version import __version__
 
     sc = session.sparkContext
     app = sc.applicationId
@@ -349,10 +349,10 @@ def check_executors(session: SparkSession, timeout: float = CHECK_TIMEOUT) -> No
             f"the Spark executors run {where}, which can not import "
             f"{', '.join(info['missing'])}. {fix}"
         )
-    if info.get("rstreams") != rstreams.__version__:
+    if info.get("rstreams") != __version__:
         raise ConfigError(
             f"the Spark executors run rstreams {info.get('rstreams')} from {where}, this "
-            f"driver rstreams {rstreams.__version__}; install the same version on both"
+            f"driver rstreams {__version__}; install the same version on both"
         )
     driver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if not info["version"].startswith(driver + "."):
