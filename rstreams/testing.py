@@ -43,7 +43,7 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
@@ -66,14 +66,20 @@ class OutputRecord:
 
 
 class _RecordingProducer(Producer):
-    """Appends at once and remembers the global order of every record produced."""
+    """Appends at once and remembers the global order of every record produced.
+
+    ``unprocessed`` holds each record not yet processed, as ``(topic, queue, offset,
+    timestamp, key, value, headers)``: the driver hands it to its task as it is, with
+    no read back from the broker.
+    """
 
     records_order = True
 
     def __init__(self, broker: Broker) -> None:
         super().__init__(broker)
-        self.unprocessed: deque[tuple[str, int]] = deque()
+        self.unprocessed: deque[tuple[Any, ...]] = deque()
         self.order: dict[str, list[tuple[int, int]]] = {}
+        self._append = broker.append_columns
 
     def send(
         self,
@@ -84,13 +90,19 @@ class _RecordingProducer(Producer):
         timestamp: int,
         headers: Headers,
     ) -> None:
-        offset = self.broker.append(topic, queue, [(timestamp, key, value, headers)])
-        self.unprocessed.append((topic, queue))
-        self.order.setdefault(topic, []).append((queue, offset))
+        offset = self._append(topic, queue, (timestamp,), (key,), (value,), (headers,))
+        self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
+        order = self.order.get(topic)
+        if order is None:
+            order = self.order[topic] = []
+        order.append((queue, offset))
 
     def send_many(self, topic: str, queue: int, items: Sequence[Any]) -> None:
-        for ts, k, v, h in items:
+        if len(items) == 1:
+            ((ts, k, v, h),) = items
             self.send(topic, queue, k, v, ts, h)
+        elif items:
+            self.send_columns(topic, queue, *map(list, zip(*items)))
 
     def send_columns(
         self,
@@ -101,7 +113,21 @@ class _RecordingProducer(Producer):
         values: list[bytes | None],
         headers: list[Headers],
     ) -> None:
-        self.send_many(topic, queue, list(zip(timestamps, keys, values, headers)))
+        # One append for the lot: the same offsets as one append per record.
+        first = self._append(topic, queue, timestamps, keys, values, headers)
+        offsets = range(first, first + len(values))
+        self.unprocessed.extend(
+            zip(
+                itertools.repeat(topic),
+                itertools.repeat(queue),
+                offsets,
+                timestamps,
+                keys,
+                values,
+                headers,
+            )
+        )
+        self.order.setdefault(topic, []).extend(zip(itertools.repeat(queue), offsets))
 
     def flush(self) -> list[tuple[str, int]]:
         return []
@@ -155,6 +181,7 @@ class TopologyTestDriver:
         )
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
+        self._uncommitted: dict[Any, None] = {}
 
     # -- input -------------------------------------------------------------------------
 
@@ -201,15 +228,36 @@ class TopologyTestDriver:
         except (SerdeError, NotImplementedError) as e:
             raise SerdeError(f"can not write {what} {obj!r:.60} to topic {topic!r}: {e}") from None
 
-    def _drain(self) -> None:
+    def _drain(self, commit_all: bool = False) -> None:
+        """Process every record produced, one at a time in the order produced, then
+        commit; again while the commit produced more. Only the tasks that processed a
+        record are committed (the others have nothing to commit: the driver neither
+        coalesces nor combines), unless ``commit_all`` (after wall-clock work or the end
+        of input, which reach every task)."""
         pending = self._producer.unprocessed
+        readers = self._engine.readers
+        # Tasks that processed a record since they last committed (kept across calls:
+        # a failure leaves them for the next commit, as committing every task would).
+        touched = self._uncommitted
         while True:
             while pending:
-                topic, q = pending.popleft()
-                task = self._engine.readers.get((topic, q))
-                if task is not None:
+                topic, q, offset, ts, key, value, headers = pending.popleft()
+                task = readers.get((topic, q))
+                if task is None:
+                    continue
+                touched[task] = None
+                if task.positions[topic] == offset:
+                    # What task.process_next(topic) does, with the record at hand.
+                    task.positions[topic] = offset + 1
+                    record = RecordColumns(range(offset, offset + 1), (ts,), (key,), (value,), (headers,))
+                    task._process(topic, record)
+                else:
                     task.process_next(topic)
-            self._engine.commit()
+            if commit_all:
+                self._engine.commit()
+            elif touched:
+                self._engine.commit(touched)
+            touched.clear()
             if not pending:
                 return
 
@@ -221,7 +269,7 @@ class TopologyTestDriver:
             for task in self._engine.tasks:
                 if task.sub is sub:
                     task.end_of_input()
-            self._drain()
+            self._drain(commit_all=True)
 
     def advance_time(self, ms: int) -> None:
         """Move the driver's wall clock forward by ``ms`` milliseconds (and run the
@@ -233,7 +281,7 @@ class TopologyTestDriver:
         # is processed like any other record.
         for task in self._engine.tasks:
             task.punctuate(self._time)
-        self._drain()
+        self._drain(commit_all=True)
 
     # -- output ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ checks is the same processor/shuffle/commit path the workers run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from rstreams.errors import ConfigError
 from rstreams.planner.topology import Topology
@@ -137,8 +137,12 @@ class LocalEngine:
             self.producer.flush()
             self.run_until_idle()
 
-    def commit(self) -> None:
-        commit_tasks(self.tasks, self.broker)
+    def commit(self, tasks: Collection[Task] | None = None) -> None:
+        """Commit every task, or only ``tasks`` (in the order of :attr:`tasks`)."""
+        if tasks is None:
+            commit_tasks(self.tasks, self.broker)
+        else:
+            commit_tasks([t for t in self.tasks if t in tasks], self.broker)
 
     def purge_consumed(self) -> None:
         """Drop records every reader has committed past (in-memory runs stay bounded)."""

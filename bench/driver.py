@@ -1,0 +1,91 @@
+"""TopologyTestDriver throughput on the word count (record at a time, every update).
+
+    python bench/driver.py [--lines 6217] [--runs 3]
+
+Pipes the lines of two corpora, one ``pipe`` per line, through examples/wordcount.py in
+a :class:`~rstreams.testing.TopologyTestDriver`:
+
+- ``corpus``: the first --lines lines of examples/data/corpus.txt (all of it by default);
+- ``zipf``: as many lines of bench/corpora.py's Zipf corpus (12 words a line, 50,000
+  distinct words).
+
+For each it prints records/s (records = words entering the count), the median of --runs
+runs, a ``Counter`` over the same lines measured in the same run (median too) and the
+ratio of the two. It checks that the driver's final counts equal the Counter's and that
+it emitted one update per word. Nothing here is asserted on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import runpy
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpora import make_zipf
+
+from rstreams.testing import TopologyTestDriver
+
+ROOT = Path(__file__).resolve().parents[1]
+WORD = re.compile(r"\w+")
+
+
+def time_counter(lines: list[str]) -> tuple[float, collections.Counter[str]]:
+    t0 = time.perf_counter()
+    counts = collections.Counter(w for line in lines for w in WORD.findall(line.lower()))
+    return time.perf_counter() - t0, counts
+
+
+def time_driver(lines: list[str], expected: collections.Counter[str]) -> float:
+    topology = runpy.run_path(str(ROOT / "examples" / "wordcount.py"))["build"]().build()
+    with TopologyTestDriver(topology) as driver:
+        t0 = time.perf_counter()
+        for line in lines:
+            driver.pipe("sentences", line)
+        elapsed = time.perf_counter() - t0
+        updates = len(driver.read("word-counts"))
+        state = driver.state("wordcount-sentences-count-3-store")
+    assert updates == sum(expected.values()), "the driver did not emit one update per word"
+    assert state == dict(expected), "the driver's counts differ from Counter's"
+    return elapsed
+
+
+def bench(name: str, lines: list[str], runs: int) -> None:
+    base = [time_counter(lines) for _ in range(runs)]
+    counts = base[0][1]
+    words = sum(counts.values())
+    t_base = statistics.median(t for t, _ in base)
+    t_drv = statistics.median(time_driver(lines, counts) for _ in range(runs))
+    base_rate, drv_rate = words / t_base, words / t_drv
+    print(f"{name}: {len(lines):,} lines, {words:,} words, {len(counts):,} distinct")
+    print(f"  {'Counter':20}{t_base:10.3f} s{base_rate:14,.0f} records/s")
+    print(
+        f"  {'TopologyTestDriver':20}{t_drv:10.3f} s{drv_rate:14,.0f} records/s"
+        f"   ratio to Counter {drv_rate / base_rate:.4f}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=0, help="lines per corpus (default: all of corpus.txt)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per measurement (median; default 3)")
+    args = ap.parse_args()
+    corpus = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
+    n = args.lines or len(corpus)
+    bench("corpus.txt", corpus[:n], args.runs)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "zipf.txt"
+        make_zipf(path, mb=max(0.05, n * 80 / 1e6))
+        zipf = path.read_text(encoding="utf-8").splitlines()[:n]
+    bench("zipf", zipf, args.runs)
+
+
+if __name__ == "__main__":
+    main()
