@@ -4,9 +4,11 @@ What runs, per page (README.md, docs/*.md), in the order of the page, in a fresh
 temporary directory that holds a link to the checkout's ``examples/``:
 
 - A ```python block is executed; the blocks of one page share one namespace (a later
-  block may use what an earlier one built). When a ```text block follows it (only blank
-  lines between), that block is what the code prints: stdout is compared with it, line
-  by line (trailing spaces ignored).
+  block may use what an earlier one built). A block that is a pytest module (it imports
+  pytest and defines ``test_`` functions) is run by pytest instead, and must pass.
+  When a ```text block follows a python block (only blank lines between), that block is
+  what the code prints: stdout is compared with it, line by line (trailing spaces
+  ignored).
 - A ```console block: each line starting with ``$ `` is a shell command (``\\``
   continues it), the lines after it, up to the next ``$ ``, what it prints. ``rstreams``
   runs as ``python -m rstreams`` of this interpreter. The command must exit 0, unless
@@ -235,6 +237,24 @@ def run_sh(block: Block, cwd: Path, env: dict[str, str]) -> None:
         assert rc == 0, f"{block.where}: {command}\n--- exit {rc}:\n{out}{err}"
 
 
+PYTEST_MODULE = re.compile(r"^import pytest$.*^def test_", re.MULTILINE | re.DOTALL)
+
+
+def run_pytest_module(block: Block, cwd: Path, env: dict[str, str]) -> None:
+    module = cwd / f"test_snippet_{block.line}.py"
+    module.write_text(block.code + "\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", module.name],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+    )
+    assert proc.returncode == 0, f"{block.where}: pytest of the block failed:\n{proc.stdout}"
+    assert " passed" in proc.stdout, proc.stdout
+
+
 def run_python(block: Block, namespace: dict[str, object]) -> None:
     # Named snippet.py: errors that name the user's function show `snippet.py:LINE`.
     code = compile(block.code, "snippet.py", "exec")
@@ -263,7 +283,9 @@ def run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: 
         for command in block.setup:
             rc, out, err = sh(command, cwd, env)
             assert rc == 0, f"{block.where}: setup {command}\n--- exit {rc}:\n{out}{err}"
-        if block.lang == "python":
+        if block.lang == "python" and PYTEST_MODULE.search(block.code):
+            run_pytest_module(block, cwd, env)
+        elif block.lang == "python":
             run_python(block, namespace)
         elif block.lang == "console":
             run_console(block, cwd, env)
