@@ -23,8 +23,8 @@ An HTML comment right before a block changes this, in the page's source:
 
 - ``<!-- snippet: skip (REASON) -->``: the block does not run here (it needs a
   cluster, installs packages, shows placeholders...). The reason is required.
-- ``<!-- snippet: slow (REASON) -->``: the block runs only in the page's slow test
-  (``-m slow``; the Spark ones).
+- ``<!-- snippet: slow (REASON) -->``: the block runs only in the page's test marked
+  slow (the Spark ones; ``-m "not slow"`` leaves them out, CI runs them).
 - ``<!-- snippet: setup: COMMAND -->``: a shell command run (and required to succeed)
   before the block, to make the files it works on; may repeat.
 """
