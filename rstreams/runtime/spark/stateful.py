@@ -67,6 +67,7 @@ from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream
 from rstreams.runtime.spark.segments import ErrorPolicy, update_rule
 from rstreams.runtime.spark.tables import is_local, local_path, write_bytes_atomically
+from rstreams.runtime.spark.timed import timed_frame
 from rstreams.windowed import Windowed
 
 #: Directory (under the checkpoint) of the end-of-input markers of bounded runs.
@@ -126,8 +127,6 @@ def late(node: n.LateNode, comp: Compiler) -> Stream:
 
 def join(node: n.JoinNode, comp: Compiler) -> Stream:
     """Windowed and table joins, inner/left/outer."""
-    from rstreams.runtime.spark.windows import timed_frame
-
     queues = queue_count(comp, node)
     left = timed_frame(comp, node.parents[0], node, True, enc.PACKED, node.left_key)
     right = timed_frame(comp, node.parents[1], node, True, enc.PACKED, node.right_key)
@@ -139,8 +138,6 @@ def join(node: n.JoinNode, comp: Compiler) -> Stream:
 
 
 def _window_frame(node: n.WindowAggregateNode, comp: Compiler) -> DataFrame:
-    from rstreams.runtime.spark.windows import timed_frame
-
     s = timed_frame(comp, node.parents[0], node, True, enc.PACKED)
     _check_single_stateful(node, s)
     queues = queue_count(comp, node)
