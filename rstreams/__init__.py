@@ -17,6 +17,8 @@ in-process driver and run it embedded or on Apache Spark::
       Sub-topology: 0
 """
 
+from typing import TYPE_CHECKING
+
 from rstreams import functions
 from rstreams._version import __version__ as __version__
 from rstreams.dsl import (
@@ -25,10 +27,12 @@ from rstreams.dsl import (
     JoinedStream,
     JoinWindow,
     RStream,
+    RTable,
     SessionWindow,
     SlidingWindow,
     StreamBuilder,
     TumblingWindow,
+    Window,
     Windowed,
     WindowStream,
 )
@@ -47,6 +51,10 @@ from rstreams.errors import (
 from rstreams.planner.topology import Topology
 from rstreams.serde import Serde, get_serde
 
+if TYPE_CHECKING:  # for type checkers; at run time __getattr__ loads them on first use
+    from rstreams.runner import RunResult as RunResult
+    from rstreams.runner import run as run
+
 __all__ = [
     "ConfigError",
     "DuplicateStepError",
@@ -60,6 +68,7 @@ __all__ = [
     "ProcessingError",
     "RStream",
     "RStreamsError",
+    "RTable",
     "RunResult",
     "Serde",
     "SerdeError",
@@ -70,6 +79,7 @@ __all__ = [
     "TopologyError",
     "TumblingWindow",
     "UnsupportedOperation",
+    "Window",
     "WindowStream",
     "Windowed",
     "__version__",

@@ -1,12 +1,20 @@
 """The fluent DSL: builds the logical graph and nothing else (no runtime code)."""
 
-from rstreams.dsl.stream import GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+from rstreams.dsl.stream import (
+    GroupedStream,
+    JoinedStream,
+    RStream,
+    RTable,
+    StreamBuilder,
+    WindowStream,
+)
 from rstreams.dsl.windows import (
     HoppingWindow,
     JoinWindow,
     SessionWindow,
     SlidingWindow,
     TumblingWindow,
+    Window,
     Windowed,
 )
 
@@ -16,10 +24,12 @@ __all__ = [
     "JoinWindow",
     "JoinedStream",
     "RStream",
+    "RTable",
     "SessionWindow",
     "SlidingWindow",
     "StreamBuilder",
     "TumblingWindow",
+    "Window",
     "WindowStream",
     "Windowed",
 ]

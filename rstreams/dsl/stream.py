@@ -1,4 +1,4 @@
-"""The fluent DSL: StreamBuilder, RStream and GroupedStream.
+"""The fluent DSL: StreamBuilder, RStream, GroupedStream, WindowStream and RTable.
 
 Each method adds one immutable node to the builder's pipeline and returns a *new*
 wrapper; wrappers never change, so one stream can feed several chains (branching).
@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rstreams.dsl import nodes as n
-from rstreams.dsl.windows import HoppingWindow, JoinWindow, SessionWindow, TumblingWindow, to_ms
+from rstreams.dsl.windows import (
+    HoppingWindow,
+    JoinWindow,
+    SessionWindow,
+    TumblingWindow,
+    Window,
+    to_ms,
+)
 from rstreams.errors import (
     InvalidFunctionError,
     MissingKeyError,
@@ -36,7 +43,14 @@ from rstreams.userfn import describe_fn as describe_fn  # re-exported: its old h
 if TYPE_CHECKING:
     from rstreams.planner.topology import Topology
 
-__all__ = ["GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"]
+__all__ = [
+    "GroupedStream",
+    "JoinedStream",
+    "RStream",
+    "RTable",
+    "StreamBuilder",
+    "WindowStream",
+]
 
 
 def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False) -> Any:
@@ -136,7 +150,7 @@ class _Stream:
 
 
 class _Sinkable(_Stream):
-    """Grouped and windowed results: ``sink`` is ``toRStream().sink``."""
+    """Keyed streams and tables: ``sink`` is ``toRStream().sink``."""
 
     __slots__ = ()
 
@@ -296,26 +310,36 @@ class RStream(_Stream):
         return f"RStream({self._node.name!r})"
 
 
-class GroupedStream(_Sinkable):
-    """A keyed stream, or the table of an aggregation's latest value per key.
+class _Aggregations(_Sinkable):
+    """The aggregations shared by :class:`GroupedStream` and :class:`WindowStream`.
 
-    Aggregations (count, sum, min, max, reduce, aggregate) keep their state in a store
-    named ``<job>-<step>-store`` and emit an update per input record.
+    Each adds one stateful step and returns its :class:`RTable`; the subclass says which
+    node that step is (:meth:`_aggregation`). ``aggregate`` is defined by each subclass
+    (windows take a ``merger``) on top of the shared :meth:`_agg`.
     """
 
     __slots__ = ()
+
+    def _aggregation(
+        self, merger: Callable[[Any, Any], Any] | None
+    ) -> tuple[type[n.Node], dict[str, Any]]:
+        """The node class of this stream's aggregations and its fields beyond the
+        common ones (op, fn, initializer, repartition, queues, state_serde)."""
+        raise NotImplementedError
 
     def _agg(
         self,
         op: str,
         name: str | None,
         queues: int | None,
-        fn: Any = None,
-        initializer: Any = None,
+        fn: Callable[..., Any] | None = None,
+        initializer: Callable[[], Any] | None = None,
+        merger: Callable[[Any, Any], Any] | None = None,
         serde: SerdeLike | None = None,
-    ) -> GroupedStream:
+    ) -> RTable:
+        cls, fields = self._aggregation(merger)
         node = self._add(
-            n.AggregateNode,
+            cls,
             name,
             op=op,
             fn=fn,
@@ -323,11 +347,12 @@ class GroupedStream(_Sinkable):
             repartition=self._repartition,
             queues=_check_queues(queues, op),
             state_serde=None if serde is None else get_serde(serde, role="serializer"),
+            **fields,
         )
-        return GroupedStream(self._builder, node, repartition=False)
+        return RTable(self._builder, node)
 
-    def count(self, *, name: str | None = None, queues: int | None = None) -> GroupedStream:
-        """Number of records per key.
+    def count(self, *, name: str | None = None, queues: int | None = None) -> RTable:
+        """Number of records per key (per key and window after ``.window(...)``).
 
         >>> from rstreams.testing import TopologyTestDriver
         >>> b = StreamBuilder("c")
@@ -345,8 +370,13 @@ class GroupedStream(_Sinkable):
         *,
         name: str | None = None,
         queues: int | None = None,
-    ) -> GroupedStream:
-        """Sum of ``fn(value)`` (or of the value) per key."""
+    ) -> RTable:
+        """Sum of ``fn(value)`` (or of the value) per key (and window).
+
+        >>> b = StreamBuilder("s")
+        >>> b.source("in", "json").keyBy(lambda o: o["user"]).sum(lambda o: o["amount"])
+        RTable('in-sum-2')
+        """
         return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
 
     def min(
@@ -355,8 +385,8 @@ class GroupedStream(_Sinkable):
         *,
         name: str | None = None,
         queues: int | None = None,
-    ) -> GroupedStream:
-        """Smallest ``fn(value)`` (or value) seen per key."""
+    ) -> RTable:
+        """Smallest ``fn(value)`` (or value) seen per key (and window)."""
         return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
 
     def max(
@@ -365,15 +395,49 @@ class GroupedStream(_Sinkable):
         *,
         name: str | None = None,
         queues: int | None = None,
-    ) -> GroupedStream:
-        """Largest ``fn(value)`` (or value) seen per key."""
+    ) -> RTable:
+        """Largest ``fn(value)`` (or value) seen per key (and window)."""
         return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
 
     def reduce(
         self, fn: Callable[[Any, Any], Any], *, name: str | None = None, queues: int | None = None
-    ) -> GroupedStream:
-        """``acc = fn(acc, value)`` per key, starting from the key's first value."""
+    ) -> RTable:
+        """``acc = fn(acc, value)`` per key (and window), starting from the key's first
+        value. Session windows also merge two sessions with it: make it associative."""
         return self._agg("reduce", name, queues, _check_fn(fn, "reduce"))
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any], Any],
+        merger: Callable[[Any, Any], Any] | None,
+        name: str | None,
+        queues: int | None,
+        serde: SerdeLike | None,
+    ) -> RTable:
+        return self._agg(
+            "aggregate",
+            name,
+            queues,
+            _check_fn(adder, "aggregate", "adder"),
+            _check_fn(initializer, "aggregate", "initializer"),
+            _check_fn(merger, "aggregate", "merger", optional=True),
+            serde,
+        )
+
+
+class GroupedStream(_Aggregations):
+    """A keyed stream. Its aggregations (count, sum, min, max, reduce, aggregate) keep
+    their state in a store named ``<job>-<step>-store``, emit an update per input record
+    and return the :class:`RTable` of their latest value per key.
+    """
+
+    __slots__ = ()
+
+    def _aggregation(
+        self, merger: Callable[[Any, Any], Any] | None
+    ) -> tuple[type[n.Node], dict[str, Any]]:
+        return n.AggregateNode, {}
 
     def aggregate(
         self,
@@ -383,30 +447,28 @@ class GroupedStream(_Sinkable):
         name: str | None = None,
         queues: int | None = None,
         serde: SerdeLike | None = None,
-    ) -> GroupedStream:
+    ) -> RTable:
         """``acc = adder(acc, value)`` per key, starting from ``initializer()``.
 
         The accumulator is stored with ``serde`` (msgpack by default: plain Python
         types, tuples included).
+
+        >>> b = StreamBuilder("a")
+        >>> (b.source("in").keyBy(len)
+        ...    .aggregate(lambda: (0, 0), lambda acc, v: (acc[0] + 1, acc[1] + len(v)))
+        ...    .toRStream()
+        ...    .map(lambda acc: acc[1] / acc[0])
+        ...    .sink("mean-length"))
         """
-        return self._agg(
-            "aggregate",
-            name,
-            queues,
-            _check_fn(adder, "aggregate", "adder"),
-            _check_fn(initializer, "aggregate", "initializer"),
-            serde,
-        )
+        return self._aggregate(initializer, adder, None, name, queues, serde)
 
     def toRStream(self, *, name: str | None = None) -> RStream:
-        """The stream of updates of this table (or the keyed records themselves)."""
-        if isinstance(self._node, n.AggregateNode):
-            return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
+        """The keyed records themselves, as a stream (no step is added)."""
         return RStream(self._builder, self._node, self._repartition)
 
     def window(
         self,
-        spec: Any,
+        spec: Window,
         *,
         emit: str = "update",
         close_after_idle: int | datetime.timedelta | None = None,
@@ -417,7 +479,8 @@ class GroupedStream(_Sinkable):
         ``emit="update"`` emits every update (key ``Windowed(key, start, end)``);
         ``emit="close"`` emits one final result per window when stream time passes its
         end plus grace, or after ``close_after_idle`` (ms or timedelta) of wall clock
-        without updates. Records too late for every window go to ``.late()``.
+        without updates. Records too late for every window go to ``.late()`` of the
+        aggregation's table.
 
         >>> from rstreams.dsl.windows import TumblingWindow
         >>> b = StreamBuilder("w")
@@ -435,17 +498,15 @@ class GroupedStream(_Sinkable):
         idle = None if close_after_idle is None else to_ms(close_after_idle, "close_after_idle")
         if idle is not None and emit != "close":
             raise TopologyError("close_after_idle only applies with emit='close'")
-        if isinstance(self._node, (n.AggregateNode, n.WindowAggregateNode)):
-            raise TopologyError("window() needs a keyed stream; this is already an aggregation")
         return WindowStream(self._builder, self._node, self._repartition, spec, emit, idle)
 
     def __repr__(self) -> str:
         return f"GroupedStream({self._node.name!r})"
 
 
-class WindowStream(_Sinkable):
-    """A keyed stream cut into windows; its aggregations give a WindowStream of results
-    keyed by ``Windowed(key, start, end)``."""
+class WindowStream(_Aggregations):
+    """A keyed stream cut into windows; its aggregations return an :class:`RTable` of
+    results keyed by ``Windowed(key, start, end)``."""
 
     __slots__ = ("_emit", "_idle", "_spec")
 
@@ -454,7 +515,7 @@ class WindowStream(_Sinkable):
         builder: StreamBuilder,
         node: n.Node,
         repartition: bool,
-        spec: Any,
+        spec: Window,
         emit: str = "update",
         idle: int | None = None,
     ) -> None:
@@ -465,60 +526,17 @@ class WindowStream(_Sinkable):
 
     @property
     def aggregated(self) -> bool:
+        """Always False: an aggregation of a WindowStream is an :class:`RTable`."""
         return isinstance(self._node, n.WindowAggregateNode)
 
-    def _agg(
-        self,
-        op: str,
-        name: str | None,
-        queues: int | None,
-        fn: Any = None,
-        initializer: Any = None,
-        merger: Any = None,
-        serde: SerdeLike | None = None,
-    ) -> WindowStream:
-        if self.aggregated:
-            raise TopologyError(f"{op}() on a windowed aggregation: it is aggregated already")
-        node = self._add(
-            n.WindowAggregateNode,
-            name,
-            op=op,
-            window=self._spec,
-            fn=fn,
-            initializer=initializer,
-            merger=merger,
-            emit=self._emit,
-            close_after_idle=self._idle,
-            repartition=self._repartition,
-            queues=_check_queues(queues, op),
-            state_serde=None if serde is None else get_serde(serde, role="serializer"),
-        )
-        return WindowStream(self._builder, node, False, self._spec, self._emit, self._idle)
-
-    def count(self, *, name: str | None = None, queues: int | None = None) -> WindowStream:
-        """Records per key per window."""
-        return self._agg("count", name, queues)
-
-    def sum(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
-            queues: int | None = None) -> WindowStream:  # fmt: skip
-        """Sum of ``fn(value)`` per key per window."""
-        return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
-
-    def min(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
-            queues: int | None = None) -> WindowStream:  # fmt: skip
-        """Smallest ``fn(value)`` per key per window."""
-        return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
-
-    def max(self, fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
-            queues: int | None = None) -> WindowStream:  # fmt: skip
-        """Largest ``fn(value)`` per key per window."""
-        return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
-
-    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None,
-               queues: int | None = None) -> WindowStream:  # fmt: skip
-        """``acc = fn(acc, value)`` per key per window (also merges sessions: make it
-        associative)."""
-        return self._agg("reduce", name, queues, _check_fn(fn, "reduce"))
+    def _aggregation(
+        self, merger: Callable[[Any, Any], Any] | None
+    ) -> tuple[type[n.Node], dict[str, Any]]:
+        fields = {
+            "window": self._spec, "merger": merger, "emit": self._emit,
+            "close_after_idle": self._idle,
+        }  # fmt: skip
+        return n.WindowAggregateNode, fields
 
     def aggregate(
         self,
@@ -529,37 +547,109 @@ class WindowStream(_Sinkable):
         name: str | None = None,
         queues: int | None = None,
         serde: SerdeLike | None = None,
-    ) -> WindowStream:
+    ) -> RTable:
         """``acc = adder(acc, value)`` per key per window from ``initializer()``; session
-        windows also need ``merger(acc1, acc2)`` to merge two sessions."""
+        windows also need ``merger(acc1, acc2)`` to merge two sessions.
+
+        >>> from rstreams.dsl.windows import SessionWindow
+        >>> b = StreamBuilder("sessions")
+        >>> (b.source("clicks").keyBy(lambda v: v).window(SessionWindow(30_000))
+        ...    .aggregate(list, lambda acc, v: acc + [v], lambda a, c: a + c)
+        ...    .sink("sessions"))
+        """
         if isinstance(self._spec, SessionWindow) and merger is None:
             raise TopologyError("aggregate() over session windows needs merger= to merge sessions")
-        return self._agg(
-            "aggregate",
-            name,
-            queues,
-            _check_fn(adder, "aggregate", "adder"),
-            _check_fn(initializer, "aggregate", "initializer"),
-            _check_fn(merger, "aggregate", "merger", optional=True),
-            serde,
-        )
+        return self._aggregate(initializer, adder, merger, name, queues, serde)
 
-    def _require_aggregated(self, what: str) -> None:
-        if not self.aggregated:
-            raise TopologyError(f"{what}() needs an aggregation first, e.g. .window(...).count()")
+    def _require_aggregated(self, what: str) -> NoReturn:
+        raise TopologyError(f"{what}() needs an aggregation first, e.g. .window(...).count()")
 
     def toRStream(self, *, name: str | None = None) -> RStream:
-        """The stream of results, keyed by ``Windowed(key, start, end)``."""
+        """Refused: a window has results only after an aggregation, whose
+        :class:`RTable` has ``toRStream()``."""
         self._require_aggregated("toRStream")
-        return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
 
     def late(self, *, name: str | None = None) -> RStream:
-        """The records that came too late for every window they belong to."""
+        """Refused: ``late()`` is on the :class:`RTable` of a window aggregation."""
         self._require_aggregated("late")
-        return RStream(self._builder, self._add(n.LateNode, name), False)
 
     def __repr__(self) -> str:
         return f"WindowStream({self._node.name!r}, {self._spec!r})"
+
+
+#: Methods an aggregation's table refuses with a hint (a second grouping needs a stream).
+_REGROUP = (*n.AGGREGATIONS, "window", "keyBy", "groupByKey")
+
+
+class RTable(_Sinkable):
+    """The table of an aggregation: its latest value per key (per ``Windowed(key, start,
+    end)`` for a windowed aggregation), returned by count, sum, min, max, reduce and
+    aggregate of a :class:`GroupedStream` or :class:`WindowStream`.
+
+    A table is read as the stream of its updates (:meth:`toRStream`) or written to a
+    topic (:meth:`sink`). It cannot be aggregated again: counting a table's update
+    events is rarely what is meant, so re-key its stream explicitly first.
+
+    >>> from rstreams.testing import TopologyTestDriver
+    >>> b = StreamBuilder("t")
+    >>> counts = b.source("in").keyBy(lambda v: v).count()
+    >>> counts
+    RTable('in-count-2')
+    >>> counts.sink("counts")
+    >>> counts.toRStream().filter(lambda c: c > 1).sink("repeated")
+    >>> counts.count()
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.MissingKeyError: count() on 'in-count-2': ...
+    >>> with TopologyTestDriver(b.build()) as d:
+    ...     for v in ["a", "b", "a"]: d.pipe("in", v)
+    ...     [r.value for r in d.read("counts")], [r.key for r in d.read("repeated")]
+    ([1, 1, 2], ['a'])
+    """
+
+    __slots__ = ()
+
+    def __init__(self, builder: StreamBuilder, node: n.Node) -> None:
+        super().__init__(builder, node, False)
+
+    @property
+    def windowed(self) -> bool:
+        """True for the table of a window aggregation (keys are ``Windowed``)."""
+        return isinstance(self._node, n.WindowAggregateNode)
+
+    def toRStream(self, *, name: str | None = None) -> RStream:
+        """The stream of this table's updates: ``(key, new value)`` per update, keyed by
+        ``Windowed(key, start, end)`` for a window aggregation."""
+        return RStream(self._builder, self._add(n.ToRStreamNode, name), False)
+
+    def late(self, *, name: str | None = None) -> RStream:
+        """The records that came too late for every window they belong to (window
+        aggregations only)."""
+        if not self.windowed:
+            raise TopologyError(
+                f"late() on {self._node.name!r}: only a window aggregation has late records"
+            )
+        return RStream(self._builder, self._add(n.LateNode, name), False)
+
+    if not TYPE_CHECKING:  # type checkers report these as missing attributes instead
+
+        def __getattr__(self, attr: str) -> Any:
+            step = object.__getattribute__(self, "_node").name
+            if attr in _REGROUP:
+                raise MissingKeyError(
+                    f"{attr}() on {step!r}: that step is an aggregation, and its result is "
+                    f"a table (RTable), not a keyed stream; to {attr} its updates, call "
+                    f".toRStream().keyBy(fn) (or .toRStream().groupByKey()) first"
+                )
+            if hasattr(RStream, attr) and not attr.startswith("_"):
+                raise AttributeError(
+                    f"'RTable' object has no attribute {attr!r}: {step!r} is an "
+                    f"aggregation's table; call .toRStream().{attr}(...) on its updates"
+                )
+            raise AttributeError(f"'RTable' object has no attribute {attr!r}")
+
+    def __repr__(self) -> str:
+        return f"RTable({self._node.name!r})"
 
 
 #: How long a join without a window keeps a side's latest value per key (stream time).

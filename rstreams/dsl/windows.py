@@ -28,6 +28,7 @@ __all__ = [
     "SessionWindow",
     "SlidingWindow",
     "TumblingWindow",
+    "Window",
     "Windowed",
     "to_ms",
 ]
@@ -124,4 +125,7 @@ class JoinWindow:
     grace: int = attrs.field(default=0, converter=_ms)
 
 
-WindowSpec = TumblingWindow | HoppingWindow | SessionWindow
+#: What ``GroupedStream.window(...)`` accepts: a tumbling, hopping (sliding) or session
+#: window.
+Window = TumblingWindow | HoppingWindow | SessionWindow
+WindowSpec = Window

@@ -13,6 +13,7 @@ from rstreams import (
     MissingKeyError,
     RStream,
     RStreamsError,
+    RTable,
     StreamBuilder,
     TopologyError,
     WindowStream,
@@ -41,7 +42,7 @@ def test_each_method_returns_a_new_stream_and_leaves_the_old_one_alone() -> None
     assert isinstance(filtered.node, n.FilterNode) and filtered.node.parents == (mapped.node,)
     grouped = filtered.keyBy(len)
     counted = grouped.count()
-    assert isinstance(grouped, GroupedStream) and isinstance(counted, GroupedStream)
+    assert isinstance(grouped, GroupedStream) and isinstance(counted, RTable)
     assert counted is not grouped and isinstance(grouped.node, n.KeyByNode)
 
 
