@@ -4,7 +4,8 @@
 shuffle topics, state stores and commit path as the embedded runtime, over in-memory
 queues. Records are processed one at a time in the order they were produced (so the
 output is as if every topic had a single queue), state is committed after each piped
-record, and every update of every aggregation is emitted. Event time is Kafka Streams'
+record (by the tasks that processed something: the others have nothing to commit), and
+every update of every aggregation is emitted. Event time is Kafka Streams'
 stream time, the largest timestamp a windowed step has seen (no watermarks: the order
 records are piped in is the order they are processed in).
 
@@ -44,7 +45,6 @@ from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.queues.base import Headers, RecordColumns
-from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
@@ -75,11 +75,12 @@ class _RecordingProducer(Producer):
 
     records_order = True
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MemoryBroker) -> None:
         super().__init__(broker)
         self.unprocessed: deque[tuple[Any, ...]] = deque()
         self.order: dict[str, list[tuple[int, int]]] = {}
         self._append = broker.append_columns
+        self._append_one = broker.append_one
 
     def send(
         self,
@@ -90,7 +91,7 @@ class _RecordingProducer(Producer):
         timestamp: int,
         headers: Headers,
     ) -> None:
-        offset = self._append(topic, queue, (timestamp,), (key,), (value,), (headers,))
+        offset = self._append_one(topic, queue, timestamp, key, value, headers)
         self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
         order = self.order.get(topic)
         if order is None:
@@ -249,7 +250,9 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    record = RecordColumns(range(offset, offset + 1), (ts,), (key,), (value,), (headers,))
+                    record = RecordColumns(
+                        range(offset, offset + 1), (ts,), (key,), (value,), (headers,)
+                    )
                     task._process(topic, record)
                 else:
                     task.process_next(topic)

@@ -138,6 +138,24 @@ class MemoryBroker:
         )
         return first
 
+    def append_one(
+        self,
+        topic: str,
+        queue: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple = (),
+    ) -> int:
+        """:meth:`append` of a single record, with the same checks (the test driver
+        appends record by record); its offset."""
+        q = self._queue(topic, queue)
+        if type(timestamp) is not int:  # as append_columns checks
+            raise TypeError(f"record timestamps must be int milliseconds; got {timestamp!r}")
+        offset = q.end
+        q.records.append(tuple.__new__(LogRecord, (offset, timestamp, key, value, headers)))
+        return offset
+
     def append_encoded(
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
     ) -> int:
