@@ -74,7 +74,9 @@ def bench(name: str, lines: list[str], runs: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lines", type=int, default=0, help="lines per corpus (default: all of corpus.txt)")
+    ap.add_argument(
+        "--lines", type=int, default=0, help="lines per corpus (default: all of corpus.txt)"
+    )
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (median; default 3)")
     args = ap.parse_args()
     corpus = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
