@@ -315,7 +315,7 @@ class _Aggregations(_Sinkable):
 
     Each adds one stateful step and returns its :class:`RTable`; the subclass says which
     node that step is (:meth:`_aggregation`). ``aggregate`` is defined by each subclass
-    (windows take a ``merger``) on top of the shared :meth:`_agg`.
+    (windows take a ``merger``) on top of the shared :meth:`_aggregate`.
     """
 
     __slots__ = ()
