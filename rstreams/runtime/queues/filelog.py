@@ -156,6 +156,27 @@ def format_durable(seg: int, size: int, end: int) -> bytes:
     return f"{text} {zlib.crc32(text.encode())}\n".encode()
 
 
+def below_durable(mark: tuple[int, int, int] | None, base: int, pos: int) -> bool:
+    """Whether byte ``pos`` of segment ``base`` lies below the durable point ``mark``
+    (so a bad frame there is damage, not a torn write)."""
+    return mark is not None and (mark[0] > base or (mark[0] == base and pos < mark[1]))
+
+
+def parse_start(text: str) -> int:
+    """The offset in a start-offset file: ``"<offset> <crc32>"``, or a bare offset as
+    written before the crc; ValueError if damaged."""
+    parts = [int(x) for x in text.split()]
+    if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
+        raise ValueError("checksum mismatch")
+    if len(parts) not in (1, 2) or parts[0] < 0:
+        raise ValueError(f"{text.strip()!r}")
+    return parts[0]
+
+
+def format_start(start: int) -> bytes:
+    return f"{start} {zlib.crc32(str(start).encode())}\n".encode()
+
+
 def _meta_crc(meta: dict[str, Any]) -> int:
     body = {k: v for k, v in meta.items() if k != "crc"}
     return zlib.crc32(json.dumps(body, sort_keys=True).encode())
@@ -578,15 +599,9 @@ class FileBroker:
         path = q.dir / "start-offset"
         data = path.read_bytes()
         try:
-            text = data.decode()
-            parts = [int(x) for x in text.split()]
-            if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
-                raise ValueError("checksum mismatch")
-            if len(parts) not in (1, 2) or parts[0] < 0:
-                raise ValueError(f"{text.strip()!r}")
+            return parse_start(data.decode())
         except ValueError as e:  # (UnicodeDecodeError included)
             raise _corrupt(q, path, None, f"the start-offset file is damaged ({e})") from None
-        return parts[0]
 
     def _drop_closed(self, q: _Queue, seg: _Segment) -> None:
         q.open_closed.pop(seg.base, None)
@@ -729,7 +744,7 @@ class FileBroker:
                 seg.next_offset,
             )  # fmt: skip
         mark = self._read_durable(q)  # another process may have moved it
-        if mark is not None and (mark[0] > seg.base or (mark[0] == seg.base and e.pos < mark[1])):
+        if mark is not None and below_durable(mark, seg.base, e.pos):
             synced = "synced" if self._sync else "written whole"
             raise _corrupt(
                 q, seg.path, e.pos,
@@ -1084,8 +1099,7 @@ class FileBroker:
 
     def _set_start(self, q: _Queue, start: int) -> None:
         if start > q.start:
-            text = f"{start} {zlib.crc32(str(start).encode())}\n"
-            _atomic_write(q.dir / "start-offset", text.encode(), sync=self._sync)
+            _atomic_write(q.dir / "start-offset", format_start(start), sync=self._sync)
             q.start = start
 
     def _delete_segments(self, q: _Queue, doomed: list[_Segment]) -> None:

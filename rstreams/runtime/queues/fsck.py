@@ -33,13 +33,12 @@ import contextlib
 import json
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from rstreams.errors import ConfigError, JobNeedsRebuildError
-from rstreams.runtime.queues._files import _encode_name, _fsync_dir
+from rstreams.runtime.queues._files import _atomic_write, _encode_name
 from rstreams.runtime.queues._logformat import (
     FrameError,
     decode_columns,
@@ -54,10 +53,11 @@ from rstreams.runtime.queues.filelog import (
     FileBroker,
     _fdatasync,
     _FileLock,
+    below_durable,
     format_durable,
     parse_durable,
+    parse_start,
 )
-from rstreams.runtime.queues.offsets import _offset_crc
 
 __all__ = [
     "NEEDS_REBUILD_FILE",
@@ -138,13 +138,10 @@ def _scan_queue(
     bases = _segments(qdir)
     qc.segments = len(bases)
     try:
-        parts = [int(x) for x in (qdir / "start-offset").read_text().split()]
-        if len(parts) == 2 and zlib.crc32(str(parts[0]).encode()) != parts[1]:
-            raise ValueError("checksum mismatch")
-        qc.start = parts[0]
+        qc.start = parse_start((qdir / "start-offset").read_text())
     except FileNotFoundError:
         qc.start = 0
-    except (ValueError, IndexError) as e:
+    except ValueError as e:  # (UnicodeDecodeError included)
         qc.findings.append(
             Finding(topic, queue, str(qdir / "start-offset"), None, None, f"damaged ({e})")
         )
@@ -191,9 +188,7 @@ def _scan_queue(
             except FrameError as e:
                 cuts.append((base, e.pos, at))
                 after = find_frame_after(fd, e.pos, size, at)
-                synced = durable is not None and (
-                    durable[0] > base or (durable[0] == base and e.pos < durable[1])
-                )
+                synced = below_durable(durable, base, e.pos)
                 if last and after is None and not synced:
                     qc.findings.append(
                         Finding(
@@ -409,20 +404,13 @@ def _cut(
                 (qdir / f"{b:020d}{suffix}").unlink()
     with contextlib.suppress(FileNotFoundError):
         seg_path.with_suffix(".index").unlink()  # rebuilt from the log on the next open
-    tmp = qdir / f".{DURABLE_FILE}.repair.tmp"
-    tmp.write_bytes(format_durable(base, pos, at))
-    os.replace(tmp, qdir / DURABLE_FILE)
-    _fsync_dir(qdir)
+    # (synced with the directory, so the deletions above are durable too)
+    _atomic_write(qdir / DURABLE_FILE, format_durable(base, pos, at), sync=True)
     report = RepairReport(topic, queue, at, max(end_before - at, 0), removed_bytes, len(later))
     for group, offset in _committed(root, broker, topic, queue):
         if offset > at:
             report.groups.append((group, offset))
-            path = root / "groups" / _encode_name(group) / _encode_name(topic) / f"{queue}.json"
-            doc = {"group": group, "topic": topic, "queue": queue, "offset": at}
-            doc["crc"] = _offset_crc(doc)
-            tmp = path.with_name(f".{path.name}.repair.tmp")
-            tmp.write_text(json.dumps(doc) + "\n")
-            os.replace(tmp, path)
+            broker.commit(group, topic, queue, at)
     return report
 
 
