@@ -196,7 +196,8 @@ def _aggregate(node: n.AggregateNode, build: _Build) -> None:
     )
     store = _store(node, build, topic, queues, node.state_serde)
     # Partial aggregates travel only through a shuffle (map-side combine).
-    options = {"partials": partials and parents[0].endswith("-shuffle-source")}
+    shuffled = build.factories[parents[0]].kind == "shuffle-source"
+    options = {"partials": partials and shuffled}
     build.add(
         ProcessorFactory(node.name, "aggregate", node, stores=[store], options=options), parents
     )
