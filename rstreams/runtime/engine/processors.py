@@ -51,6 +51,10 @@ class Processor:
         self.kind = factory.kind
         self.children: list[Processor] = []
         self.ctx: StreamContext
+        #: Records received and passed on (a sink: sent), counted a batch at a time for
+        #: the live statistics (see ``rstreams.runtime.engine.stats``).
+        self.records_in = 0
+        self.records_out = 0
 
     def link(self, children: list[Processor]) -> None:
         self.children = children
@@ -63,8 +67,15 @@ class Processor:
 
     def forward(self, batch: Batch) -> None:
         if batch.values:
-            for child in self.children:
-                child.process(batch)
+            self.send_to(self.children, batch)
+
+    def send_to(self, children: list[Processor], batch: Batch) -> None:
+        """Hand ``batch`` to ``children`` (some of this processor's children)."""
+        n = len(batch.values)
+        self.records_out += n
+        for child in children:
+            child.records_in += n
+            child.process(batch)
 
     def flush(self) -> None:
         """Called at commit, parents before children."""
@@ -436,6 +447,7 @@ class _SinkBase(Processor):
     def send(self, batch: Batch) -> None:
         if not batch.values:
             return
+        self.records_out += len(batch.values)
         try:
             kbs = self._column(self.key_serde, batch.keys, self.round_robin_none_keys)
             vbs = self._column(self.value_serde, batch.values, True)
@@ -651,6 +663,7 @@ class SourceProcessor(Processor):
     def process_log(self, queue: int, records: RecordColumns) -> None:
         if not len(records):
             return
+        self.records_in += len(records)
         raw_keys, raw_values = list(records.keys), list(records.values)
         batch = Batch(
             self.topic,

@@ -96,17 +96,14 @@ class _TimedProcessor(Processor):
                 if batch is None
                 else out.batch(batch.topic, batch.queue)
             )
-            for child in self.results:
-                child.process(b)
+            self.send_to(self.results, b)
 
     def emit_late(self, batch: Batch, idx: list[int]) -> None:
         if not idx:
             return
         self.ctx.metrics["late"] += len(idx)
         log.debug("%s: %d late record(s) at %s[%d]", self.name, len(idx), batch.topic, batch.queue)
-        late = batch.take(idx)
-        for child in self.late_children:
-            child.process(late)
+        self.send_to(self.late_children, batch.take(idx))
 
     def advance(self) -> bool:
         """Stream time = the input watermark if the task's input carries one, else the
