@@ -239,6 +239,20 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    # Exit codes as diff(1): 0 nothing lost, 1 state would be lost or misread, 2 trouble.
+    try:
+        old, new = load_topology(args.old), load_topology(args.new)
+    except PipelineFileError as e:
+        return _fail(EXIT_USAGE, str(e))
+    d = old.diff(new)
+    if args.json:
+        sys.stdout.write(d.to_json())
+    elif not args.quiet:
+        sys.stdout.write(d.describe())
+    return EXIT_FAILED if d.loses_state else EXIT_OK
+
+
 # -- argument parsing ---------------------------------------------------------------------
 
 
@@ -411,6 +425,32 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("pipeline", metavar="PIPELINE.py")
     _common(describe)
     describe.set_defaults(func=cmd_describe)
+
+    diff = sub.add_parser(
+        "diff",
+        help="what changing a pipeline would do to its job's state",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Compare two versions of a pipeline: steps added, removed or renamed (a step
+moved in its chain gets another generated name), internal topics and stores
+whose name, serde, window or queue count changed, and which state would be
+lost (orphaned under its old name) or misread.
+
+exit codes: 0 no state lost, 1 some state would be lost or misread,
+2 bad usage or a pipeline file that does not load""",
+        epilog="""\
+example:
+  rstreams diff wordcount.py wordcount_v2.py
+  rstreams diff wordcount.py wordcount_v2.py --json
+
+Give a stateful step a name (e.g. .count(name="word-count")) and its store
+keeps that name whatever you change around it.""",
+    )
+    diff.add_argument("old", metavar="OLD.py", help="the pipeline the job ran with")
+    diff.add_argument("new", metavar="NEW.py", help="the changed pipeline")
+    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+    _common(diff)
+    diff.set_defaults(func=cmd_diff)
 
     from rstreams.admin import add_parsers
     from rstreams.runtime.spark.packenv import add_parsers as add_spark_parsers

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from rstreams.dsl.nodes import Node, Pipeline
 from rstreams.errors import UnsupportedOperation
 from rstreams.serde import Serde
+
+if TYPE_CHECKING:
+    from rstreams.planner.diff import TopologyDiff
 
 #: Queue count of shuffle topics whose upstream queue count is not known at build time.
 DEFAULT_SHUFFLE_QUEUES = 8
@@ -198,6 +201,13 @@ class Topology:
         from rstreams.planner.describe import describe_text
 
         return describe_text(self)
+
+    def diff(self, other: Topology) -> TopologyDiff:
+        """What changes from this topology to ``other`` (a later version of the job), and
+        which state that would lose or misread: see :mod:`rstreams.planner.diff`."""
+        from rstreams.planner.diff import diff
+
+        return diff(self, other)
 
     def to_dot(self) -> str:
         """Graphviz DOT source of the topology (sub-topologies drawn as clusters)."""

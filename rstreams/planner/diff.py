@@ -1,0 +1,700 @@
+"""What changes between two versions of a pipeline, and which state that loses.
+
+Step, internal topic and store names come from a step's place in its chain (see
+docs/concepts.md#step-names), so an edit upstream of an aggregation renames its store,
+and a redeployed job would start that store empty. :func:`diff` compares two versions
+and says so before a run does it:
+
+- **steps** are matched by name, then, for those left over, by what they do (the same
+  kind, functions and parameters) with their parents matched first: a step that only
+  moved is *renamed*, not removed and added;
+- **stores** are *kept* (same name and facts), *lost* (renamed with their step: the new
+  store starts empty, the old state is orphaned), *misread* (same name, but another
+  serde, window, queue count, aggregation or input: the old state is read wrongly),
+  *added* or *removed*;
+- **topics** are matched by name, internal ones also through their step's rename.
+
+A diff compares :class:`TopologyIdentity` values: the facts of a topology that decide
+where its state lives and how it is read, as plain data that survives a trip through
+JSON (the embedded runtime keeps the last one a job ran with in its directory).
+
+    >>> from rstreams import StreamBuilder
+    >>> def wordcount(lowercase: bool, pin: bool):
+    ...     b = StreamBuilder("wc")
+    ...     words = b.source("lines").flatMap(str.split)
+    ...     if lowercase:
+    ...         words = words.map(str.lower)
+    ...     words.keyBy(str).count(name="counts" if pin else None).sink("out")
+    ...     return b.build()
+    >>> d = wordcount(False, pin=False).diff(wordcount(True, pin=False))
+    >>> d.loses_state
+    True
+    >>> [(s.old, s.new, s.effect) for s in d.stores]
+    [('wc-lines-count-3-store', 'wc-lines-count-4-store', 'lost')]
+    >>> wordcount(False, pin=True).diff(wordcount(True, pin=True)).loses_state
+    False
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import types
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rstreams.errors import ConfigError
+from rstreams.serde import Serde
+from rstreams.userfn import describe_fn
+
+if TYPE_CHECKING:
+    from rstreams.dsl.nodes import Node
+    from rstreams.planner.topology import Topology
+
+__all__ = [
+    "Change",
+    "StepFacts",
+    "StoreFacts",
+    "TopicFacts",
+    "TopologyChangeError",
+    "TopologyDiff",
+    "TopologyIdentity",
+    "diff",
+    "identity",
+]
+
+#: Version of the JSON written by :meth:`TopologyIdentity.to_json`.
+FORMAT = 1
+
+#: Effects that make a diff lose state: the old state is orphaned or read wrongly.
+LOSSES = ("lost", "misread")
+
+_NODE_IDENTITY = {"id", "name", "parents", "user_named", "chain", "depth"}
+
+
+class TopologyChangeError(ConfigError):
+    """A run's topology would lose or misread the state an earlier run of the job left
+    (``rstreams run`` exits 2 and prints the diff)."""
+
+
+# -- facts ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class StepFacts:
+    """One step of the pipeline as the user wrote it (shuffle parts are not steps).
+
+    ``params`` holds the step's settings (topic, op, window, queues, serdes...) and
+    ``fns`` its functions as ``{"label": "name (file:line)", "code": fingerprint}``: the
+    fingerprint covers the code, not where it is, so moving a lambda keeps it.
+    """
+
+    name: str
+    kind: str
+    user_named: bool
+    parents: tuple[str, ...]
+    chain: str
+    depth: int
+    params: dict[str, Any] = attrs.field(factory=dict)
+    fns: dict[str, dict[str, str]] = attrs.field(factory=dict)
+
+    @property
+    def signature(self) -> str:
+        """What the step does, without where it is: equal for a step that only moved."""
+        code = {k: v["code"] for k, v in self.fns.items()}
+        return json.dumps([self.kind, self.params, code], sort_keys=True, default=str)
+
+    @property
+    def method(self) -> str:
+        """The DSL method that takes this step's ``name=`` (for hints)."""
+        if self.kind == "join":
+            return "apply"
+        if self.kind.startswith("window") and len(self.kind) > 6:
+            return self.kind[6].lower() + self.kind[7:]
+        return self.kind
+
+
+@attrs.frozen
+class TopicFacts:
+    """A topic; ``step`` is the step an internal topic belongs to (None for user topics)."""
+
+    name: str
+    role: str
+    queues: int | None
+    key_serde: str
+    value_serde: str
+    step: str | None = None
+
+
+@attrs.frozen
+class StoreFacts:
+    """A state store: what decides how its bytes are found and read."""
+
+    name: str
+    step: str
+    kind: str
+    serde: str
+    queues: int | None
+    changelog: str
+    input_topic: str
+    window: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class TopologyIdentity:
+    """The identity-relevant facts of a topology, as plain data (see :func:`identity`).
+
+    >>> from rstreams import StreamBuilder
+    >>> b = StreamBuilder("wc")
+    >>> b.source("lines").keyBy(str).count().sink("counts")
+    >>> ident = identity(b.build())
+    >>> [s.name for s in ident.steps]
+    ['source-lines', 'lines-keyBy-1', 'lines-count-2', 'lines-toRStream-3', 'lines-sink-4']
+    >>> TopologyIdentity.from_json(ident.to_json()) == ident
+    True
+    """
+
+    job_id: str
+    steps: tuple[StepFacts, ...]
+    topics: tuple[TopicFacts, ...]
+    stores: tuple[StoreFacts, ...]
+
+    def to_json(self) -> str:
+        """The facts as a JSON document (what a job keeps as ``topology.json``)."""
+        doc = {"format": FORMAT, **attrs.asdict(self)}
+        return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> TopologyIdentity:
+        """Read :meth:`to_json`'s output; ``ValueError`` names what is wrong with it."""
+        try:
+            doc = json.loads(text)
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+            return cls(
+                doc["job_id"],
+                tuple(StepFacts(**{**s, "parents": tuple(s["parents"])}) for s in doc["steps"]),
+                tuple(TopicFacts(**t) for t in doc["topics"]),
+                tuple(StoreFacts(**s) for s in doc["stores"]),
+            )
+        except (AttributeError, KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"not a topology description: {type(e).__name__}: {e}") from e
+
+
+def identity(topology: Topology) -> TopologyIdentity:
+    """The facts of ``topology`` that decide where its state lives and how it is read."""
+    steps = [
+        _step(f.node) for f in topology.factories.values() if f.name == f.node.name
+    ]  # (the other factories are a step's shuffle parts)
+    shuffle_owner = {
+        f.topic: f.node.name for f in topology.factories.values() if f.kind == "shuffle-source"
+    }
+    store_of = {s.changelog_topic: s.processor for s in topology.stores.values()}
+    topics = [
+        TopicFacts(
+            t.name,
+            t.role,
+            t.queues,
+            _serde(t.key_serde),
+            _serde(t.value_serde),
+            shuffle_owner.get(t.name) or store_of.get(t.name),
+        )
+        for t in topology.topics.values()
+    ]
+    stores = []
+    for s in topology.stores.values():
+        node = topology.factories[s.processor].node
+        stores.append(
+            StoreFacts(
+                s.name,
+                s.processor,
+                node.kind,
+                _serde(s.serde),
+                s.queues,
+                s.changelog_topic,
+                s.input_topic,
+                _window(getattr(node, "window", None)),
+            )
+        )
+    return TopologyIdentity(topology.job_id, tuple(steps), tuple(topics), tuple(stores))
+
+
+def _step(node: Node) -> StepFacts:
+    params: dict[str, Any] = {}
+    fns: dict[str, dict[str, str]] = {}
+    for field in attrs.fields(type(node)):
+        if field.name in _NODE_IDENTITY:
+            continue
+        value = getattr(node, field.name)
+        if isinstance(value, Serde):
+            params[field.name] = _serde(value)
+        elif callable(value) and not isinstance(value, type):
+            fns[field.name] = {"label": describe_fn(value), "code": fingerprint(value)}
+        elif attrs.has(type(value)):
+            params[field.name] = _window(value)
+        else:
+            params[field.name] = _plain(value)
+    return StepFacts(
+        node.name,
+        node.kind,
+        node.user_named,
+        tuple(p.name for p in node.parents),
+        node.chain,
+        node.depth,
+        params,
+        fns,
+    )
+
+
+def _serde(serde: Serde) -> str:
+    name = getattr(serde, "name", None)
+    if type(serde).__module__ == "rstreams.serde" and isinstance(name, str):
+        return name
+    return f"{type(serde).__module__}.{type(serde).__qualname__}"
+
+
+def _window(window: Any) -> dict[str, Any] | None:
+    if window is None:
+        return None
+    fields = attrs.asdict(window) if attrs.has(type(window)) else {"repr": repr(window)}
+    return {"type": type(window).__name__, **fields}
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value standing for ``value`` (its repr when it is not one already)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return repr(value)
+
+
+def fingerprint(fn: Any) -> str:
+    """A short hash of what ``fn`` computes: its code, constants, names, defaults and
+    closed-over values, but not its file, line or local names, so a function that only
+    moved in its file keeps its fingerprint.
+
+    >>> fingerprint(lambda w: w) == fingerprint(lambda x: x)
+    True
+    >>> fingerprint(lambda w: w) == fingerprint(lambda w: w.lower())
+    False
+    """
+    return hashlib.sha256(json.dumps(_fn_key(fn)).encode()).hexdigest()[:16]
+
+
+def _fn_key(fn: Any) -> Any:
+    fn = getattr(fn, "__func__", fn)  # a bound method: its function
+    if isinstance(fn, functools.partial):
+        return ["partial", _fn_key(fn.func), [_value_key(a) for a in fn.args]]
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        text = repr(fn)  # built-ins (str.split, F.lower()) have a stable repr
+        return text if " at 0x" not in text else f"{type(fn).__module__}.{type(fn).__qualname__}"
+    cells = [_value_key(c.cell_contents) for c in fn.__closure__ or ()]
+    defaults = [_value_key(v) for v in getattr(fn, "__defaults__", None) or ()]
+    return [_code_key(code), cells, defaults]
+
+
+def _code_key(code: types.CodeType) -> Any:
+    consts = [
+        _code_key(c) if isinstance(c, types.CodeType) else _value_key(c) for c in code.co_consts
+    ]
+    return [code.co_code.hex(), list(code.co_names), consts]
+
+
+def _value_key(value: Any) -> Any:
+    if isinstance(value, (frozenset, set)):  # (iteration order varies between processes)
+        return sorted(repr(v) for v in value)
+    if callable(value) and not isinstance(value, type):
+        return _fn_key(value)
+    text = repr(value)
+    return text if " at 0x" not in text else type(value).__qualname__
+
+
+# -- the diff ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Change:
+    """One step, topic or store across the two versions.
+
+    ``status`` is ``kept``, ``changed``, ``renamed``, ``added`` or ``removed``;
+    ``effect`` is what happens to the data it holds: ``none``, ``lost`` (orphaned under
+    the old name), ``misread`` (read with other settings), ``dropped`` (no longer used)
+    or ``new``. ``notes`` say what changed; ``hint`` what to do about a loss.
+    """
+
+    kind: str
+    status: str
+    old: str | None
+    new: str | None
+    effect: str = "none"
+    notes: tuple[str, ...] = ()
+    hint: str | None = None
+
+    @property
+    def name(self) -> str:
+        if self.old and self.new and self.old != self.new:
+            return f"{self.old} -> {self.new}"
+        return self.old or self.new or "?"
+
+
+@attrs.frozen
+class TopologyDiff:
+    """The difference between two versions of a job's topology (see :func:`diff`)."""
+
+    old_job: str
+    new_job: str
+    steps: tuple[Change, ...]
+    topics: tuple[Change, ...]
+    stores: tuple[Change, ...]
+
+    @property
+    def loses_state(self) -> bool:
+        """True when state (or records a job keeps) would be orphaned or misread."""
+        return any(c.effect in LOSSES for c in (*self.topics, *self.stores))
+
+    @property
+    def unchanged(self) -> bool:
+        """True when nothing but function locations (file:line) differ."""
+        return all(c.status == "kept" for c in (*self.steps, *self.topics, *self.stores))
+
+    def describe(self) -> str:
+        """The diff as text, in the style of ``Topology.describe()``."""
+        return _describe(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The diff as plain data (what ``rstreams diff --json`` prints)."""
+        return {
+            "old_job": self.old_job,
+            "new_job": self.new_job,
+            "loses_state": self.loses_state,
+            "steps": [attrs.asdict(c) for c in self.steps],
+            "topics": [attrs.asdict(c) for c in self.topics],
+            "stores": [attrs.asdict(c) for c in self.stores],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> TopologyDiff:
+    """What changes from ``old`` to ``new``, and which state that loses or misreads."""
+    a = old if isinstance(old, TopologyIdentity) else identity(old)
+    b = new if isinstance(new, TopologyIdentity) else identity(new)
+    step_map = match_steps(a.steps, b.steps)
+    steps = _step_changes(a, b, step_map)
+    topic_map = _match_topics(a, b, step_map)
+    topics = _topic_changes(a, b, topic_map)
+    stores = _store_changes(a, b, step_map, topic_map)
+    return TopologyDiff(a.job_id, b.job_id, steps, topics, stores)
+
+
+def match_steps(old: Iterable[StepFacts], new: Iterable[StepFacts]) -> dict[str, str]:
+    """Old step name -> new step name, for the steps of ``old`` that ``new`` still has.
+
+    In four passes, each over what the earlier ones left: the same name, kind and
+    signature; the same name and kind (a changed step: a store of that name is reused
+    whatever changed, so that is the pair that matters for state); the same kind and
+    signature under another name (a step that moved), taking new steps in pipeline
+    order and preferring, in turn, an old step whose parents match the new one's, one of
+    the same chain, and the nearest depth; last, the only old step of the kind after
+    the same parents (a step that moved and changed).
+    """
+    old_steps, new_steps = list(old), list(new)
+    by_name = {s.name: s for s in old_steps}
+    matched: dict[str, str] = {}
+    taken: set[str] = set()
+
+    def pair(o: StepFacts, n: StepFacts) -> None:
+        matched[o.name] = n.name
+        taken.add(n.name)
+
+    for exact in (True, False):
+        for n in new_steps:
+            o = by_name.get(n.name)
+            if n.name in taken or o is None or o.name in matched or o.kind != n.kind:
+                continue
+            if not exact or o.signature == n.signature:
+                pair(o, n)
+    for n in new_steps:
+        if n.name in taken:
+            continue
+        candidates = [
+            o for o in old_steps
+            if o.name not in matched and o.kind == n.kind and o.signature == n.signature
+        ]  # fmt: skip
+        if not candidates:
+            continue
+
+        def rank(o: StepFacts, n: StepFacts = n) -> tuple[bool, bool, int]:
+            parents = tuple(matched.get(p) for p in o.parents)
+            return (parents != n.parents, o.chain != n.chain, abs(o.depth - n.depth))
+
+        pair(min(candidates, key=rank), n)
+    # Last, a step that moved *and* changed: the one old step of its kind after the same
+    # (matched) parents.
+    for n in new_steps:
+        if n.name in taken or not n.parents:
+            continue
+        candidates = [
+            o for o in old_steps
+            if o.name not in matched and o.kind == n.kind
+            and tuple(matched.get(p) for p in o.parents) == n.parents
+        ]  # fmt: skip
+        if len(candidates) == 1:
+            pair(candidates[0], n)
+    return matched
+
+
+def _step_changes(
+    a: TopologyIdentity, b: TopologyIdentity, step_map: dict[str, str]
+) -> tuple[Change, ...]:
+    new_by_name = {s.name: s for s in b.steps}
+    changes = []
+    for o in a.steps:
+        if o.name not in step_map:
+            changes.append(Change(o.kind, "removed", o.name, None, "dropped"))
+            continue
+        n = new_by_name[step_map[o.name]]
+        notes = _step_notes(o, n, step_map)
+        status = "renamed" if o.name != n.name else "changed" if notes else "kept"
+        changes.append(Change(o.kind, status, o.name, n.name, "none", notes))
+    reached = set(step_map.values())
+    for n in b.steps:
+        if n.name not in reached:
+            changes.append(
+                Change(n.kind, "added", None, n.name, "new", tuple(_fn_notes({}, n.fns)))
+            )
+    return tuple(changes)
+
+
+def _step_notes(o: StepFacts, n: StepFacts, step_map: dict[str, str]) -> tuple[str, ...]:
+    notes = []
+    for key in sorted(set(o.params) | set(n.params)):
+        was, now = o.params.get(key), n.params.get(key)
+        if was != now:
+            notes.append(f"{key}: {_show(was)} -> {_show(now)}")
+    notes.extend(_fn_notes(o.fns, n.fns))
+    parents = tuple(step_map.get(p, p) for p in o.parents)
+    if parents != n.parents:
+        notes.append(f"after {', '.join(n.parents) or '-'} (was after {', '.join(o.parents)})")
+    if o.name != n.name and not notes:
+        notes.append("moved: its generated name follows its place in the chain")
+    return tuple(notes)
+
+
+def _fn_notes(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) -> list[str]:
+    notes = []
+    for key in sorted(set(old) | set(new)):
+        was, now = old.get(key), new.get(key)
+        if was is None and now is not None:
+            notes.append(f"{key}: {now['label']}")
+        elif was is not None and now is not None and was["code"] != now["code"]:
+            notes.append(f"{key}: {was['label']} -> {now['label']} (other code)")
+        elif was is not None and now is None:
+            notes.append(f"{key}: {was['label']} -> -")
+    return notes
+
+
+def _match_topics(
+    a: TopologyIdentity, b: TopologyIdentity, step_map: dict[str, str]
+) -> dict[str, str]:
+    """Old topic -> new topic: by name, and an internal topic through its step's rename."""
+    old_names = {t.name for t in a.topics}
+    new_names = {t.name for t in b.topics}
+    by_owner = {(t.step, t.role): t.name for t in b.topics if t.step is not None}
+    out = {}
+    for t in a.topics:
+        if t.name in new_names:
+            out[t.name] = t.name
+        elif t.step is not None and t.step in step_map:
+            renamed = by_owner.get((step_map[t.step], t.role))
+            if renamed is not None and renamed not in old_names:  # (else it is that one's)
+                out[t.name] = renamed
+    return out
+
+
+def _topic_changes(
+    a: TopologyIdentity, b: TopologyIdentity, topic_map: dict[str, str]
+) -> tuple[Change, ...]:
+    new_by_name = {t.name: t for t in b.topics}
+    changes = []
+    for o in a.topics:
+        if o.name not in topic_map:
+            changes.append(Change(o.role, "removed", o.name, None, "dropped"))
+            continue
+        n = new_by_name[topic_map[o.name]]
+        notes, effect = [], "none"
+        if o.queues != n.queues:
+            notes.append(f"queues: {_queues(o.queues)} -> {_queues(n.queues)}")
+            if o.queues is not None and n.queues is not None:
+                # The log keeps a topic's queue count; keys would hash elsewhere.
+                effect = "misread"
+        for side in ("key_serde", "value_serde"):
+            was, now = getattr(o, side), getattr(n, side)
+            if was != now:
+                notes.append(f"{side}: {was} -> {now}")
+                if o.role != "source":  # a source's raw lines are parsed again anyway
+                    effect = "misread"
+        if o.name != n.name:
+            status = "renamed"
+            notes.insert(0, f"renamed with step {o.step} -> {n.step}")
+        else:
+            status = "changed" if notes else "kept"
+        hint = None
+        if effect == "misread":
+            hint = (
+                f"records already in {o.name} were written with the old settings: write to "
+                "a new topic, or start the job over with --fresh"
+            )
+        changes.append(Change(o.role, status, o.name, n.name, effect, tuple(notes), hint))
+    reached = set(topic_map.values())
+    changes.extend(
+        Change(n.role, "added", None, n.name, "new") for n in b.topics if n.name not in reached
+    )
+    return tuple(changes)
+
+
+def _store_changes(
+    a: TopologyIdentity,
+    b: TopologyIdentity,
+    step_map: dict[str, str],
+    topic_map: dict[str, str],
+) -> tuple[Change, ...]:
+    new_by_name = {s.name: s for s in b.stores}
+    new_by_step = {s.step: s for s in b.stores}
+    old_steps = {s.name: s for s in a.steps}
+    changes = []
+    reached = set()
+    for o in a.stores:
+        n = new_by_name.get(o.name)
+        if n is None and o.step in step_map:
+            n = new_by_step.get(step_map[o.step])
+            if n is not None and n.name in {s.name for s in a.stores}:
+                n = None  # that store is the old one of another step
+        if n is None:
+            changes.append(
+                Change(o.kind, "removed", o.name, None, "dropped", ("its step is gone",))
+            )
+            continue
+        reached.add(n.name)
+        if o.name != n.name:
+            changes.append(_renamed_store(o, n, old_steps.get(o.step), a.job_id))
+            continue
+        notes = _store_notes(o, n, topic_map)
+        effect = "misread" if any(misread for _, misread in notes) else "none"
+        status = "changed" if notes else "kept"
+        hint = None
+        if effect == "misread":
+            hint = (
+                "start the job over with --fresh, or give the step a new name= to build new state"
+            )
+        changes.append(
+            Change(o.kind, status, o.name, n.name, effect, tuple(t for t, _ in notes), hint)
+        )
+    changes.extend(
+        Change(n.kind, "added", None, n.name, "new", ("starts empty",))
+        for n in b.stores
+        if n.name not in reached
+    )
+    return tuple(changes)
+
+
+def _renamed_store(o: StoreFacts, n: StoreFacts, step: StepFacts | None, job: str) -> Change:
+    if o.step == n.step:  # the step kept its name: the job id changed
+        why = f"the job id changed (store names start with it): {o.name} is orphaned"
+        hint = f'keep the job id: StreamBuilder("{job}")'
+    else:
+        why = (
+            f"step {o.step} is now {n.step}: the new store starts empty, the old state is orphaned"
+        )
+        method = step.method if step else o.kind
+        hint = f'keep it by naming the step as before: .{method}(name="{o.step}")'
+    return Change(o.kind, "renamed", o.name, n.name, "lost", (why,), hint)
+
+
+def _store_notes(o: StoreFacts, n: StoreFacts, topic_map: dict[str, str]) -> list[tuple[str, bool]]:
+    """What changed about a store kept under its name, and whether it misreads state."""
+    notes: list[tuple[str, bool]] = []
+    if o.kind != n.kind:
+        notes.append((f"aggregation: {o.kind} -> {n.kind}", True))
+    if o.serde != n.serde:
+        notes.append((f"serde: {o.serde} -> {n.serde}: the stored values can not be read", True))
+    if o.queues != n.queues:
+        known = o.queues is not None and n.queues is not None
+        why = ": keys would be looked up on other queues" if known else ""
+        notes.append((f"queues: {_queues(o.queues)} -> {_queues(n.queues)}{why}", known))
+    was, now = o.window or {}, n.window or {}
+    if was != now:
+        shape = {k: v for k, v in was.items() if k != "grace"} != {
+            k: v for k, v in now.items() if k != "grace"
+        }
+        why = ": stored windows have the old bounds" if shape else ""
+        notes.append((f"window: {_show(o.window)} -> {_show(n.window)}{why}", shape))
+    if topic_map.get(o.input_topic, o.input_topic) != n.input_topic:
+        notes.append(
+            (
+                f"split by topic {n.input_topic} (was {o.input_topic}): keys may be on "
+                "other queues",
+                True,
+            )
+        )
+    return notes
+
+
+def _queues(q: int | None) -> str:
+    return "?" if q is None else str(q)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict) and "type" in value:
+        fields = ", ".join(f"{k}={v}" for k, v in value.items() if k != "type")
+        return f"{value['type']}({fields})"
+    return "-" if value is None else str(value)
+
+
+# -- text ----------------------------------------------------------------------------------
+
+_LABEL = {"lost": "LOST", "misread": "MISREAD"}
+
+
+def _section(title: str, changes: tuple[Change, ...], out: list[str]) -> None:
+    shown = [c for c in changes if c.status != "kept"]
+    kept = len(changes) - len(shown)
+    if not shown and not kept:
+        return
+    out.append(f"  {title}:")
+    width = max((len(_LABEL.get(c.effect, c.status)) for c in shown), default=0)
+    for c in shown:
+        label = _LABEL.get(c.effect, c.status)
+        out.append(f"    {label:<{width}}  {c.name} [{c.kind}]")
+        for note in c.notes:
+            out.append(f"      {note}")
+        if c.hint:
+            out.append(f"      -> {c.hint}")
+    if kept:
+        out.append(f"    ({kept} unchanged)")
+
+
+def _describe(d: TopologyDiff) -> str:
+    job = d.old_job if d.old_job == d.new_job else f"{d.old_job} -> {d.new_job}"
+    out = [f"Topology diff: {job}"]
+    _section("Steps", d.steps, out)
+    _section("Topics", d.topics, out)
+    _section("Stores", d.stores, out)
+    if d.loses_state:
+        parts = [
+            f"{count} {what}(s) {effect}"
+            for what, changes in (("store", d.stores), ("topic", d.topics))
+            for effect in LOSSES
+            if (count := sum(c.effect == effect for c in changes))
+        ]
+        out.append(f"  State: would be lost or misread: {', '.join(parts)}")
+    else:
+        kept = sum(c.status == "kept" for c in d.stores)
+        out.append(f"  State: nothing lost ({kept} store(s) kept)")
+    return "\n".join(out) + "\n"
