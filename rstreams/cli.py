@@ -162,6 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "guarantee": args.guarantee,
             "state": args.state,
             "max_restarts": args.max_restarts,
+            "allow_topology_change": args.allow_topology_change,
             "worker_args": [
                 "--allocation", args.allocation,
                 "--rebalance-interval", str(args.rebalance_interval),
@@ -337,6 +338,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--fresh", action="store_true", help="start the job over: delete DIR/<job-id> first"
+    )
+    run.add_argument(
+        "--allow-topology-change",
+        action="store_true",
+        help="run even if the pipeline changed since the job's last run in a way that "
+        "loses or misreads its state (without it such a run refuses and shows the diff: "
+        "see `rstreams diff`)",
     )
     run.add_argument(
         "--guarantee",

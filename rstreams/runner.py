@@ -66,6 +66,7 @@ def run(
     state: str = "rocksdb",
     worker_args: list[str] | None = None,
     max_restarts: int = 5,
+    allow_topology_change: bool = False,
     master: str | None = None,
     spark: Any = None,
     **spark_options: Any,
@@ -94,6 +95,9 @@ def run(
         state: durable runtime: ``"rocksdb"`` (default) or ``"memory"`` state stores.
         max_restarts: durable runtime: restarts of dead workers in a row without progress
             (no commit) before the run gives up (0: never restart).
+        allow_topology_change: durable runtime: run even when the topology differs from
+            the one the job last ran with in a way that loses or misreads its state
+            (else the run refuses with a TopologyChangeError showing the diff).
         follow: with ``data_dir``, keep reading lines appended to the input files until
             interrupted (Ctrl-C or SIGTERM), then return the tables as they are.
         master: Spark master URL (``local[*]`` by default); Spark only.
@@ -126,7 +130,7 @@ def run(
             topology, inputs, on_error=on_error, chunk_lines=chunk_lines, progress=progress,
             workers=workers, data_dir=data_dir, pipeline=pipeline, fresh=fresh,
             follow=follow, guarantee=guarantee, state=state, worker_args=worker_args,
-            max_restarts=max_restarts,
+            max_restarts=max_restarts, allow_topology_change=allow_topology_change,
         )  # fmt: skip
 
 
@@ -146,6 +150,7 @@ def _run_embedded(
     state: str,
     worker_args: list[str] | None,
     max_restarts: int = 5,
+    allow_topology_change: bool = False,
 ) -> RunResult:
     if chunk_lines < 1:
         raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
@@ -173,6 +178,7 @@ def _run_embedded(
             state=state,
             worker_args=worker_args,
             max_restarts=max_restarts,
+            allow_topology_change=allow_topology_change,
         )
 
     opened = {topic: open_input(path) for topic, path in inputs.items()}

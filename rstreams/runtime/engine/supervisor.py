@@ -41,6 +41,7 @@ from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.topology_guard import check_topology
 from rstreams.runtime.engine.worker import (
     EXIT_FATAL,
     EXIT_PROCESSING_ERROR,
@@ -166,6 +167,7 @@ class Supervisor:
         guarantee: str = "exactly-once",
         state: str = "rocksdb",
         max_ingest_rate: float | None = None,
+        allow_topology_change: bool = False,
     ) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {workers}")
@@ -186,6 +188,8 @@ class Supervisor:
                 shutil.rmtree(self.root)
             refuse_if_repaired(self.root)  # a repair removed records this job consumed
             self.root.mkdir(parents=True, exist_ok=True)
+            # Refuse a topology that would orphan or misread this job's state; record it.
+            check_topology(self.root, topology, allow=allow_topology_change, fresh=fresh)
             (self.root / "logs").mkdir(exist_ok=True)
             self.broker = open_broker(self.root)
             # Source topics the job creates get several queues, so that work can spread over
@@ -511,6 +515,7 @@ def run_durable(
     guarantee: str = "exactly-once",
     state: str = "rocksdb",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
+    allow_topology_change: bool = False,
 ) -> Any:
     """Run on worker processes over the file log; returns a
     :class:`~rstreams.runtime.results.RunResult`."""
@@ -544,6 +549,7 @@ def run_durable(
         guarantee=guarantee,
         state=state,
         max_restarts=max_restarts,
+        allow_topology_change=allow_topology_change,
     )
     try:
         status = sup.run()

@@ -1,0 +1,114 @@
+"""A job remembers the topology it last ran with, and refuses one that would lose state.
+
+Step, topic and store names follow a step's place in its chain, so an edit upstream of
+an aggregation renames its store: a resumed job would start that store empty and never
+read the old one again (or, with another serde, window or queue count under the same
+name, read it wrongly). Before a run of the embedded runtime starts, the supervisor
+calls :func:`check_topology`: it compares the topology with the one the job's directory
+recorded (``<data dir>/<job id>/topology.json``) and raises
+:class:`~rstreams.planner.diff.TopologyChangeError`, with the diff, when the change
+would lose or misread state, unless the run allows it; then it records the new one.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from rstreams import StreamBuilder
+    >>> def wordcount(lowercase: bool):
+    ...     b = StreamBuilder("wc")
+    ...     words = b.source("lines").flatMap(str.split)
+    ...     if lowercase:
+    ...         words = words.map(str.lower)
+    ...     words.keyBy(str).count().sink("counts")
+    ...     return b.build()
+    >>> job = Path(tempfile.mkdtemp()) / "wc"
+    >>> check_topology(job, wordcount(False))  # the first run: recorded
+    >>> check_topology(job, wordcount(True))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rstreams.planner.diff.TopologyChangeError: job 'wc' last ran with another topology...
+    >>> check_topology(job, wordcount(True), allow=True).loses_state  # recorded anyway
+    True
+    >>> check_topology(job, wordcount(True))  # the new one is the job's topology now
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from rstreams.planner.diff import (
+    TopologyChangeError,
+    TopologyDiff,
+    TopologyIdentity,
+    diff,
+    identity,
+)
+from rstreams.planner.topology import Topology
+from rstreams.runtime.queues._files import _atomic_write
+
+__all__ = ["TOPOLOGY_FILE", "check_topology"]
+
+log = logging.getLogger("rstreams.supervisor")
+
+#: Where a job's directory keeps the topology it last ran with.
+TOPOLOGY_FILE = "topology.json"
+
+
+def check_topology(
+    job_dir: str | os.PathLike[str],
+    topology: Topology,
+    *,
+    allow: bool = False,
+    fresh: bool = False,
+) -> TopologyDiff | None:
+    """Compare ``topology`` with the one job directory ``job_dir`` last ran with, refuse
+    a change that would lose or misread state (unless ``allow``), and record it.
+
+    ``fresh`` (the job starts over, its directory is empty) records without comparing.
+    Returns the diff when there was an earlier topology that differs, else None.
+    """
+    path = Path(job_dir) / TOPOLOGY_FILE
+    current = identity(topology)
+    found: TopologyDiff | None = None
+    if not fresh and path.exists():
+        try:
+            saved = TopologyIdentity.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            if not allow:
+                raise TopologyChangeError(
+                    f"job {topology.job_id!r} can not tell whether its topology changed: "
+                    f"{path} is unreadable ({e}); run with --allow-topology-change if this "
+                    "pipeline is the one the job ran with, or --fresh to start the job over"
+                ) from e
+            log.warning("%s is unreadable (%s); recording this run's topology", path, e)
+        else:
+            found = saved_diff = diff(saved, current)
+            if saved_diff.loses_state and not allow:
+                raise TopologyChangeError(_refusal(topology.job_id, path, saved_diff))
+            if saved_diff.loses_state:
+                log.warning(
+                    "job %r runs with a changed topology (--allow-topology-change):\n%s",
+                    topology.job_id,
+                    saved_diff.describe(),
+                )
+            elif not saved_diff.unchanged:
+                log.info(
+                    "job %r: the topology changed without losing state:\n%s",
+                    topology.job_id,
+                    saved_diff.describe(),
+                )
+            else:
+                found = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, current.to_json().encode(), sync=True)
+    return found
+
+
+def _refusal(job: str, path: Path, d: TopologyDiff) -> str:
+    return (
+        f"job {job!r} last ran with another topology ({path}), and this one would lose "
+        f"or misread its state:\n\n{d.describe()}\n"
+        "Keep the state by giving the renamed steps their old names with name= (as the "
+        "hints above say; docs/concepts.md#step-names), start the job over with --fresh, "
+        "or run anyway with --allow-topology-change (orphaned state stays unused)"
+    )
