@@ -46,9 +46,9 @@ def publish_job(coord: Path, *, dead_worker: bool = False) -> None:
     pub.commit_took(0.3)
     pub.publish({t.id: t for t in engine.tasks}, engine.broker, processed=3, generation=2)
     sup = SupervisorStats(coord, job="wc", pipeline="wc.py", workers_wanted=2)
-    sup.spawned(0, restart=False)
-    sup.spawned(1, restart=False)
-    sup.spawned(1, restart=True)
+    sup.spawned(0)
+    sup.spawned(1)
+    sup.spawned(1)
     workers: dict[int, int | None] = {0: os.getpid(), 1: None if dead_worker else os.getpid()}
     sup.publish({"records_in": 7, "records_out": 3, "lag": 4}, workers)
 

@@ -112,7 +112,9 @@ def test_counts_of_tasks_given_up_are_kept(coord: Path) -> None:
 def test_skipped_and_dead_lettered_records_and_their_warnings(coord: Path) -> None:
     engine = LocalEngine(word_count(fail_on="c a"), config=EngineConfig(on_error="dead-letter"))
     pub = StatsPublisher(coord, "w")
+    logging.getLogger("rstreams.task").warning("before the first publication")
     try:
+        pub.publish({}, engine.broker, processed=0, generation=0)  # listens from here on
         run(engine, LINES)
         doc = pub.snapshot(tasks_of(engine), engine.broker, processed=0, generation=0)
     finally:
@@ -179,9 +181,9 @@ def test_half_written_files_and_files_of_dead_processes_are_skipped(coord: Path)
 
 def test_supervisor_file_restarts_and_final_state(coord: Path) -> None:
     sup = SupervisorStats(coord, job="wc", pipeline="wc.py", workers_wanted=2)
-    sup.spawned(0, restart=False)
-    sup.spawned(1, restart=False)
-    sup.spawned(1, restart=True)
+    sup.spawned(0)
+    sup.spawned(1)
+    sup.spawned(1)
     sup.publish(
         {"records_in": 5, "records_out": 3, "lag": 2, "bytes_read": 10, "bytes_total": 20},
         {0: os.getpid(), 1: None},

@@ -231,10 +231,8 @@ class StatsPublisher:
         self._gone_counts = {"late": 0, "skipped": 0, "dead_lettered": 0, "restored": 0}
         self._next = 0.0
         self._doc: dict[str, Any] | None = None
+        self._capture_errors = capture_errors
         self._errors: _RecentErrors | None = None
-        if capture_errors:
-            self._errors = _RecentErrors()
-            logging.getLogger("rstreams").addHandler(self._errors)
 
     def due(self, now: float | None = None) -> bool:
         return (time.monotonic() if now is None else now) >= self._next
@@ -350,6 +348,11 @@ class StatsPublisher:
         if not force and now < self._next:
             return False
         self._next = now + self.interval
+        if self._capture_errors and self._errors is None:
+            # From the first publication (a worker that never runs adds no handler)
+            # until close().
+            self._errors = _RecentErrors()
+            logging.getLogger("rstreams").addHandler(self._errors)
         doc = self.snapshot(tasks, broker, processed=processed, generation=generation)
         self._doc = doc
         self._write(doc)
@@ -365,6 +368,7 @@ class StatsPublisher:
         if self._errors is not None:
             logging.getLogger("rstreams").removeHandler(self._errors)
             self._errors = None
+        self._capture_errors = False
         self._seen.clear()
         self.path.unlink(missing_ok=True)
 
@@ -399,11 +403,12 @@ class SupervisorStats:
             for f in self.dir.iterdir():
                 f.unlink(missing_ok=True)
 
-    def spawned(self, slot: int, restart: bool) -> None:
-        """A worker process was started in ``slot`` (``restart``: replacing a dead one)."""
-        self.restarts.setdefault(slot, 0)
-        if restart:
+    def spawned(self, slot: int) -> None:
+        """A worker process was started in ``slot``: a restart if one ran there before."""
+        if slot in self.restarts:
             self.restarts[slot] += 1
+        else:
+            self.restarts[slot] = 0
 
     def due(self) -> bool:
         return time.monotonic() >= self._next
