@@ -226,7 +226,7 @@ class StatsPublisher:
         self.restoring: dict[str, tuple[int, int]] = {}
         #: The tasks seen at the last publication; one no longer running is folded into
         #: the totals below (held until then so that nothing it counted is lost).
-        self._seen: dict[str, Task] = {}
+        self._seen: dict[Any, Task] = {}  # by the worker's task key
         self._gone_steps: dict[str, list[int]] = {}
         self._gone_counts = {"late": 0, "skipped": 0, "dead_lettered": 0, "restored": 0}
         self._next = 0.0
@@ -259,7 +259,7 @@ class StatsPublisher:
             if tid not in running
         }
 
-    def _fold_gone(self, tasks: Mapping[str, Task]) -> None:
+    def _fold_gone(self, tasks: Mapping[Any, Task]) -> None:
         for tid, task in list(self._seen.items()):
             if tasks.get(tid) is task:
                 continue
@@ -275,7 +275,7 @@ class StatsPublisher:
         self._seen.update(tasks)
 
     def snapshot(
-        self, tasks: Mapping[str, Task], broker: Broker, *, processed: int, generation: int
+        self, tasks: Mapping[Any, Task], broker: Broker, *, processed: int, generation: int
     ) -> dict[str, Any]:
         """The document :meth:`publish` writes."""
         self._fold_gone(tasks)
@@ -283,7 +283,8 @@ class StatsPublisher:
         totals = dict(self._gone_counts)
         task_docs: dict[str, Any] = {}
         stores: dict[str, Any] = {}
-        for tid, task in tasks.items():
+        for key, task in tasks.items():
+            tid = str(key)  # a TaskId's text, '<sub-topology>_<queue>'
             t_steps, counts, restored = _task_counts(task)
             for name, (n_in, n_out) in t_steps.items():
                 acc = steps.setdefault(name, [0, 0])
@@ -335,7 +336,7 @@ class StatsPublisher:
 
     def publish(
         self,
-        tasks: Mapping[str, Task],
+        tasks: Mapping[Any, Task],
         broker: Broker,
         *,
         processed: int,
