@@ -396,6 +396,7 @@ class SupervisorStats:
         self.interval = interval
         self.started = time.time()
         self.restarts: dict[int, int] = {}  # per slot
+        self._status: Mapping[str, Any] = {}
         self._next = 0.0
 
     def clear(self) -> None:
@@ -415,12 +416,18 @@ class SupervisorStats:
         return time.monotonic() >= self._next
 
     def publish(
-        self, status: Mapping[str, Any], workers: Mapping[int, int | None], state: str = "running"
+        self,
+        status: Mapping[str, Any] | None,
+        workers: Mapping[int, int | None],
+        state: str = "running",
     ) -> None:
         """Write ``supervisor.json``. ``status``: the supervisor's counts (records_in,
-        bytes_read, bytes_total, records_out, lag); ``workers``: slot -> pid of the
-        process running there, None if none runs now."""
+        bytes_read, bytes_total, records_out, lag), None for those published last;
+        ``workers``: slot -> pid of the process running there, None if none runs now."""
         self._next = time.monotonic() + self.interval
+        if status is None:
+            status = self._status
+        self._status = status
         rows = []
         for slot in sorted(set(workers) | set(self.restarts)):
             pid = workers.get(slot)
