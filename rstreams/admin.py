@@ -280,12 +280,23 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def lag_rows(
+    broker: Broker, offsets: dict[tuple[str, int], int]
+) -> list[tuple[str, int, int, int, int]]:
+    """(topic, queue, committed, end, lag) of each topic queue of ``offsets`` (committed
+    offsets), sorted; the lag is what the log holds past the committed offset."""
+    rows = []
+    for (topic, q), off in sorted(offsets.items()):
+        end = broker.end_offset(topic, q)
+        rows.append((topic, q, off, end, end - off))
+    return rows
+
+
 def _print_lag(broker: Broker, offsets: dict[tuple[str, int], int], indent: str = "") -> None:
     """A table of committed offset, end and lag per topic queue."""
     print(f"{indent}topic\tqueue\tcommitted\tend\tlag")
-    for (topic, q), off in sorted(offsets.items()):
-        end = broker.end_offset(topic, q)
-        print(f"{indent}{topic}\t{q}\t{off}\t{end}\t{end - off}")
+    for topic, q, off, end, lag in lag_rows(broker, offsets):
+        print(f"{indent}{topic}\t{q}\t{off}\t{end}\t{lag}")
 
 
 def cmd_group(args: argparse.Namespace) -> int:

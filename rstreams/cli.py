@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -48,41 +47,6 @@ def _parse_binds(binds: Sequence[str]) -> dict[str, str]:
             raise ConfigError(f"topic {topic!r} is bound twice with --bind")
         out[topic] = path
     return out
-
-
-class _ProgressLine:
-    """A single live line on stderr (only when it is a terminal)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.last = 0.0
-
-    def __call__(self, p: Any) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 0.25:
-            return
-        self.last = now
-        if getattr(p, "detail", ""):  # e.g. the running Spark stage
-            sys.stderr.write(f"\r\033[K  {p.detail}  ({p.elapsed:,.0f}s)"[:200])
-            sys.stderr.flush()
-            return
-        pct = f" {100 * p.bytes_read / p.bytes_total:5.1f}%" if p.bytes_total else ""
-        lag = f", lag {p.lag:,}" if p.lag is not None else ""
-        rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
-        restoring = getattr(p, "restoring", None)
-        state = ""
-        if restoring:
-            done, total = restoring
-            state = f"  restoring state {100 * done / total:3.0f}% ({done:,}/{total:,})"
-        sys.stderr.write(
-            f"\r\033[K  {p.records_in:,} records in, {p.records_out:,} out{lag}{pct}  "
-            f"{rate:,.0f} records/s{state} "
-        )
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled and self.last:
-            sys.stderr.write("\r\033[K")
 
 
 def _print_top(topic: str, table: dict[Any, Any], top: int) -> None:
@@ -148,7 +112,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"--output writes the only sink topic, but {topology.job_id!r} writes "
             f"{len(sinks)}: {sinks}"
         )
-    progress = _ProgressLine(enabled=not args.quiet and sys.stderr.isatty())
+    # rich's progress bar on stderr (a plain line now and then when it is no terminal),
+    # or with --live the dashboard of `rstreams top`.
+    from rstreams.live import LiveRunView, RunProgress
+
+    progress: RunProgress | LiveRunView = RunProgress(enabled=not args.quiet)
+    if args.live:
+        if on_spark or args.in_memory or args.quiet:
+            raise ConfigError(
+                "--live shows the workers of the durable embedded runtime; it takes no "
+                "--backend spark, --in-memory or -q"
+            )
+        progress = LiveRunView(args.data_dir, topology.job_id, topology)
     durable: dict[str, Any] = {}
     if on_spark:
         durable = _spark_options(args, topology.job_id, sinks)
@@ -377,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep reading lines appended to the input files until Ctrl-C, then report",
     )
     run.add_argument(
+        "--live",
+        action="store_true",
+        help="show the dashboard of `rstreams top` on stderr while the run goes on "
+        "(steps, workers, queues, state stores) instead of the progress bar",
+    )
+    run.add_argument(
         "--idle-timeout",
         type=float,
         default=None,
@@ -461,9 +442,11 @@ keeps that name whatever you change around it.""",
     diff.set_defaults(func=cmd_diff)
 
     from rstreams.admin import add_parsers
+    from rstreams.live import add_parsers as add_live_parsers
     from rstreams.runtime.spark.packenv import add_parsers as add_spark_parsers
 
     add_parsers(sub, _common)
+    add_live_parsers(sub, _common)
     add_spark_parsers(sub, _common)
     return parser
 

@@ -37,6 +37,8 @@ class Progress:
     #: (changelog offsets replayed, offsets to replay) of the tasks restoring their
     #: state now (durable runtime only).
     restoring: tuple[int, int] | None = None
+    #: Worker processes alive now (durable runtime only).
+    workers: int | None = None
 
 
 @attrs.frozen

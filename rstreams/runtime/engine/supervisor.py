@@ -532,6 +532,7 @@ def run_durable(
                     s["elapsed"],
                     s["lag"],
                     restoring=s["restoring"],
+                    workers=s["workers"],
                 )
             )
 
