@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rstreams.runtime.engine.watermarks import END, NO_TIME
+from rstreams.state.stores import MemoryStore
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task
@@ -170,23 +171,24 @@ class _RecentErrors(logging.Handler):
         self.recent.append({"time": record.created, "message": message[:500]})
 
 
-def _store_size(inner: Any) -> tuple[int, int | None]:
-    """(entries, bytes or None) of a store, cheaply: RocksDB's own estimates (a
-    property read, no scan), or the length of a memory store."""
-    db = getattr(inner, "_db", None)  # RocksDBStore's database
-    if db is not None:
-        try:
-            entries = db.property_int_value("rocksdb.estimate-num-keys") or 0
-            size = (db.property_int_value("rocksdb.total-sst-files-size") or 0) + (
-                db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
-            )
-            return int(entries), int(size)
-        except Exception:  # closed meanwhile, or a property this RocksDB lacks
-            return 0, None
+def _store_stats(store: Any) -> tuple[int, int | None, int | None]:
+    """(entries, bytes or None, restored records or None) of a task's store, cheaply:
+    the metered store's own figures (RocksDB's estimates: property reads, no scan), or
+    for a plain cached store its length, and RocksDB's estimates when it has them."""
     try:
-        return len(inner), None
-    except TypeError:
-        return 0, None
+        metrics = getattr(store, "metrics", None)
+        if metrics is not None:
+            m = metrics()
+            return int(m.entries), m.bytes, int(m.restored)
+        inner = store.inner
+        estimate = getattr(inner, "estimate", None)
+        if estimate is not None:
+            entries, size = estimate()
+            return int(entries), size, None
+        # Counting a RocksDB store would scan it: only a memory store's length is cheap.
+        return (len(inner) if isinstance(inner, MemoryStore) else 0), None, None
+    except Exception:  # closed meanwhile, or damaged: the task's own error will say
+        return 0, None, None
 
 
 def _task_counts(task: Task) -> tuple[dict[str, tuple[int, int]], dict[str, int], int]:
@@ -308,11 +310,13 @@ class StatsPublisher:
                 "watermark": None if wm in (NO_TIME, END) else wm,
             }
             for i, (name, store) in enumerate(task.stores.items()):
-                entries, size = _store_size(store.inner)
+                entries, size, store_restored = _store_stats(store)
+                if store_restored is None:  # no count per store: the task's, under its first
+                    store_restored = restored if i == 0 else 0
                 stores[f"{name}@{tid}"] = {
                     "entries": entries,
                     "bytes": size,
-                    "restored": restored if i == 0 else 0,
+                    "restored": store_restored,
                 }
         task_docs.update(self._restoring_tasks(task_docs))
         return {
