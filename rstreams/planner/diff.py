@@ -285,31 +285,35 @@ def fingerprint(fn: Any) -> str:
     return hashlib.sha256(json.dumps(_fn_key(fn)).encode()).hexdigest()[:16]
 
 
-def _fn_key(fn: Any) -> Any:
+def _fn_key(fn: Any, seen: frozenset[int] = frozenset()) -> Any:
     fn = getattr(fn, "__func__", fn)  # a bound method: its function
+    if id(fn) in seen:  # a function that calls itself through its closure
+        return "<recursive>"
+    seen = seen | {id(fn)}
     if isinstance(fn, functools.partial):
-        return ["partial", _fn_key(fn.func), [_value_key(a) for a in fn.args]]
+        return ["partial", _fn_key(fn.func, seen), [_value_key(a, seen) for a in fn.args]]
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         text = repr(fn)  # built-ins (str.split, F.lower()) have a stable repr
         return text if " at 0x" not in text else f"{type(fn).__module__}.{type(fn).__qualname__}"
-    cells = [_value_key(c.cell_contents) for c in fn.__closure__ or ()]
-    defaults = [_value_key(v) for v in getattr(fn, "__defaults__", None) or ()]
-    return [_code_key(code), cells, defaults]
+    cells = [_value_key(c.cell_contents, seen) for c in fn.__closure__ or ()]
+    defaults = [_value_key(v, seen) for v in getattr(fn, "__defaults__", None) or ()]
+    return [_code_key(code, seen), cells, defaults]
 
 
-def _code_key(code: types.CodeType) -> Any:
+def _code_key(code: types.CodeType, seen: frozenset[int]) -> Any:
     consts = [
-        _code_key(c) if isinstance(c, types.CodeType) else _value_key(c) for c in code.co_consts
+        _code_key(c, seen) if isinstance(c, types.CodeType) else _value_key(c, seen)
+        for c in code.co_consts
     ]
     return [code.co_code.hex(), list(code.co_names), consts]
 
 
-def _value_key(value: Any) -> Any:
+def _value_key(value: Any, seen: frozenset[int]) -> Any:
     if isinstance(value, (frozenset, set)):  # (iteration order varies between processes)
         return sorted(repr(v) for v in value)
     if callable(value) and not isinstance(value, type):
-        return _fn_key(value)
+        return _fn_key(value, seen)
     text = repr(value)
     return text if " at 0x" not in text else type(value).__qualname__
 

@@ -78,3 +78,12 @@ def test_a_file_that_does_not_load_is_exit_2(
     assert main(["diff", old, str(broken)]) == 2
     assert "broken.py" in capsys.readouterr().err
     assert main(["diff", old, str(tmp_path / "missing.py")]) == 2
+
+
+def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["diff", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "rstreams diff wordcount.py wordcount_v2.py" in out
+    assert "exit codes: 0 no state lost, 1 some state would be lost or misread" in out

@@ -298,6 +298,21 @@ def test_fingerprints_follow_code_and_captured_values_not_locations() -> None:
     )
 
 
+def test_fingerprints_survive_running_and_recursion() -> None:
+    def make(n: int) -> Callable[[int], int]:
+        def countdown(x: int) -> int:  # refers to itself through its closure
+            return countdown(x - 1) if x else n
+
+        return countdown
+
+    f = make(1)
+    before = fingerprint(f)
+    for _ in range(5_000):  # the interpreter specializes hot code in place
+        f(3)
+    assert fingerprint(f) == before == fingerprint(make(1))
+    assert fingerprint(make(2)) != before
+
+
 def test_identity_round_trips_through_json_and_diffs_the_same() -> None:
     old = wordcount()
     new = wordcount(upstream=lambda s: s.filter(bool))
