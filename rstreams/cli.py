@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rstreams import __version__
 from rstreams.errors import (
@@ -30,6 +30,9 @@ from rstreams.errors import (
 from rstreams.loader import load_topology
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PIPELINE = 0, 1, 2, 3
+
+if TYPE_CHECKING:
+    from rstreams.runtime.metrics import MetricsServer
 
 log = logging.getLogger("rstreams")
 
@@ -152,10 +155,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--fresh, --follow and --idle-timeout need the durable runtime; drop --in-memory"
         )
+    metrics = _metrics_server(args, topology.job_id, durable)
     try:
         result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
     finally:
         progress.done()
+        if metrics is not None:
+            metrics.close()
     if args.output == "-":
         write_table(result.tables[sinks[0]], sys.stdout)
     elif args.output:
@@ -175,6 +181,30 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _metrics_server(
+    args: argparse.Namespace, job_id: str, durable: dict[str, Any]
+) -> MetricsServer | None:
+    """With --metrics-port: the Prometheus endpoint of the run's statistics, serving."""
+    if args.metrics_port is None:
+        return None
+    if args.backend == "spark" or args.in_memory:
+        raise ConfigError(
+            "--metrics-port serves the statistics of the embedded runtime's workers; "
+            "drop --in-memory and --backend spark"
+        )
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(
+            f"--metrics-port must be 0..65535 (0: any free port); got {args.metrics_port}"
+        )
+    from rstreams.runtime.engine.stats import coordination_dir
+    from rstreams.runtime.metrics import MetricsServer
+
+    server = MetricsServer(coordination_dir(durable["data_dir"], job_id), args.metrics_port)
+    # Printed even with -q: with port 0 it is the only way to learn the port.
+    print(f"rstreams: metrics on {server.url} (health: /healthz)", file=sys.stderr)
+    return server
 
 
 def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> dict[str, Any]:
@@ -387,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="durable runtime: restart a worker that dies (killed, or an unexpected error) "
         "with a backoff, and give up after N restarts in a row without progress (no "
         "commit); 0: never restart (default 5)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics) and /healthz on 127.0.0.1:PORT while the "
+        "run goes on (0: a free port, printed); needs pip install 'rstreams[ops]'",
     )
     _common(run)
     run.set_defaults(func=cmd_run)

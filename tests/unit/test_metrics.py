@@ -160,3 +160,40 @@ def test_without_prometheus_client_it_says_what_to_install() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1
     assert "ConfigError" in r.stderr and "pip install 'rstreams[ops]'" in r.stderr
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rstreams_run(*args: str, python: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"{python}\nimport sys\nfrom rstreams.cli import main\nsys.exit(main(sys.argv[1:]))"
+    argv = ["run", str(ROOT / "examples" / "wordcount.py"), "--input"]
+    argv += [str(ROOT / "examples" / "data" / "corpus.txt"), *args]
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_run_refuses_metrics_without_prometheus_client_with_exit_2(tmp_path: Path) -> None:
+    r = rstreams_run(
+        "--data-dir", str(tmp_path), "--metrics-port", "0",
+        python="import sys; sys.modules['prometheus_client'] = None",
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "pip install 'rstreams[ops]'" in r.stderr
+    assert not (tmp_path / "wordcount").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--in-memory"], "drop --in-memory and --backend spark"),
+        (["--metrics-port", "70000"], "--metrics-port must be 0..65535"),
+    ],
+)
+def test_run_refuses_metrics_it_can_not_serve(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    r = rstreams_run("--data-dir", str(tmp_path), "--metrics-port", "0", *args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
