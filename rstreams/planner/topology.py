@@ -204,7 +204,15 @@ class Topology:
 
     def diff(self, other: Topology) -> TopologyDiff:
         """What changes from this topology to ``other`` (a later version of the job), and
-        which state that would lose or misread: see :mod:`rstreams.planner.diff`."""
+        which state that would lose or misread: see :mod:`rstreams.planner.diff`.
+
+        >>> from rstreams import StreamBuilder
+        >>> old, new = StreamBuilder("j"), StreamBuilder("j")
+        >>> old.source("in").keyBy(str).count().sink("out")
+        >>> new.source("in").filter(bool).keyBy(str).count().sink("out")  # count moves
+        >>> print(old.build().diff(new.build()).describe().splitlines()[-1])
+          State: would be lost or misread: 1 store(s) lost
+        """
         from rstreams.planner.diff import diff
 
         return diff(self, other)
