@@ -174,10 +174,11 @@ class AgentPool:
                 if agent is not None:
                     agent.due = 0.0
 
-    def pull_all(self) -> int:
+    def pull_all(self, now: float | None = None) -> int:
+        """Pull the agents due at ``now`` (default: ``time.monotonic()``)."""
         with self._lock:
             agents = list(self._agents.values())
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         return sum(a.pull(now) for a in agents)
 
     def start(self) -> None:

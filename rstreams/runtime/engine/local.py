@@ -19,6 +19,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
     transactions_topic,
 )
+from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.memory import MemoryBroker
 
@@ -63,12 +64,12 @@ def create_topics(topology: Topology, broker: Broker, config: EngineConfig) -> d
     return counts
 
 
-def task_index(topology: Topology, counts: dict[str, int]) -> dict[str, int]:
-    """Every task id (``<sub-topology>_<queue>``) with its index: its transaction queue."""
-    out: dict[str, int] = {}
+def task_index(topology: Topology, counts: dict[str, int]) -> dict[TaskId, int]:
+    """Every task id with its index: its transaction queue."""
+    out: dict[TaskId, int] = {}
     for sub in topology.subtopologies:
         for q in range(max(counts[t] for t in sub.source_topics)):
-            out[f"{sub.id}_{q}"] = len(out)
+            out[TaskId(sub.id, q)] = len(out)
     return out
 
 
@@ -101,7 +102,7 @@ class LocalEngine:
                 producer = Producer(self.broker) if eos else self.producer
                 task = Task(
                     topology, sub, q, self.broker, producer, self.config, self.group, clock,
-                    txn_queue=index[f"{sub.id}_{q}"],
+                    txn_queue=index[TaskId(sub.id, q)],
                 )  # fmt: skip
                 self.tasks.append(task)
                 for t in task.sources:

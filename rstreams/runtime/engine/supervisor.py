@@ -41,6 +41,7 @@ from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.engine.topology_guard import check_topology
 from rstreams.runtime.engine.worker import (
     EXIT_FATAL,
@@ -357,7 +358,7 @@ class Supervisor:
         eoi.mkdir(parents=True, exist_ok=True)
         for sub in self.topology.subtopologies:
             n = max(self.queue_counts[t] for t in sub.source_topics)
-            tasks = [f"{sub.id}_{q}" for q in range(n)]
+            tasks = [TaskId(sub.id, q) for q in range(n)]
             if not (eoi / str(sub.id)).exists():
                 (eoi / str(sub.id)).touch()
                 return False
@@ -459,7 +460,7 @@ class Supervisor:
                     for t in sub.source_topics
                     if q < self.queue_counts[t]
                 }
-                total += skipped_at(self.group_dir, f"{sub.id}_{q}", committed)
+                total += skipped_at(self.group_dir, TaskId(sub.id, q), committed)
         return total
 
     def status(self, start: float) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Columns, Producer
 from rstreams.runtime.engine.registry import PROCESSORS
+from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
@@ -219,7 +220,7 @@ class Task:
         txn_queue: int | None = None,
         on_restore: Callable[[str, int, int], None] | None = None,
     ) -> None:
-        self.id = f"{sub.id}_{queue}"
+        self.id = str(TaskId(sub.id, queue))  # its name on disk and in transactions
         self.topology = topology
         #: Called with (task id, changelog offsets replayed, offsets to replay) while
         #: restoring (about twice a second) and once at the end.

@@ -7,6 +7,10 @@ input queues and runs the processor chain on what they pull. It commits on an in
 and whenever it gives a task up. Rebalances happen on start, when the group's
 generation moves (a member joined, left or died) and every ``rebalance_interval``.
 
+:meth:`Worker.step` is one turn of its loop at a time the caller gives, with every
+timer of the worker held in a :class:`Deadlines` record; :meth:`Worker.run` joins, calls
+it until stopped (waiting a little when a turn found nothing to do) and leaves.
+
 Run one with ``python -m rstreams.runtime.engine.worker PIPELINE.py --data-dir DIR``;
 ``rstreams run`` starts and supervises them.
 """
@@ -40,6 +44,7 @@ from rstreams.runtime.engine.task import (
     discard_damaged_store,
     relieve_memory,
 )
+from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import get_mapper
@@ -95,17 +100,61 @@ class WorkerConfig:
             raise ValueError(f"rebalance_interval must be >= 1 s; got {self.rebalance_interval}")
 
 
-def task_ids(topology: Topology, queue_counts: dict[str, int]) -> list[MessageQueue]:
-    """Every task of the topology as a MessageQueue(topic=job-subtopology, queue_id)."""
-    out: list[MessageQueue] = []
-    for sub in topology.subtopologies:
-        n = max(queue_counts[t] for t in sub.source_topics)
-        out.extend(MessageQueue(f"{topology.job_id}-{sub.id}", "local", q) for q in range(n))
-    return out
+def task_queue(job_id: str, task: TaskId) -> MessageQueue:
+    """The queue that stands for ``task`` in the allocation: topic ``<job>-<sub-topology>``.
+    Consistent hashing hashes its text, so it must stay the same for the allocation to."""
+    return MessageQueue(f"{job_id}-{task.subtopology}", "local", task.queue)
+
+
+@attrs.define
+class Deadlines:
+    """When each periodic job of a worker is next due, on the clock :meth:`Worker.step`
+    is given (``time.monotonic()`` seconds in :meth:`Worker.run`)."""
+
+    #: Heartbeat to the group, see who else is alive, check the supervisor still is.
+    heartbeat: float
+    #: Rebalance even if the group's generation did not move.
+    rebalance: float
+    #: Punctuate the tasks (wall-clock windows) and look for end-of-input marks.
+    punctuate: float
+    #: Commit. A turn that finds its input dry commits early, once a tenth of the
+    #: interval has passed since the last commit.
+    commit: float
+    #: Purge consumed shuffle records, compact changelogs, apply retention.
+    maintenance: float
+
+    @classmethod
+    def starting(cls, now: float, config: WorkerConfig) -> Deadlines:
+        """At join: everything but maintenance is due at once."""
+        return cls(
+            heartbeat=now,
+            rebalance=now,
+            punctuate=now,
+            commit=now,
+            maintenance=now + config.maintenance_interval,
+        )
 
 
 class Worker:
-    """Runs its share of a topology's tasks until stopped."""
+    """Runs its share of a topology's tasks until stopped: :meth:`run`, or :meth:`join`,
+    :meth:`step` as often as wanted on a clock of the caller's, then :meth:`leave`.
+
+    >>> import shutil, tempfile
+    >>> from rstreams import StreamBuilder
+    >>> b = StreamBuilder("up")
+    >>> b.source("in", queues=1).map(str.upper).sink("out")
+    >>> root = tempfile.mkdtemp()
+    >>> broker = open_broker(root)
+    >>> worker = Worker(b.build(), broker, root, member_id="w")
+    >>> broker.append("in", 0, [(0, None, b"hello", ())])
+    0
+    >>> worker.join(now=0.0)
+    >>> worker.step(now=0.0)  # takes the only task, processes and commits its record
+    1
+    >>> [r.value for r in broker.read("out", 0, 0)], broker.committed("up", "in", 0)
+    ([b'"HELLO"'], 1)
+    >>> worker.leave(); broker.close(); shutil.rmtree(root)
+    """
 
     def __init__(
         self,
@@ -129,30 +178,32 @@ class Worker:
             root, self.group, self.member_id, self.config.session_timeout
         )
         self.queue_counts = create_topics(topology, broker, self.engine)
-        self.all_tasks = task_ids(topology, self.queue_counts)
+        #: Every task of the topology, with its transaction queue.
         self.task_index = task_index(topology, self.queue_counts)
+        #: Every task as the allocation strategies see it.
+        self.all_tasks = {task_queue(self.group, t): t for t in self.task_index}
         self.exactly_once = self.engine.guarantee == "exactly-once"
         self.pool = AgentPool()
-        self.tasks: dict[str, Task] = {}
-        self.wanted: list[str] = []
+        self.tasks: dict[TaskId, Task] = {}
+        self.wanted: list[TaskId] = []
         self.stop_event = threading.Event()
         #: Supervised workers stop when their supervisor dies (no orphans).
         self.parent_pid: int | None = None
         self._generation = -1
         self.processed = 0
         #: Per task: [records skipped before this worker owned it, count last published].
-        self._skipped: dict[str, list[int]] = {}
+        self._skipped: dict[TaskId, list[int]] = {}
         #: Damaged stores rebuilt since the last commit that wrote anything.
         self._rebuilds = 0
+        #: The loop's timers; :meth:`join` sets them again.
+        self.due = Deadlines.starting(time.monotonic(), self.config)
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def _task_name(self, mq: MessageQueue) -> str:
-        return f"{mq.topic.rsplit('-', 1)[1]}_{mq.queue_id}"
-
-    def _start_task(self, name: str) -> None:
-        sub_id, queue = (int(x) for x in name.split("_"))
-        sub = self.topology.subtopologies[sub_id]
+    def _start_task(self, task_id: TaskId) -> None:
+        sub = self.topology.subtopologies[task_id.subtopology]
+        queue = task_id.queue
+        name = str(task_id)  # the consumer of the task's queue caches
         caches: dict[str, QueueCache] = {}
 
         def fetch(topic: str, q: int, offset: int, max_records: int) -> RecordColumns:
@@ -161,7 +212,7 @@ class Worker:
         # Each task has its own producer: a transaction carries that task's output only.
         task = Task(
             self.topology, sub, queue, self.broker, Producer(self.broker), self.engine,
-            self.group, wall_clock_ms, fetch=fetch, txn_queue=self.task_index[name],
+            self.group, wall_clock_ms, fetch=fetch, txn_queue=self.task_index[task_id],
             on_restore=self._restore_progress,
         )  # fmt: skip
         for topic, pos in task.positions.items():
@@ -176,13 +227,13 @@ class Worker:
                 pull_interval=self.config.pull_interval,
             )
             self.pool.add(agent)
-        self.tasks[name] = task
-        base = skipped_at(self.membership.dir, name, dict(task.positions))
-        self._skipped[name] = [base, base]
+        self.tasks[task_id] = task
+        base = skipped_at(self.membership.dir, task_id, dict(task.positions))
+        self._skipped[task_id] = [base, base]
         log.info(
             "%s: started task %s (restored %d changelog records)",
             self.member_id,
-            name,
+            task_id,
             task.restored,
         )
 
@@ -198,58 +249,59 @@ class Worker:
         tmp.write_text(f"{done} {total}")
         tmp.replace(path)
 
-    def _publish_skipped(self, tasks: dict[str, Task]) -> None:
+    def _publish_skipped(self, tasks: dict[TaskId, Task]) -> None:
         """Before a commit: publish each task's count of skipped records with the
         positions the commit covers (read by :func:`skipped_at`). Keeps the count the
         last commit covered too, in case this commit never happens."""
-        for name, task in tasks.items():
-            counts = self._skipped.get(name)
+        for task_id, task in tasks.items():
+            counts = self._skipped.get(task_id)
             if counts is None:
                 continue
             total = counts[0] + task.ctx.metrics["skipped"]
             if total == counts[1]:
                 continue
-            path = _skipped_path(self.membership.dir, name)
+            path = _skipped_path(self.membership.dir, task_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             entries = [*_read_skipped(path)[-1:], (dict(task.positions), total)]
-            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+            tmp = path.with_name(f".{task_id}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(entries))
             tmp.replace(path)
             counts[1] = total
 
-    def _stop_task(self, name: str) -> None:
-        task = self.tasks.pop(name)
+    def _stop_task(self, task_id: TaskId) -> None:
+        task = self.tasks.pop(task_id)
         for topic in task.positions:
             self.pool.remove(topic, task.queue)
-        self._publish_skipped({name: task})
-        self._skipped.pop(name, None)
+        self._publish_skipped({task_id: task})
+        self._skipped.pop(task_id, None)
         task.close()  # flush + commit before the lock goes
         self.broker.flush()
-        self.membership.release_task(name)
-        log.info("%s: gave up task %s", self.member_id, name)
+        self.membership.release_task(str(task_id))
+        log.info("%s: gave up task %s", self.member_id, task_id)
 
     def rebalance(self) -> None:
         members = self.membership.members()
         self._generation = self.membership.generation()
-        mine = self.strategy.allocate(self.group, self.member_id, self.all_tasks, members)
-        self.wanted = sorted(self._task_name(mq) for mq in mine)
-        for name in [t for t in self.tasks if t not in self.wanted]:
-            self._stop_task(name)
+        mine = self.strategy.allocate(self.group, self.member_id, list(self.all_tasks), members)
+        self.wanted = sorted(self.all_tasks[mq] for mq in mine)
+        for task_id in [t for t in self.tasks if t not in self.wanted]:
+            self._stop_task(task_id)
+        keep = {str(t) for t in self.wanted}
         for name in self.membership.held_tasks:
-            if name not in self.wanted and name not in self.tasks:
+            if name not in keep:  # e.g. kept through a rebuild for a task no longer ours
                 self.membership.release_task(name)
         log.debug(
             "%s: generation %d, members %s, tasks %s",
             self.member_id,
             self._generation,
             members,
-            self.wanted,
+            [str(t) for t in self.wanted],
         )
 
     def _claim_tasks(self) -> None:
-        for name in self.wanted:
-            if name not in self.tasks and self.membership.acquire_task(name):
-                self._start_task(name)
+        for task_id in self.wanted:
+            if task_id not in self.tasks and self.membership.acquire_task(str(task_id)):
+                self._start_task(task_id)
 
     def commit(self) -> None:
         self._publish_skipped(self.tasks)
@@ -277,11 +329,11 @@ class Worker:
             "on from the last commit",
             self.member_id, error.store, len(self.tasks),
         )  # fmt: skip
-        for name in list(self.tasks):
-            task = self.tasks.pop(name)
+        for task_id in list(self.tasks):
+            task = self.tasks.pop(task_id)
             for topic in task.positions:
                 self.pool.remove(topic, task.queue)
-            self._skipped.pop(name, None)
+            self._skipped.pop(task_id, None)
             task.abandon()
         discard_damaged_store(error, self.engine.state_dir, self.member_id)
 
@@ -291,9 +343,9 @@ class Worker:
         eoi = self.membership.dir / "eoi"
         if not eoi.is_dir():
             return
-        for name, task in list(self.tasks.items()):
-            done = eoi / f"{name}.done"
-            if not (eoi / str(task.sub.id)).exists():
+        for task_id, task in list(self.tasks.items()):
+            done = eoi / f"{task_id}.done"
+            if not (eoi / str(task_id.subtopology)).exists():
                 continue
             if not done.exists():
                 task.end_of_input()
@@ -301,7 +353,7 @@ class Worker:
                 task.input_ended()  # taken over after its end of input: say so again
             else:
                 continue
-            self._publish_skipped({name: task})
+            self._publish_skipped({task_id: task})
             task.commit()
             self.broker.flush()
             done.touch()
@@ -331,90 +383,124 @@ class Worker:
 
     def run(self) -> None:
         """Join, work until :meth:`stop`, then commit and leave."""
-        cfg = self.config
-        self.membership.join()
-        if cfg.agent_thread:
-            self.pool.start()
-        now = time.monotonic()
-        next_heartbeat = next_rebalance = next_commit = now
-        next_maintenance = now + cfg.maintenance_interval
-        next_punctuate = now
+        self.join(time.monotonic())
         try:
             while not self.stop_event.is_set():
-                try:
-                    now = time.monotonic()
-                    if now >= next_heartbeat:
-                        if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                            log.warning("%s: the supervisor is gone; stopping", self.member_id)
-                            break
-                        self.membership.heartbeat()
-                        next_heartbeat = now + cfg.heartbeat_interval
-                        # Liveness check of the others: a dead member bumps the generation.
-                        self.membership.members()
-                    if self.membership.generation() != self._generation or now >= next_rebalance:
-                        self.rebalance()
-                        next_rebalance = now + cfg.rebalance_interval
-                    self._claim_tasks()
-                    if self.pool.error is not None:
-                        raise self.pool.error
-                    progress = 0
-                    if not cfg.agent_thread:
-                        self.pool.pull_all()  # the agents whose timer is due, or who were woken
-                    for task in list(self.tasks.values()):
-                        n = task.poll(cfg.batch_size)
-                        if n:
-                            progress += n
-                            if task.wants_commit:
-                                # A full state cache: commit to bound memory.
-                                self._publish_skipped({task.id: task})
-                                task.commit()
-                            elif not self.exactly_once:
-                                # Output is visible at once; downstream tasks of this worker
-                                # need not wait for their timer. (Exactly-once output waits
-                                # for its transaction.)
-                                self.pool.wake(task.producer.flush())
-                    if progress:
-                        self.pool.wake(
-                            relieve_memory(self.tasks.values(), self.engine.cache_entries)
-                        )
-                    self.processed += progress
-                    if now >= next_punctuate:
-                        wall = wall_clock_ms()
-                        for task in self.tasks.values():
-                            task.punctuate(wall)
-                        self._end_of_input()
-                        # Idle: look again soon (the end of a bounded run waits on this).
-                        next_punctuate = now + (0.1 if progress else 0.02)
-                    if time.monotonic() >= next_commit:
-                        self.commit()
-                        next_commit = time.monotonic() + cfg.commit_interval
-                    if time.monotonic() >= next_maintenance:
-                        log.debug("%s: maintenance %s", self.member_id, self.maintain())
-                        next_maintenance = time.monotonic() + cfg.maintenance_interval
-                    if not progress:
-                        tasks = self.tasks.values()
-                        if (
-                            time.monotonic() >= next_commit - cfg.commit_interval * 0.9
-                            and any(t.uncommitted for t in tasks)
-                            and not any(t.lag() for t in tasks)
-                        ):
-                            # Input ran dry (not just a pull in flight): commit now, not at
-                            # the timer, so output (which exactly-once shows only at commit)
-                            # moves on at once; at most ten times per commit interval.
-                            self.commit()
-                            next_commit = time.monotonic() + cfg.commit_interval
-                        self.stop_event.wait(cfg.idle_sleep)
-                except StoreDamagedError as e:
-                    # Damaged local state found while processing or committing.
-                    self._rebuild(e)
+                if not self.step(time.monotonic()):
+                    self.stop_event.wait(self.config.idle_sleep)
         finally:
-            self.pool.stop()
-            failed = any(t.failed for t in self.tasks.values())
-            for name in list(self.tasks):
-                self._stop_task(name)
-            if not failed:
-                self.broker.flush()
-            self.membership.leave()
+            self.leave()
+
+    def join(self, now: float) -> None:
+        """Join the group (and start the pulling thread if ``agent_thread``); every timer
+        but maintenance is due at ``now``. Then call :meth:`step`, and :meth:`leave`."""
+        self.membership.join()
+        if self.config.agent_thread:
+            self.pool.start()
+        self.due = Deadlines.starting(now, self.config)
+
+    def step(self, now: float) -> int:
+        """One turn of the loop at time ``now`` (seconds on a clock that never goes back,
+        the one :meth:`join` was given); returns the records it processed.
+
+        In order: heartbeat and rebalance if due, claim the tasks this worker should
+        own and that are free, pull, run one batch through each task, then punctuate,
+        commit and maintain if due (see :class:`Deadlines`). If the supervisor is gone,
+        it only sets :attr:`stop_event`. Damaged local state met on the way is rebuilt
+        (all tasks dropped without a commit and built again on the next turns).
+        """
+        try:
+            if not self._keep_membership(now):
+                return 0
+            self._claim_tasks()
+            processed = self._process(now)
+            self.processed += processed
+            self._run_timers(now, processed)
+        except StoreDamagedError as e:
+            self._rebuild(e)
+            return 0
+        # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
+        return processed
+
+    def leave(self) -> None:
+        """Stop pulling, give every task up (each commits first, unless one failed) and
+        leave the group."""
+        self.pool.stop()
+        failed = any(t.failed for t in self.tasks.values())
+        for task_id in list(self.tasks):
+            self._stop_task(task_id)
+        if not failed:
+            self.broker.flush()
+        self.membership.leave()
+
+    def _keep_membership(self, now: float) -> bool:
+        """Heartbeat and rebalance when due; False (and stop) if the supervisor is gone."""
+        cfg, due = self.config, self.due
+        if now >= due.heartbeat:
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                log.warning("%s: the supervisor is gone; stopping", self.member_id)
+                self.stop()
+                return False
+            self.membership.heartbeat()
+            due.heartbeat = now + cfg.heartbeat_interval
+            # Liveness check of the others: a dead member bumps the generation.
+            self.membership.members()
+        if self.membership.generation() != self._generation or now >= due.rebalance:
+            self.rebalance()
+            due.rebalance = now + cfg.rebalance_interval
+        return True
+
+    def _process(self, now: float) -> int:
+        """Pull (unless a thread does), then one batch through each task."""
+        cfg = self.config
+        if self.pool.error is not None:
+            raise self.pool.error
+        if not cfg.agent_thread:
+            self.pool.pull_all(now)  # the agents whose timer is due, or who were woken
+        processed = 0
+        for task_id, task in list(self.tasks.items()):
+            n = task.poll(cfg.batch_size)
+            if not n:
+                continue
+            processed += n
+            if task.wants_commit:
+                # A full state cache: commit to bound memory.
+                self._publish_skipped({task_id: task})
+                task.commit()
+            elif not self.exactly_once:
+                # Output is visible at once; downstream tasks of this worker need not wait
+                # for their timer. (Exactly-once output waits for its transaction.)
+                self.pool.wake(task.producer.flush())
+        if processed:
+            self.pool.wake(relieve_memory(self.tasks.values(), self.engine.cache_entries))
+        return processed
+
+    def _run_timers(self, now: float, processed: int) -> None:
+        cfg, due = self.config, self.due
+        if now >= due.punctuate:
+            wall = wall_clock_ms()
+            for task in self.tasks.values():
+                task.punctuate(wall)
+            self._end_of_input()
+            # Idle: look again soon (the end of a bounded run waits on this).
+            due.punctuate = now + (0.1 if processed else 0.02)
+        if now >= due.commit or (not processed and self._ran_dry(now)):
+            self.commit()
+            due.commit = now + cfg.commit_interval
+        if now >= due.maintenance:
+            log.debug("%s: maintenance %s", self.member_id, self.maintain())
+            due.maintenance = now + cfg.maintenance_interval
+
+    def _ran_dry(self, now: float) -> bool:
+        """Input ran dry (not just a pull in flight) with work uncommitted: commit now,
+        not at the timer, so output (which exactly-once shows only at commit) moves on at
+        once; at most ten times per commit interval."""
+        tasks = self.tasks.values()
+        return (
+            now >= self.due.commit - self.config.commit_interval * 0.9
+            and any(t.uncommitted for t in tasks)
+            and not any(t.lag() for t in tasks)
+        )
 
     def stop(self, *_: Any) -> None:
         self.stop_event.set()
@@ -437,8 +523,8 @@ def restore_progress(group_dir: Path) -> tuple[int, int] | None:
     return (done, total) if total else None
 
 
-def _skipped_path(group_dir: Path, task: str) -> Path:
-    return group_dir / "skipped" / task
+def _skipped_path(group_dir: Path, task: TaskId) -> Path:
+    return group_dir / "skipped" / str(task)
 
 
 def _read_skipped(path: Path) -> list[tuple[dict[str, int], int]]:
@@ -449,7 +535,7 @@ def _read_skipped(path: Path) -> list[tuple[dict[str, int], int]]:
     return [(dict(positions), int(count)) for positions, count in entries]
 
 
-def skipped_at(group_dir: Path, task: str, committed: dict[str, int]) -> int:
+def skipped_at(group_dir: Path, task: TaskId, committed: dict[str, int]) -> int:
     """How many records ``task`` skipped (over all its owners) in the input up to the
     ``committed`` positions. Workers write the count with the positions it covers before
     each commit (see :meth:`Worker._publish_skipped`), so the count that holds is the
