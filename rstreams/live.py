@@ -512,7 +512,11 @@ def _header(snap: LiveSnapshot, previous: LiveSnapshot | None) -> Text:
         text.append(
             f"\nrecords in {_n(sup.get('records_in'))} ({_per_s(rate_in)}), "
             f"out {_n(sup.get('records_out'))} ({_per_s(rate_out)}), lag {_n(sup.get('lag'))}"
-            + (f"; input {100 * read / total:.0f}% of {decimal(total)} read" if total else "")
+            + (
+                f"; input {100 * read / total:.0f}% of {decimal(total)} read"
+                if total > 0 and read <= total
+                else f"; input {decimal(read)} read"  # (a followed file grows)
+            )
         )
     elif snap.workers:
         text.append(f"\nprocessed {_totals(snap, 'processed'):,} records ({_per_s(rate_in)})")
@@ -746,19 +750,20 @@ def run_top(
     console: Console | None = None,
 ) -> int:
     """Watch a job until Ctrl-C: the dashboard when ``console`` (stdout) is a terminal,
-    else one :func:`plain_line` per refresh until the job ends. ``once``: one view (two
-    snapshots ``refresh`` apart while the job runs, for its rates) and return."""
+    else one :func:`plain_line` per refresh until the job ends. ``once``: one view and
+    return (while the job runs, of two snapshots two seconds or ``refresh`` apart, for
+    its rates)."""
     from rich.live import Live
 
     if refresh <= 0:
         raise ConfigError(f"--refresh must be > 0 seconds; got {refresh}")
     job = pick_job(data_dir, job)
     console = console or Console()
-    watcher = LiveWatcher(data_dir, job, span=min(2 * refresh, max(refresh, 1.5)))
+    watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh))
     snap, previous = watcher.take()
     if once:
         if snap.running:
-            time.sleep(max(refresh, 1.0))
+            time.sleep(max(refresh, 2.0))  # (statistics are published once a second)
             previous, (snap, _) = snap, watcher.take()
         if console.is_terminal:
             console.print(render(snap, previous))
@@ -929,7 +934,7 @@ class LiveRunView:
         refresh: float = 1.0,
         console: Console | None = None,
     ) -> None:
-        self.watcher = LiveWatcher(data_dir, job, span=max(refresh, 1.5))
+        self.watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh))
         if topology is not None:
             self.watcher.set_topology(topology)
         self.refresh = refresh
