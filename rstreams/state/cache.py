@@ -1,52 +1,57 @@
-"""Write-back cache of Python objects in front of a byte store.
+"""The caching layer: a write-back cache of Python objects in front of a byte store.
 
 Operators read and write plain Python values; serialization happens once per key per
-flush (at commit), not once per record. A flush writes the dirty entries to the store
-in one batch and hands the same batch to the changelog writer.
+commit, not once per record. At commit, :meth:`CachedStore.flush` serializes the dirty
+entries as two columns and hands them to the change-logging layer below, which logs
+them and then writes them to the store (see :mod:`rstreams.state.changelogging`).
+Nothing is written outside a commit: when the cache is full (:attr:`CachedStore.full`)
+its owner commits, and the commit empties it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import repeat
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from rstreams.errors import SerdeError
 from rstreams.serde import Serde
-from rstreams.state.stores import KeyValueStore, StoreDamagedError
+from rstreams.state.changelogging import ChangeLoggingStore
+from rstreams.state.stores import StoreDamagedError
 
 _MISSING = object()
 
-ChangelogWriter = Callable[[Sequence[tuple[bytes, bytes | None]]], None]
-
 
 class CachedStore:
-    """A typed view of a byte store with a bounded write-back cache.
+    """A typed view of a change-logged byte store with a bounded write-back cache.
 
-    ``max_entries`` bounds memory: when more keys than that are cached, the cache is
-    flushed and cleared.
+    ``max_entries`` bounds memory: once that many keys are cached the cache is
+    :attr:`full` (time to commit), and the commit's :meth:`flush` empties it.
 
-    >>> from rstreams.state.stores import MemoryStore
+    >>> from rstreams.runtime.queues import MemoryBroker
     >>> from rstreams.serde import get_serde
+    >>> from rstreams.state.stores import MemoryStore
+    >>> broker = MemoryBroker(); broker.create_topic("counts-changelog", 1)
     >>> inner = MemoryStore("counts")
-    >>> s = CachedStore(inner, get_serde("msgpack"), get_serde("msgpack"))
+    >>> logged = ChangeLoggingStore(inner, "counts-changelog", 0, broker)
+    >>> s = CachedStore(logged, get_serde("msgpack"), get_serde("msgpack"))
     >>> s.put("a", 1); s.get("a"), len(inner)
     (1, 0)
-    >>> s.flush(); len(inner)
+    >>> s.flush(timestamp=0); s.send(); s.write(); len(inner)
+    (1, 0)
     1
     """
 
     def __init__(
         self,
-        inner: KeyValueStore,
+        wrapped: ChangeLoggingStore,
         key_serde: Serde,
         value_serde: Serde,
-        changelog: ChangelogWriter | None = None,
         max_entries: int = 100_000,
-        auto_flush: bool = True,
     ) -> None:
-        self.inner = inner
-        self.name = inner.name
+        self.wrapped = wrapped
+        self.name = wrapped.name
         self.value_serde = value_serde
         self._kser = key_serde.serialize
         self._kde = key_serde.deserialize
@@ -54,21 +59,18 @@ class CachedStore:
         self._kser_many = key_serde.serialize_many
         self._vser_many = value_serde.serialize_many
         self._vde = value_serde.deserialize
-        self._changelog = changelog
         self._max = max_entries
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
-        # Without auto_flush the owner (a task) commits when the cache is full: writing
-        # state outside a commit would break exactly-once.
-        self._auto_flush = auto_flush
+        #: Keys the cache could not answer, read from the store below (metered above).
+        self.misses = 0
 
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
         if v is _MISSING:
-            raw = self.inner.get(self._kser(key))
+            self.misses += 1
+            raw = self.wrapped.get(self._kser(key))
             v = None if raw is None else self._decode(raw, key)
-            if len(self._cache) >= self._max and self._auto_flush:
-                self.flush(evict=True)
             self._cache[key] = v
         return default if v is None else v
 
@@ -79,11 +81,9 @@ class CachedStore:
         if _MISSING not in values:
             return values
         missing = [i for i, v in enumerate(values) if v is _MISSING]
-        if self._auto_flush and len(self._cache) + len(missing) > self._max:
-            get = self.get  # may evict: one at a time
-            return [get(k) if v is _MISSING else v for k, v in zip(keys, values)]
+        self.misses += len(missing)
         mkeys = [keys[i] for i in missing]
-        raws = self.inner.get_many(self._kser_many(mkeys))
+        raws = self.wrapped.get_many(self._kser_many(mkeys))
         for i, k, raw in zip(missing, mkeys, raws):
             v = None if raw is None else self._decode(raw, k)
             self._cache[k] = v
@@ -92,10 +92,6 @@ class CachedStore:
 
     def put_many(self, keys: list[Any], values: list[Any]) -> None:
         """:meth:`put` of each key and value."""
-        if self._auto_flush and len(self._cache) + len(keys) > self._max:
-            for k, v in zip(keys, values):
-                self.put(k, v)
-            return
         self._cache.update(zip(keys, values))
         self._dirty.update(keys)
 
@@ -104,16 +100,19 @@ class CachedStore:
             return self._vde(raw)
         except SerdeError as e:
             msg = f"store {self.name!r}: can not read the value of key {key!r}: {e}"
-            path = getattr(self.inner, "path", None)
+            path = self.path
             if path is not None:
                 # Every value a store holds came through its changelog, where it was
                 # checked: its local copy is damaged (a store error, not a record's).
                 raise StoreDamagedError(msg, store=self.name, path=str(path)) from None
             raise SerdeError(msg) from None
 
+    @property
+    def path(self) -> Path | None:
+        """The directory of the store's local copy (None: it has none, it is in memory)."""
+        return self.wrapped.path
+
     def put(self, key: Any, value: Any) -> None:
-        if key not in self._cache and len(self._cache) >= self._max and self._auto_flush:
-            self.flush(evict=True)
         self._cache[key] = value
         self._dirty.add(key)
 
@@ -136,51 +135,58 @@ class CachedStore:
         """More keys are cached than ``max_entries``: time to commit."""
         return len(self._cache) >= self._max
 
-    def take_dirty(self) -> list[tuple[bytes, bytes | None]]:
-        """Serialize the changed entries (None value = delete) and mark them clean.
+    # -- commit -------------------------------------------------------------------------
 
-        The caller writes them (store, changelog) as part of its commit. A full cache
-        drops its clean entries afterwards.
+    def flush(self, timestamp: int) -> tuple[int, int]:
+        """Serialize the changed entries (None value = delete), hand them to the
+        change-logging layer (changelog records with ``timestamp``) and mark them clean;
+        a full cache is emptied. Returns (changes, deletes among them).
+
+        A value that can not be serialized raises :class:`SerdeError` naming the store
+        and the key, and nothing is handed down.
         """
-        batch: list[tuple[bytes, bytes | None]] = []
+        changes = deletes = 0
         if self._dirty:
             keys = list(self._dirty)
             values = [self._cache[k] for k in keys]
             kbs: list[bytes] | None
-            vbs: list[bytes] | None
+            vbs: list[bytes | None] | None
+            deletes = values.count(None)
             try:
                 kbs = self._kser_many(keys)
-                vbs = self._vser_many(values) if None not in values else None
+                vbs = None if deletes else cast("list[bytes | None]", self._vser_many(values))
             except Exception:
                 kbs = vbs = None
-            if kbs is not None and vbs is not None:
-                batch = list(zip(kbs, vbs))
-            else:  # deletes, or a value that can not be stored: one by one
+            if kbs is None or vbs is None:  # deletes, or a value that can not be stored
+                kbs, vbs = [], []
                 kser, vser = self._kser, self._vser
                 for k, v in zip(keys, values):
                     try:
-                        batch.append((kser(k), None if v is None else vser(v)))
+                        kbs.append(kser(k))
+                        vbs.append(None if v is None else vser(v))
                     except SerdeError as e:
                         raise SerdeError(
                             f"store {self.name!r}: can not store key {k!r}: {e}"
                         ) from None
+            self.wrapped.log_changes(kbs, vbs, timestamp)
             self._dirty.clear()
+            changes = len(keys)
         if self.full:
             self._cache.clear()
-        return batch
+        return changes, deletes
 
-    def flush(self, evict: bool = False) -> None:
-        """Write dirty entries to the store (and the changelog) as one batch."""
-        batch = self.take_dirty()
-        if batch:
-            self.inner.write_batch(batch)
-            if self._changelog is not None:
-                self._changelog(batch)
-        if evict:
-            self._cache.clear()
+    def send(self) -> None:
+        """Append the flushed changes to the changelog (see the change-logging layer)."""
+        self.wrapped.send()
+
+    def write(self) -> None:
+        """Write the flushed changes to the store with their changelog offset."""
+        self.wrapped.write()
+
+    # -- reading it all -----------------------------------------------------------------
 
     def _view(self) -> dict[Any, Any]:
-        out = {self._kde(k): self._vde(v) for k, v in self.inner.items()}
+        out = {self._kde(k): self._vde(v) for k, v in self.wrapped.items()}
         for k in self._dirty:  # changes not written yet win
             v = self._cache[k]
             if v is None:
@@ -194,13 +200,22 @@ class CachedStore:
         return iter(self._view().items())
 
     def __len__(self) -> int:
-        return len(self._view()) if self._dirty else len(self.inner)
+        return len(self._view()) if self._dirty else len(self.wrapped)
 
-    def close(self, flush: bool = True) -> None:
-        """Flush (unless told not to: a failed task drops what it did not commit)."""
-        if flush:
-            self.flush(evict=True)
-        else:
-            self._cache.clear()
-            self._dirty.clear()
-        self.inner.close()
+    # -- restore and close --------------------------------------------------------------
+
+    def restore(self, keys: Sequence[bytes], values: Sequence[bytes | None], offset: int) -> None:
+        """Write changelog records read back into the store (before any processing: the
+        cache is empty)."""
+        self.wrapped.restore(keys, values, offset)
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._dirty.clear()
+        self.wrapped.clear()
+
+    def close(self) -> None:
+        """Drop what is cached (committed changes are in the store) and close the store."""
+        self._cache.clear()
+        self._dirty.clear()
+        self.wrapped.close()

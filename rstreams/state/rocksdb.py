@@ -15,8 +15,8 @@ verified on every read and paranoid checks are on, so damaged files are found, n
 
     >>> import tempfile
     >>> s = RocksDBStore(tempfile.mkdtemp(), "counts")
-    >>> s.write_batch([(b"a", b"1"), (b"b", b"2")], meta={"changelog_offset": 2})
-    >>> s.get(b"a"), list(s.items()), s.meta("changelog_offset")
+    >>> s.write_batch([(b"a", b"1"), (b"b", b"2")], offset=2)
+    >>> s.get(b"a"), list(s.items()), s.changelog_offset
     (b'1', [(b'a', b'1'), (b'b', b'2')], 2)
     >>> s.close()
 """
@@ -36,6 +36,7 @@ from rstreams.errors import StateStoreError
 from rstreams.state.stores import KeyValueStore, StoreDamagedError
 
 _META = "meta"  # the column family of the store's bookkeeping
+_OFFSET = "changelog_offset"  # its key of the checkpoint (JSON, as every meta value)
 _RANGE_CHUNK = 1024  # entries read per iterator: no iterator outlives a chunk
 # RocksDB messages of failures a new local copy would meet again: the database is
 # locked (by this process or another), the disk is full or read-only...
@@ -108,6 +109,8 @@ def _options(config: RocksDBConfig) -> Any:
 class RocksDBStore(KeyValueStore):
     """A byte store in its own RocksDB database."""
 
+    path: Path
+
     def __init__(self, path: str | Path, name: str, config: RocksDBConfig | None = None) -> None:
         from rocksdict import WriteOptions
 
@@ -177,22 +180,17 @@ class RocksDBStore(KeyValueStore):
         self.write_batch([(key, None)])
 
     def write_batch(
-        self,
-        items: Sequence[tuple[bytes, bytes | None]],
-        meta: dict[str, Any] | None = None,
+        self, items: Sequence[tuple[bytes, bytes | None]], offset: int | None = None
     ) -> None:
-        """Apply puts/deletes (value None) and metadata updates atomically."""
+        """Apply puts/deletes (value None) and the changelog ``offset`` atomically."""
         if items:
             keys, values = zip(*items)
         else:
             keys = values = ()
-        self.write_columns(keys, values, meta)
+        self.write_columns(keys, values, offset)
 
     def write_columns(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes | None],
-        meta: dict[str, Any] | None = None,
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], offset: int | None = None
     ) -> None:
         """:meth:`write_batch` of ``zip(keys, values)``, with no Python loop per key
         when nothing is deleted (a restore, a commit of counts)."""
@@ -207,8 +205,8 @@ class RocksDBStore(KeyValueStore):
                     wb.put(k, v)
         else:
             deque(map(wb.put, keys, values), maxlen=0)
-        for mk, mv in (meta or {}).items():
-            wb.put(mk.encode(), json.dumps(mv).encode(), self._meta_cf)
+        if offset is not None:
+            wb.put(_OFFSET.encode(), json.dumps(offset).encode(), self._meta_cf)
         try:
             self._db.write(wb, self._write_opts)
         except Exception as e:
@@ -271,6 +269,24 @@ class RocksDBStore(KeyValueStore):
         except Exception as e:
             self._fail("read its metadata", e)
         return default if raw is None else json.loads(bytes(raw))
+
+    @property
+    def changelog_offset(self) -> int | None:
+        offset = self.meta(_OFFSET)
+        return None if offset is None else int(offset)
+
+    def estimate(self) -> tuple[int, int | None]:
+        """RocksDB's own estimates (property reads, no scan): keys, and bytes in SST
+        files and memtables."""
+        try:
+            prop = self._db.property_int_value
+            entries = prop("rocksdb.estimate-num-keys") or 0
+            size = (prop("rocksdb.total-sst-files-size") or 0) + (
+                prop("rocksdb.cur-size-all-mem-tables") or 0
+            )
+        except Exception as e:
+            self._fail("read its size estimates", e)
+        return int(entries), int(size)
 
     def clear(self) -> None:
         """Delete everything (data and metadata): the database is closed, its directory

@@ -1,9 +1,11 @@
-"""Byte-level key-value stores. One instance per stateful operator per queue."""
+"""The store contract (byte-level key-value stores) and the memory store. One store per
+stateful operator per queue, at the bottom of its stack (see :mod:`rstreams.state.stack`)."""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from rstreams.errors import StateStoreError
 
@@ -38,9 +40,27 @@ class LostStateError(StateStoreError):
 
 
 class KeyValueStore:
-    """Interface of byte stores: point reads/writes, batched writes, ordered iteration."""
+    """The store contract: the byte store at the bottom of every store stack.
+
+    Point reads and writes, ordered iteration, and a batched write that applies as one
+    unit **with the changelog offset it brings the store to** (the store's checkpoint:
+    :attr:`changelog_offset` reads it back, and a restore replays the changelog from
+    there). :meth:`clear` empties the store, checkpoint included. A subclass implements
+    get/put/delete/items/``__len__``; the rest has working defaults (RocksDB overrides
+    them with one WriteBatch, one multi-get, one seek).
+
+    The layers of :mod:`rstreams.state.stack` wrap such a store; processors never see
+    it.
+    """
 
     name: str
+    #: What the store's checkpoint is, when the store keeps none of its own (a memory
+    #: store lives as long as its task: it has nothing to resume from).
+    _offset: int | None = None
+    #: Files a durable store found but does not use (a crash, a damaged MANIFEST).
+    dropped_files: Sequence[str] = ()
+    #: The directory of a durable store's local copy (None: in memory).
+    path: Path | None = None
 
     def get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
@@ -55,13 +75,29 @@ class KeyValueStore:
     def delete(self, key: bytes) -> None:
         raise NotImplementedError
 
-    def write_batch(self, items: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Apply puts (and deletes, value None) as one unit."""
+    def write_batch(
+        self, items: Sequence[tuple[bytes, bytes | None]], offset: int | None = None
+    ) -> None:
+        """Apply puts (and deletes, value None) as one unit; with ``offset``, record that
+        the store now holds its changelog up to there (in the same unit)."""
         for k, v in items:
             if v is None:
                 self.delete(k)
             else:
                 self.put(k, v)
+        if offset is not None:
+            self._offset = offset
+
+    def write_columns(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], offset: int | None = None
+    ) -> None:
+        """:meth:`write_batch` of ``zip(keys, values)`` (a restore, a commit)."""
+        self.write_batch(list(zip(keys, values)), offset)
+
+    @property
+    def changelog_offset(self) -> int | None:
+        """The changelog offset the data corresponds to (None: none recorded)."""
+        return self._offset
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """All entries in key order."""
@@ -84,6 +120,16 @@ class KeyValueStore:
     def __len__(self) -> int:
         raise NotImplementedError
 
+    def estimate(self) -> tuple[int, int | None]:
+        """(entries, bytes or None), cheaply: an estimate where counting would scan."""
+        return len(self), None
+
+    def clear(self) -> None:
+        """Delete every entry and the checkpoint."""
+        for k, _ in list(self.items()):
+            self.delete(k)
+        self._offset = None
+
     def flush(self) -> None:
         pass
 
@@ -95,9 +141,9 @@ class MemoryStore(KeyValueStore):
     """A dict; sorted only when iterated.
 
     >>> s = MemoryStore("s")
-    >>> s.write_batch([(b"b", b"2"), (b"a", b"1"), (b"c", None)])
-    >>> list(s.items())
-    [(b'a', b'1'), (b'b', b'2')]
+    >>> s.write_batch([(b"b", b"2"), (b"a", b"1"), (b"c", None)], offset=3)
+    >>> list(s.items()), s.changelog_offset
+    ([(b'a', b'1'), (b'b', b'2')], 3)
     """
 
     def __init__(self, name: str) -> None:
@@ -128,3 +174,7 @@ class MemoryStore(KeyValueStore):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    def clear(self) -> None:
+        self._data.clear()
+        self._offset = None

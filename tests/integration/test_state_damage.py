@@ -338,15 +338,15 @@ def test_a_damaged_changelog_with_local_state_never_gives_a_wrong_table(tmp_path
 
 def test_clear_empties_an_open_store_and_keeps_it_usable(tmp_path) -> None:
     s = RocksDBStore(tmp_path / "s", "counts")
-    s.write_batch([(b"a", b"1"), (b"b", b"2")], meta={"changelog_offset": 7})
+    s.write_batch([(b"a", b"1"), (b"b", b"2")], offset=7)
     s.flush()
     it = s.range()
     next(it)  # an iteration left half-way does not keep the database open
     s.clear()
     assert list(s.items()) == [] and len(s) == 0 and s.meta("changelog_offset") is None
-    s.write_batch([(b"c", b"3")], meta={"changelog_offset": 1})
+    s.write_batch([(b"c", b"3")], offset=1)
     s.clear()
-    s.write_batch([(b"d", b"4")], meta={"changelog_offset": 2})
+    s.write_batch([(b"d", b"4")], offset=2)
     s.close()
     again = RocksDBStore(tmp_path / "s", "counts")  # closed for real: its LOCK is free
     assert list(again.items()) == [(b"d", b"4")] and again.meta("changelog_offset") == 2
@@ -359,7 +359,7 @@ def _filled(path: Path) -> None:
     s = RocksDBStore(path, "counts")
     for i in range(50):
         rows = [(f"k{j:05d}".encode(), os.urandom(30)) for j in range(i * 200, i * 200 + 200)]
-        s.write_batch(rows, meta={"changelog_offset": i})
+        s.write_batch(rows, offset=i)
         if i % 10 == 9:
             s.flush()
     s.close()

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstreams import StreamBuilder
-from rstreams.runtime.queues import queue_for_key
+from rstreams.runtime.queues import MemoryBroker, queue_for_key
 from rstreams.serde import get_serde
-from rstreams.state import CachedStore, MemoryStore
+from rstreams.state import MemoryStore, store_stack
 from rstreams.testing import TopologyTestDriver
 
 MSGPACK = get_serde("msgpack")
@@ -115,9 +115,19 @@ ops = st.lists(
 @FAST
 @given(ops=ops, max_entries=st.integers(min_value=1, max_value=5))
 def test_changelog_replay_reproduces_the_store(ops: list[tuple], max_entries: int) -> None:
-    batches: list[list[tuple[bytes, bytes | None]]] = []
+    broker = MemoryBroker()
+    broker.create_topic("s-changelog", 1)
     inner = MemoryStore("s")
-    store = CachedStore(inner, MSGPACK, MSGPACK, batches.append, max_entries=max_entries)
+    store = store_stack(inner, MSGPACK, MSGPACK, "s-changelog", 0, broker, max_entries)
+    commits = 0
+
+    def commit() -> None:  # as a task commits: each commit's records carry its number
+        nonlocal commits
+        commits += 1
+        store.flush(commits)
+        store.send()
+        store.write()
+
     model: dict[Any, Any] = {}
     for op, *args in ops:
         if op == "put":
@@ -129,11 +139,19 @@ def test_changelog_replay_reproduces_the_store(ops: list[tuple], max_entries: in
         elif op == "get":
             assert store.get(args[0]) == model.get(args[0])
         else:
-            store.flush()
-    store.flush()
+            commit()
+        if store.full:  # the task commits when a cache is full
+            commit()
+    commit()
 
+    by_commit: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    for r in broker.read("s-changelog", 0, 0):
+        assert r.key is not None
+        by_commit.setdefault(r.timestamp, []).append((r.key, r.value))
+    end = broker.end_offset("s-changelog", 0)
+    assert store.changelog_offset == (end if end else None)  # the store's checkpoint
     replay: dict[bytes, bytes] = {}
-    for batch in batches:
+    for batch in by_commit.values():
         assert len({k for k, _ in batch}) == len(batch)  # one entry per key per batch
         for k, v in batch:
             if v is None:

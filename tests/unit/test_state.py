@@ -1,14 +1,15 @@
-"""State: byte stores and the write-back CachedStore with its changelog."""
+"""State: byte stores and the store stack (write-back cache, changelog) over them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
 from rstreams import SerdeError
+from rstreams.runtime.queues import MemoryBroker
 from rstreams.serde import get_serde
-from rstreams.state import CachedStore, KeyValueStore, MemoryStore
+from rstreams.state import KeyValueStore, MemoryStore, store_stack
 
 MSGPACK = get_serde("msgpack")
 
@@ -89,17 +90,37 @@ def test_prefix(store: KeyValueStore) -> None:
     assert len(list(store.prefix(b""))) == 6
 
 
-# -- CachedStore ------------------------------------------------------------------------
+# -- the store stack: metered, caching, change-logging, bytes -----------------------------
 
 
-class Changelog:
-    """Records the batches a CachedStore hands to its changelog writer."""
+class Stack:
+    """A store stack over a MemoryStore, its changelog a MemoryBroker topic; commits as
+    a task's commit does (flush, send, write), each with its number as the timestamp of
+    its changelog records."""
 
-    def __init__(self) -> None:
-        self.batches: list[list[tuple[bytes, bytes | None]]] = []
+    def __init__(self, max_entries: int = 100, inner: MemoryStore | None = None) -> None:
+        self.broker = MemoryBroker()
+        self.broker.create_topic("counts-changelog", 1)
+        self.inner = inner if inner is not None else MemoryStore("counts")
+        self.store = store_stack(
+            self.inner, MSGPACK, MSGPACK, "counts-changelog", 0, self.broker, max_entries
+        )
+        self.commits = 0
 
-    def __call__(self, batch: Sequence[tuple[bytes, bytes | None]]) -> None:
-        self.batches.append(list(batch))
+    def commit(self) -> None:
+        self.commits += 1
+        if self.store.flush(self.commits):
+            self.store.send()
+            self.store.write()
+
+    @property
+    def batches(self) -> list[list[tuple[bytes, bytes | None]]]:
+        """The changelog records of each commit that had changes, in order."""
+        out: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for r in self.broker.read("counts-changelog", 0, 0):
+            assert r.key is not None
+            out.setdefault(r.timestamp, []).append((r.key, r.value))
+        return list(out.values())
 
     def decoded(self, i: int) -> dict[object, object]:
         return {
@@ -108,131 +129,134 @@ class Changelog:
         }
 
 
-def cached(max_entries: int = 100) -> tuple[CachedStore, MemoryStore, Changelog]:
-    inner = MemoryStore("counts")
-    log = Changelog()
-    return CachedStore(inner, MSGPACK, MSGPACK, log, max_entries=max_entries), inner, log
-
-
-def test_writes_stay_in_the_cache_until_flush() -> None:
-    s, inner, log = cached()
+def test_writes_stay_in_the_cache_until_commit() -> None:
+    st = Stack()
+    s, inner = st.store, st.inner
     s.put("a", 1)
     s.put(("t", 2), [1, 2])
     assert s.get("a") == 1
     assert s.get(("t", 2)) == [1, 2]
-    assert len(inner) == 0 and log.batches == []
+    assert len(inner) == 0 and st.batches == []
 
-    s.flush()
+    st.commit()
     assert dict(inner.items()) == {
         MSGPACK.serialize("a"): MSGPACK.serialize(1),
         MSGPACK.serialize(("t", 2)): MSGPACK.serialize([1, 2]),
     }
-    assert log.decoded(0) == {"a": 1, ("t", 2): [1, 2]}
+    assert st.decoded(0) == {"a": 1, ("t", 2): [1, 2]}
 
 
-def test_flush_writes_only_what_changed_since_the_last_flush() -> None:
-    s, _, log = cached()
+def test_commit_writes_only_what_changed_since_the_last_commit() -> None:
+    st = Stack()
+    s = st.store
     s.put("a", 1)
     s.put("b", 1)
-    s.flush()
+    st.commit()
     s.get("a")  # a read is not a change
     s.put("b", 2)
     s.put("b", 3)  # several writes of one key: one changelog entry with the last value
-    s.flush()
-    s.flush()  # nothing dirty: no empty batch
-    assert len(log.batches) == 2
-    assert log.batches[1] == [(MSGPACK.serialize("b"), MSGPACK.serialize(3))]
+    st.commit()
+    st.commit()  # nothing dirty: no empty batch
+    assert len(st.batches) == 2
+    assert st.batches[1] == [(MSGPACK.serialize("b"), MSGPACK.serialize(3))]
 
 
 def test_delete_writes_a_tombstone() -> None:
-    s, inner, log = cached()
+    st = Stack()
+    s, inner = st.store, st.inner
     s.put("a", 1)
     s.put("b", 2)
-    s.flush()
+    st.commit()
     s.delete("a")
     assert s.get("a") is None
     assert s.get("a", "default") == "default"
-    s.flush()
-    assert log.batches[1] == [(MSGPACK.serialize("a"), None)]
+    st.commit()
+    assert st.batches[1] == [(MSGPACK.serialize("a"), None)]
     assert dict(s.items()) == {"b": 2}
     assert len(inner) == 1
 
 
 def test_falsy_values_are_values_not_missing() -> None:
-    s, _, _ = cached()
+    st = Stack()
+    s = st.store
     for k, v in [("zero", 0), ("empty", ""), ("f", False), ("list", [])]:
         s.put(k, v)
-    s.flush(evict=True)
+    st.commit()
+    s.drop_clean()  # read back from the store
+    assert s.held == 0
     assert [s.get(k, "MISSING") for k in ("zero", "empty", "f", "list")] == [0, "", False, []]
 
 
 def test_reads_fall_through_to_the_inner_store() -> None:
     inner = MemoryStore("pre")
     inner.put(MSGPACK.serialize("k"), MSGPACK.serialize((1, 2)))
-    s = CachedStore(inner, MSGPACK, MSGPACK)
+    s = Stack(inner=inner).store
     assert s.get("k") == (1, 2)
     assert s.get("missing", 0) == 0
 
 
-def test_eviction_keeps_data_correct_and_memory_bounded() -> None:
-    s, inner, log = cached(max_entries=3)
+def test_a_full_cache_asks_for_a_commit_which_keeps_data_correct_and_memory_bounded() -> None:
+    st = Stack(max_entries=3)
+    s, inner = st.store, st.inner
     expected = {}
     for i in range(20):
         s.put(f"k{i % 7}", i)
         expected[f"k{i % 7}"] = i
-        assert len(s._cache) <= 3
+        if s.full:  # what the task does (Task.wants_commit)
+            st.commit()
+        assert s.held <= 3
     # Read back everything, which also goes through the cache limit.
     for k, v in expected.items():
         assert s.get(k) == v
-        assert len(s._cache) <= 3
+        if s.full:
+            st.commit()
+        assert s.held <= 3
     assert dict(s.items()) == expected
     assert len(s) == 7
-    # Each eviction flushed a batch: replaying the changelog gives the same content.
+    # Each commit wrote a batch: replaying the changelog gives the same content.
     replay: dict[bytes, bytes] = {}
-    for batch in log.batches:
+    for batch in st.batches:
         for k, v in batch:
             if v is None:
                 replay.pop(k, None)
             else:
                 replay[k] = v
     assert replay == dict(inner.items())
-    assert len(log.batches) > 1
+    assert len(st.batches) > 1
 
 
 def test_unstorable_value_names_the_store_and_key() -> None:
-    s, inner, log = cached()
+    st = Stack()
+    s, inner = st.store, st.inner
     s.put("ok", 1)
     s.put("bad", {1, 2})
     with pytest.raises(
         SerdeError, match=r"store 'counts': can not store key 'bad': value of type set"
     ):
-        s.flush()
+        st.commit()
     # Nothing half-written: neither the store nor the changelog saw the batch.
-    assert len(inner) == 0 and log.batches == []
+    assert len(inner) == 0 and st.batches == []
 
 
 def test_corrupt_stored_value_names_the_store_and_key() -> None:
     inner = MemoryStore("st")
     inner.put(MSGPACK.serialize("k"), b"\xc1")
-    s = CachedStore(inner, MSGPACK, MSGPACK)
+    s = Stack(inner=inner).store
     with pytest.raises(SerdeError, match=r"store 'st': can not read the value of key 'k'"):
         s.get("k")
 
 
-def test_close_flushes() -> None:
-    s, inner, log = cached()
+def test_close_keeps_what_was_committed_and_drops_the_rest() -> None:
+    st = Stack()
+    s, inner = st.store, st.inner
     s.put("a", 1)
+    st.commit()
+    s.put("b", 2)  # never committed
     s.close()
     assert dict(inner.items()) == {MSGPACK.serialize("a"): MSGPACK.serialize(1)}
-    assert len(log.batches) == 1
-
-
-def test_without_changelog_writer() -> None:
-    inner = MemoryStore("plain")
-    s = CachedStore(inner, MSGPACK, MSGPACK)
-    s.put("a", 1)
-    s.flush()
-    assert len(inner) == 1
+    assert len(st.batches) == 1
+    with pytest.raises(ValueError, match="written only by its task's commit"):
+        s.close(flush=True)
 
 
 def test_process_cache_budget_bounds_memory_and_keeps_counts_exact() -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from rstreams import SerdeError, StreamBuilder, Topology
 from rstreams.runtime.engine import EngineConfig, LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, _pack_txn, transactions_topic
+from rstreams.runtime.engine.task import Task, transactions_topic
 from rstreams.runtime.queues import MemoryBroker
-from rstreams.state.stores import LostStateError, MemoryStore, StoreDamagedError
+from rstreams.state.metered import MeteredStore
+from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError
 from rstreams.testing import TopologyTestDriver
 
 
@@ -32,18 +34,23 @@ class DamagedStore(MemoryStore):
         raise StoreDamagedError("checksum mismatch", store=self.name, path="/nowhere")
 
 
+def put_under(stack: MeteredStore, store: KeyValueStore) -> None:
+    """Make ``store`` the byte store under the layers of ``stack``."""
+    stack.wrapped.wrapped.wrapped = store
+
+
 @pytest.mark.parametrize("on_error", ["fail", "skip", "dead-letter"])
 def test_a_store_that_cannot_be_read_is_not_a_record_error(on_error) -> None:
     with TopologyTestDriver(count_topology(), on_error=on_error) as driver:
         for task in driver._engine.tasks:
             for store in task.stores.values():
-                store.inner = DamagedStore(store.name)
+                put_under(store, DamagedStore(store.name))
         with pytest.raises(StoreDamagedError, match="checksum mismatch"):
             driver.pipe("in", "a")
         assert not driver.metrics.get("skipped") and not driver.metrics.get("dead_lettered")
         for task in driver._engine.tasks:
             for store in task.stores.values():
-                store.inner = MemoryStore(store.name)  # let the driver close
+                put_under(store, MemoryStore(store.name))  # let the driver close
 
 
 def test_a_value_the_store_cannot_write_stays_fatal_with_skip() -> None:
@@ -88,8 +95,9 @@ def test_a_queue_shorter_than_the_last_transaction_stops_the_recovery() -> None:
     config = EngineConfig(guarantee="exactly-once")
     LocalEngine(topology, broker, config).close()  # creates the topics
     # The last transaction appended to out[0] when it held 5 records: it holds none.
+    # (Written as a release before the transaction's "times" wrote it.)
     txn = {"task": "0_0", "seq": 1, "offsets": {"in": 1}, "appends": [["out", 0, 5, b"", 1, 0]]}
-    broker.append(transactions_topic("c"), 0, [(0, None, _pack_txn(txn), ())])
+    broker.append(transactions_topic("c"), 0, [(0, None, msgpack.packb(txn), ())])
     with pytest.raises(LostStateError, match=r"out\[0\]@0.*--fresh") as e:
         Task(
             topology, topology.subtopologies[0], 0, broker, Producer(broker), config, "c",

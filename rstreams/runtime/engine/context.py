@@ -15,7 +15,7 @@ from rstreams.errors import ConfigError, ProcessingError, StateStoreError
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
-from rstreams.state.cache import CachedStore
+from rstreams.state.metered import MeteredStore
 from rstreams.state.rocksdb import RocksDBConfig
 from rstreams.userfn import describe_fn
 
@@ -103,7 +103,7 @@ class StreamContext:
         task_id: str,
         queue: int,
         producer: Producer,
-        stores: dict[str, CachedStore],
+        stores: dict[str, MeteredStore],
         config: EngineConfig,
         clock: Callable[[], int] | None = None,
     ) -> None:
@@ -122,7 +122,7 @@ class StreamContext:
         #: The largest timestamp this task has sent through a shuffle sink.
         self.out_time: int = NO_TIME
 
-    def store(self, name: str) -> CachedStore:
+    def store(self, name: str) -> MeteredStore:
         try:
             return self.stores[name]
         except KeyError:

@@ -1,13 +1,25 @@
 """A task: the processor chain of one sub-topology for one queue, plus its state.
 
+A task does three things, each with its own part:
+
+* **processing** (here): records of its input queues go through the processor chain;
+  processors read and write the task's stores, each a stack of layers
+  (:mod:`rstreams.state.metered`: metered, caching, change-logging, RocksDB or memory);
+* **restore** (:mod:`rstreams.runtime.engine.restorer`), before any processor exists;
+* **commit** (:func:`commit_tasks`, here), whose exactly-once record is a typed
+  :class:`~rstreams.runtime.engine.transaction.Transaction`.
+
 Commit protocol
 ---------------
 A commit gathers everything the task did since the last one: the records it produced
-(per topic queue), the state changes of each store (which are also its changelog
-records) and the new input offsets. Then:
+(per topic queue), the state changes of each store and the new input offsets. The task
+asks each store stack to *flush* (the cache serializes what changed; the change-logging
+layer takes it as changelog records), to *send* (the changelog records go to the
+broker, or into the transaction) and to *write* (the changes reach the byte store in one
+batch with the changelog offset they bring it to). Then:
 
-* **at-least-once**: append the outputs and changelogs, write the stores, commit the
-  offsets. A crash in between replays the input since the last commit.
+* **at-least-once**: append the outputs, send and write each store's changes, commit
+  the offsets. A crash in between replays the input since the last commit.
 * **exactly-once**: first append the whole transaction as *one* record to the job's
   transaction topic (queue = the task's index) and make it durable: that is the commit
   point. Then apply it as above, marking the first record of every frame it appends
@@ -16,7 +28,8 @@ records) and the new input offsets. Then:
   while applying, the task's next owner finds the last transaction not fully applied
   (its offsets are not the committed ones) and applies it again, skipping every frame
   whose marker is already in its queue (searched from the queue end noted in the
-  transaction): no record is lost or written twice.
+  transaction): no record is lost or written twice. The stores are written last, once
+  the changelog records are durable.
 
 State is restored before the task builds its processors: a RocksDB store whose
 recorded changelog offset is still valid replays only the changelog tail after it (the
@@ -41,23 +54,31 @@ then rebuilt from its input with ``--fresh``; see docs/state.md).
 from __future__ import annotations
 
 import contextlib
-import logging
-import shutil
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
-
-import msgpack
 
 from rstreams.errors import RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
-from rstreams.runtime.engine.producer import Columns, Producer
+from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.registry import PROCESSORS
+from rstreams.runtime.engine.restorer import (
+    REBUILD_ADVICE,
+    Restorer,
+    discard_damaged_store,
+)
 from rstreams.runtime.engine.taskid import TaskId
+from rstreams.runtime.engine.transaction import (
+    TXN_HEADER,
+    Append,
+    Transaction,
+    TransactionFormatError,
+    TransactionLog,
+    TxnColumns,
+)
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
@@ -70,55 +91,35 @@ from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
-from rstreams.state.cache import CachedStore
+from rstreams.state.changelogging import ChangelogLog
+from rstreams.state.metered import MeteredStore, store_stack
 from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError
 
-Fetch = Callable[[str, int, int, int], RecordColumns]
-Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+__all__ = [
+    "REBUILD_ADVICE",
+    "RESEND_WATERMARK_MS",
+    "TXN_HEADER",
+    "Task",
+    "commit_tasks",
+    "discard_damaged_store",
+    "relieve_memory",
+    "transactions_topic",
+]
 
-TXN_HEADER = "rs.txn"
+Fetch = Callable[[str, int, int, int], RecordColumns]
+
 #: How often (wall ms) a task tells its consumers an unchanged watermark again.
 RESEND_WATERMARK_MS = 10_000
-
-log = logging.getLogger("rstreams.task")
-
-
-def _pack_txn(txn: dict[str, Any]) -> bytes:
-    # Plain msgpack, not the internal serde: rows and headers are tuples that must come
-    # back as tuples, and the serde's tuple extension costs a Python call per row.
-    return msgpack.packb(txn, use_bin_type=True)
-
-
-def _unpack_txn(data: bytes) -> dict[str, Any]:
-    txn = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
-    if not isinstance(txn, dict):
-        raise ValueError(f"a transaction is a map, not {type(txn).__name__}")
-    appends = txn.get("appends")
-    if not isinstance(appends, tuple) or not all(
-        isinstance(a, tuple) and len(a) == 6 and isinstance(a[3], bytes) for a in appends
-    ):
-        # e.g. written by an earlier release, which stored rows instead of frames
-        raise ValueError("its appends are not (topic, queue, hint, payload, count, max_ts)")
-    if not isinstance(txn.get("offsets"), dict) or "seq" not in txn or "task" not in txn:
-        raise ValueError("it lacks task, seq or offsets")
-    return txn
 
 
 class _Commit:
     """A commit between its phases (see :func:`commit_tasks`)."""
 
-    __slots__ = ("at", "changes", "txn", "written")
+    __slots__ = ("at", "txn", "written")
 
-    def __init__(
-        self,
-        txn: dict[str, Any] | None,
-        at: int,
-        changes: dict[str, Columns],
-        written: list[tuple[str, int]],
-    ) -> None:
+    def __init__(self, txn: Transaction | None, at: int, written: list[tuple[str, int]]) -> None:
         self.txn = txn
         self.at = at  # offset of the transaction record
-        self.changes = changes
         self.written = written
 
 
@@ -163,36 +164,6 @@ def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]
 
 def transactions_topic(job_id: str) -> str:
     return f"{job_id}-transactions"
-
-
-#: Where the advice of errors that only a rebuild from the input can cure points to.
-REBUILD_ADVICE = (
-    "rebuild the job from its input with `rstreams run PIPELINE --input ... --fresh` "
-    "(docs/state.md#recovering-from-damage)"
-)
-
-
-def discard_damaged_store(error: StoreDamagedError, state_dir: str | None, who: str) -> None:
-    """Delete the local copy of the store ``error`` names, so that it is rebuilt from
-    its changelog; with a warning. Only ever a directory under ``state_dir``: otherwise
-    (or with no path) ``error`` is raised."""
-    path = Path(error.path) if error.path else None
-    root = Path(state_dir).resolve() if state_dir else None
-    if path is None or root is None or not path.resolve().is_relative_to(root):
-        raise error
-    log.warning(
-        "%s: state store %r is damaged (%s); deleting its local copy %s and "
-        "rebuilding it from its changelog",
-        who, error.store, error, path,
-    )  # fmt: skip
-    shutil.rmtree(path, ignore_errors=True)
-    if path.exists():
-        raise StateStoreError(
-            f"state store {error.store!r}: can not delete its damaged local copy {path}; "
-            f"delete it by hand and run again ({error})",
-            store=error.store,
-            path=str(path),
-        ) from error
 
 
 class Task:
@@ -245,7 +216,11 @@ class Task:
         #: the failed record (and everything after it) is read again on restart.
         self.failed = False
         self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
-        self.stores: dict[str, CachedStore] = {}
+        #: The task's stores, each the top of its stack of layers.
+        self.stores: dict[str, MeteredStore] = {}
+        # Where the stores' changelog records go: the broker, or (exactly-once) the
+        # transaction being built.
+        self._changelog_log: ChangelogLog = TransactionLog(broker) if self.exactly_once else broker
         discarded: set[str] = set()
         while True:
             try:
@@ -270,12 +245,14 @@ class Task:
         self.failed = False  # a store write of an earlier attempt may have set it
         self.stores = {}
         for name in sub.stores:
-            self.stores[name] = CachedStore(
+            self.stores[name] = store_stack(
                 self._open_store(name),
                 INTERNAL_SERDE,
                 topology.stores[name].serde,
+                self.changelogs[name],
+                self.queue,
+                self._changelog_log,
                 max_entries=self.config.cache_entries,
-                auto_flush=False,
             )
         #: What this task had sent up to its last commit (exactly-once: kept in its
         #: transactions), so that a new owner goes on from there.
@@ -283,7 +260,8 @@ class Task:
         if self.exactly_once:
             self._recover()  # its changelog records, if any, are restored next
         started = time.monotonic()
-        self.restored = self._restore()
+        restorer = Restorer(self.id, self.queue, self.broker, self.on_restore)
+        self.restored = restorer.restore(self.stores, self.changelogs)
         self.restore_seconds = time.monotonic() - started
         # Processors only now, on restored state: built earlier, they would have
         # rebuilt their indexes and stream time from stores still empty.
@@ -294,7 +272,7 @@ class Task:
         closing a damaged store are not the error to report."""
         for s in self.stores.values():
             with contextlib.suppress(StateStoreError):
-                s.close(flush=False)
+                s.close()
 
     def abandon(self) -> None:
         """Close without committing anything (damaged state was found): the task's next
@@ -406,135 +384,6 @@ class Task:
             path = Path(self.config.state_dir) / name / str(self.queue)
             return RocksDBStore(path, name, self.config.rocksdb)
         return MemoryStore(name)
-
-    def _restore(self) -> int:
-        """Bring every store up to its changelog's end; returns records replayed. Run
-        once, by the constructor, before any processor exists."""
-        maybe_crash("restore")
-        started = time.monotonic()
-        plan = []
-        for name, topic in self.changelogs.items():
-            inner = self.stores[name].inner
-            start = self.broker.start_offset(topic, self.queue)
-            end = self.broker.end_offset(topic, self.queue)
-            pos = start
-            checkpoint = inner.meta("changelog_offset") if hasattr(inner, "meta") else None
-            if checkpoint is not None and checkpoint > end:
-                # The store had records its changelog no longer has: they are lost.
-                raise LostStateError(
-                    f"task {self.id}: state store {name!r} is at offset {checkpoint} of "
-                    f"its changelog {topic}[{self.queue}], which ends at {end}: records "
-                    f"{end}..{checkpoint - 1} of {topic}[{self.queue}]@{end} are gone "
-                    f"(the log was cut or lost its tail), and the state they held with "
-                    f"them; {REBUILD_ADVICE}",
-                    store=name, topic=topic, queue=self.queue, offset=end,
-                )  # fmt: skip
-            if checkpoint is None and getattr(inner, "dropped_files", None):
-                log.warning(
-                    "task %s: state store %r lost SST files its MANIFEST no longer lists "
-                    "(%s; a damaged MANIFEST?); rebuilding it from its changelog",
-                    self.id, name, ", ".join(inner.dropped_files),  # type: ignore[attr-defined]
-                )  # fmt: skip
-            if checkpoint is not None and start <= checkpoint <= end:
-                pos = checkpoint  # a valid local checkpoint: replay the tail only
-            elif len(inner):
-                if checkpoint is None:  # every write of a task's store records one
-                    log.warning(
-                        "task %s: state store %r holds data but no changelog offset (its "
-                        "local copy lost part of its history, e.g. a damaged MANIFEST); "
-                        "deleting it and rebuilding it from its changelog",
-                        self.id, name,
-                    )  # fmt: skip
-                inner.clear()  # type: ignore[attr-defined]
-            plan.append((name, topic, pos, end))
-        total = sum(end - pos for _, _, pos, end in plan)
-        if total:
-            log.info("task %s: restoring state from %d changelog offsets", self.id, total)
-        n = done = 0
-        next_report = started + 0.5
-        for name, topic, pos, end in plan:
-            inner = self.stores[name].inner
-            serde = self.stores[name].value_serde
-            first = pos
-            while pos < end:
-                records = self._read_changelog(name, topic, pos)
-                if not len(records):
-                    break
-                self._check(records, serde, topic)
-                pos = records.last_offset + 1
-                self._write_store(inner, records.keys, records.values, pos, topic)
-                n += len(records)
-                if self.on_restore is not None and time.monotonic() >= next_report:
-                    self.on_restore(self.id, done + pos - first, total)
-                    next_report = time.monotonic() + 0.5
-            done += end - first
-        if self.on_restore is not None:
-            self.on_restore(self.id, total, total)
-        if n:
-            took = time.monotonic() - started
-            log.info(
-                "task %s: restored %d changelog records in %.1f s (%.0f records/s)",
-                self.id, n, took, n / took if took else 0.0,
-            )  # fmt: skip
-        return n
-
-    def _read_changelog(self, store: str, topic: str, pos: int) -> RecordColumns:
-        from rstreams.runtime.queues.filelog import CorruptLogError
-
-        try:
-            return self.broker.read_columns(topic, self.queue, pos, 10_000)
-        except CorruptLogError as e:
-            if e.topic != topic:
-                raise
-            at = pos if e.offset is None else e.offset
-            raise LostStateError(
-                f"task {self.id}: state store {store!r} can not be restored: its changelog "
-                f"{topic}[{self.queue}]@{at} can not be read ({e.segment}: {e.reason}); "
-                f"it is the only durable copy of that state: {REBUILD_ADVICE}",
-                store=store, topic=topic, queue=self.queue, offset=at,
-            ) from e  # fmt: skip
-
-    def _check(self, records: RecordColumns, serde: Any, topic: str) -> None:
-        """Refuse state that can not be read back, naming where it is: never reset it."""
-        try:
-            if not all(records.keys):  # None, or b"" (no msgpack value is empty)
-                raise SerdeError("a changelog record has no key")
-            values = records.values
-            # Values may be None (tombstones); b"" is never a valid value and fails below.
-            serde.deserialize_many(values if all(values) else [v for v in values if v is not None])
-            INTERNAL_SERDE.deserialize_many(records.keys)  # type: ignore[arg-type]
-            return
-        except Exception:
-            pass
-        for r in records.records():
-            try:
-                if r.key is None:
-                    raise SerdeError("a changelog record has no key")
-                INTERNAL_SERDE.deserialize(r.key)
-                if r.value is not None:
-                    serde.deserialize(r.value)
-            except Exception as e:
-                raise SerdeError(
-                    f"task {self.id}: bad state in changelog {topic}[{self.queue}]@{r.offset}: "
-                    f"{e}; refusing to restore (fix or remove the record; state is not reset)"
-                ) from None
-
-    def _write_store(
-        self,
-        inner: KeyValueStore,
-        keys: Sequence[Any],  # bytes: changelog records always have a key
-        values: Sequence[bytes | None],
-        offset: int,
-        topic: str,
-    ) -> None:
-        try:
-            if hasattr(inner, "meta"):
-                inner.write_columns(keys, values, meta={"changelog_offset": offset})  # type: ignore[attr-defined]
-            else:
-                inner.write_batch(list(zip(keys, values)))
-        except StateStoreError:
-            self.failed = True  # nothing more of this task is committed
-            raise
 
     # -- processing ----------------------------------------------------------------------
 
@@ -652,8 +501,8 @@ class Task:
         return commit_tasks([self], self.broker)
 
     def _commit_begin(self) -> _Commit | None:
-        """First phase of a commit: flush processors, take state changes; at-least-once,
-        write everything; exactly-once, append the transaction (not yet durable)."""
+        """First phase of a commit: flush processors and stores; at-least-once, write
+        everything; exactly-once, append the transaction (not yet durable)."""
         if self.failed:
             return None
         maybe_crash("commit-start")
@@ -661,23 +510,24 @@ class Task:
             p.flush()  # coalesced updates go out now
         self._send_watermark()  # after them, in the same transaction
         ts = self.clock()
-        changes: dict[str, Columns] = {}  # the changelog records of each store
-        for name, store in self.stores.items():
+        changed = []  # the stores with changes to log and write
+        for store in self.stores.values():
             try:
-                items = store.take_dirty()
+                if store.flush(ts):
+                    changed.append(store)
             except SerdeError:
                 self.failed = True
                 raise
-            if items:
-                keys, values = map(list, zip(*items))
-                changes[name] = ([ts] * len(keys), keys, values, [()] * len(keys))
         if not self.exactly_once:
             written = self.producer.flush()
-            for name, records in changes.items():
-                self._apply_store_change(name, records)
-            return _Commit(None, 0, {}, written)
-        outputs = list(self.producer.take().items())
-        outputs += [((self.changelogs[name], self.queue), c) for name, c in changes.items()]
+            for store in changed:
+                self._store_io(store.send, store.write)
+            return _Commit(None, 0, written)
+        outputs: list[tuple[tuple[str, int], TxnColumns]] = list(self.producer.take().items())
+        for store in changed:
+            store.send()  # into the transaction log, in store order
+        assert isinstance(self._changelog_log, TransactionLog)
+        outputs += self._changelog_log.take()
         offsets = dict(self.positions)
         if not outputs and offsets == self.committed:
             return None
@@ -685,24 +535,19 @@ class Task:
         # Each append is encoded once, as the frame payload it becomes, marker included:
         # applying the transaction (now or on recovery) writes those bytes as they are.
         marker = (TXN_HEADER, f"{self.id}:{self.txn_seq}".encode())
-        appends: list[list[Any]] = []
+        appends = []
         for (topic, q), (timestamps, keys, values, headers) in outputs:
             headers = list(headers)
             headers[0] = (*headers[0], marker)
             encoded = encode_column_batch(timestamps, keys, values, headers)
             assert encoded is not None
-            appends.append([topic, q, self.broker.end_offset(topic, q), *encoded])
-        txn = {
-            "task": self.id,
-            "seq": self.txn_seq,
-            "offsets": offsets,
-            "appends": appends,
-            # Where this task's time got: a new owner's watermark goes on from there.
-            "times": (self.ctx.out_time, self._high),
-        }
+            appends.append(Append(topic, q, self.broker.end_offset(topic, q), *encoded))
+        # Where this task's time got: a new owner's watermark goes on from there.
+        times = (self.ctx.out_time, self._high)
+        txn = Transaction(self.id, self.txn_seq, offsets, tuple(appends), times)
         assert self.txn_queue is not None
-        at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, _pack_txn(txn), ())])
-        return _Commit(txn, at, changes, [(topic, q) for topic, q, *_ in appends])
+        at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, txn.encode(), ())])
+        return _Commit(txn, at, txn.written)
 
     def _commit_apply(self, c: _Commit) -> None:
         """Second phase, once the transaction is durable (the commit point): write its
@@ -716,38 +561,37 @@ class Task:
         if c.txn is None:
             self._commit_offsets(self.positions)
             return
-        self._commit_offsets(c.txn["offsets"])
+        self._commit_offsets(c.txn.offsets)
         self._commits += 1
         if self._commits % 100 == 0:  # only the last transaction is ever read again
             assert self.txn_queue is not None
             self.broker.purge(self.txn_topic, self.txn_queue, c.at)
-        for name, records in c.changes.items():
-            self._apply_store_change(name, records, via_changelog=False)
+        for store in self.stores.values():
+            self._store_io(store.write)
 
-    def _apply_store_change(self, name: str, records: Columns, via_changelog: bool = True) -> None:
-        topic = self.changelogs[name]
-        if via_changelog:
-            self.broker.append_columns(topic, self.queue, *records)
-        _, keys, values, _ = records
-        self._write_store(
-            self.stores[name].inner, keys, values, self.broker.end_offset(topic, self.queue), topic
-        )
+    def _store_io(self, *steps: Callable[[], None]) -> None:
+        try:
+            for step in steps:
+                step()
+        except StateStoreError:
+            self.failed = True  # nothing more of this task is committed
+            raise
 
-    def _apply(self, txn: dict[str, Any], redo: bool) -> None:
+    def _apply(self, txn: Transaction, redo: bool) -> None:
         self._append_outputs(txn, redo)
         self.broker.flush()
-        self._commit_offsets(txn["offsets"])
+        self._commit_offsets(txn.offsets)
 
-    def _append_outputs(self, txn: dict[str, Any], redo: bool) -> None:
-        marker = (TXN_HEADER, f"{txn['task']}:{txn['seq']}".encode())
-        for topic, q, hint, payload, count, max_ts in txn["appends"]:
+    def _append_outputs(self, txn: Transaction, redo: bool) -> None:
+        marker = txn.marker
+        for topic, q, hint, payload, count, max_ts in txn.appends:
             if redo and (end := self.broker.end_offset(topic, q)) < hint:
                 # The queue held ``hint`` records when the transaction was written:
                 # some are gone, and appending again would not bring them back.
                 raise LostStateError(
                     f"task {self.id}: {topic}[{q}] ends at offset {end}, below offset "
                     f"{hint} where its last transaction "
-                    f"({self.txn_topic}[{self.txn_queue}], seq {txn['seq']}) appended: "
+                    f"({self.txn_topic}[{self.txn_queue}], seq {txn.seq}) appended: "
                     f"records {topic}[{q}]@{end}..{hint - 1} are gone (the log was cut or "
                     f"lost its tail); {REBUILD_ADVICE}",
                     topic=topic, queue=q, offset=end,
@@ -782,17 +626,16 @@ class Task:
             return
         (last,) = self.broker.read(self.txn_topic, self.txn_queue, end - 1, 1)
         try:
-            txn = _unpack_txn(last.value or b"")
-        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            txn = Transaction.decode(last.value or b"")
+        except TransactionFormatError as e:
             raise SerdeError(
                 f"task {self.id}: unreadable transaction record at "
                 f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
             ) from None
-        self.txn_seq = int(txn["seq"])
-        out_time, high = txn.get("times", (NO_TIME, NO_TIME))
-        self._restored_times = (int(out_time), int(high))
-        committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn["offsets"]}
-        if committed != txn["offsets"]:
+        self.txn_seq = txn.seq
+        self._restored_times = txn.times
+        committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn.offsets}
+        if committed != txn.offsets:
             self._apply(txn, redo=True)
         self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
 
@@ -808,4 +651,4 @@ class Task:
             self._close_stores()
             return
         for s in self.stores.values():
-            s.close(flush=False)
+            s.close()
