@@ -888,30 +888,26 @@ class RunProgress:
                 )
             return
         if self._bar is None:
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
             self._bar = Progress(
                 BarColumn(bar_width=30),
                 DownloadColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
+                # (the run's own clock: rich's stops when the bar is full, which is when
+                # the input is read, not processed)
+                TextColumn("{task.fields[info]}  {task.fields[elapsed]}", markup=False),
                 console=self.console,
                 transient=True,
                 refresh_per_second=4,
             )
             self._bar.start()
-            self._task = self._bar.add_task("run", total=None, info="")
+            self._task = self._bar.add_task("run", total=None, info="", elapsed="")
         self._bar.update(
             self._task,
             completed=p.bytes_read,
             total=p.bytes_total or None,
             info=progress_text(p),
+            elapsed=_age(p.elapsed),
         )
 
     def done(self) -> None:

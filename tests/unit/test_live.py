@@ -385,7 +385,7 @@ def test_run_progress_on_a_terminal_is_a_bar_and_is_cleared():
     progress.done()
     text = out.getvalue()
     assert "5.0/10.0 MB" in text
-    assert "3,000 records in, 40 out, lag 9, 1,000 records/s, 2 workers" in text
+    assert "3,000 records in, 40 out, lag 9, 1,000 records/s, 2 workers  0:03" in text
     assert "━" in text  # the bar
 
 

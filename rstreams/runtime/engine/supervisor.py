@@ -531,7 +531,7 @@ def run_durable(
                     s["bytes_read"],
                     s["bytes_total"],
                     s["elapsed"],
-                    s["lag"],
+                    lag=s["lag"],
                     restoring=s["restoring"],
                     workers=s["workers"],
                 )
