@@ -102,14 +102,22 @@ class WorkerConfig:
 
 def task_queue(job_id: str, task: TaskId) -> MessageQueue:
     """The queue that stands for ``task`` in the allocation: topic ``<job>-<sub-topology>``.
-    Consistent hashing hashes its text, so it must stay the same for the allocation to."""
+    Consistent hashing hashes its text, so it must stay the same for the allocation to.
+
+    >>> str(task_queue("wc", TaskId(1, 0)))
+    'MessageQueue [topic=wc-1, brokerName=local, queueId=0]'
+    """
     return MessageQueue(f"{job_id}-{task.subtopology}", "local", task.queue)
 
 
 @attrs.define
 class Deadlines:
     """When each periodic job of a worker is next due, on the clock :meth:`Worker.step`
-    is given (``time.monotonic()`` seconds in :meth:`Worker.run`)."""
+    is given (``time.monotonic()`` seconds in :meth:`Worker.run`).
+
+    >>> Deadlines.starting(100.0, WorkerConfig(maintenance_interval=30.0))
+    Deadlines(heartbeat=100.0, rebalance=100.0, punctuate=100.0, commit=100.0, maintenance=130.0)
+    """
 
     #: Heartbeat to the group, see who else is alive, check the supervisor still is.
     heartbeat: float
