@@ -23,6 +23,7 @@ from rstreams.runtime.engine.stats import (
     stats_dir,
 )
 from rstreams.runtime.engine.task import Task
+from rstreams.runtime.queues.memory import MemoryBroker
 
 LINES = ["a b a", "c a", "b", "d d d d"]
 WORDS = [w for line in LINES for w in line.split()]
@@ -221,3 +222,29 @@ def test_commit_histogram_buckets_are_cumulative() -> None:
         "seconds_sum": pytest.approx(2.65),
         "buckets": [[0.1, 2], [1.0, 3], ["+Inf", 4]],
     }
+
+
+def test_rocksdb_stores_report_their_estimates_and_restored_records(
+    coord: Path, tmp_path: Path
+) -> None:
+    broker = MemoryBroker()
+    config = EngineConfig(state="rocksdb", state_dir=str(tmp_path / "state-a"))
+    engine = LocalEngine(word_count(), broker, config)
+    run(engine, LINES)
+    pub = StatsPublisher(coord, "w", capture_errors=False)
+    doc = pub.snapshot(tasks_of(engine), broker, processed=0, generation=0)
+    stores = [s for name, s in doc["stores"].items() if name.startswith("wc-counts")]
+    assert sum(s["entries"] for s in stores) == len(set(WORDS))
+    assert all(s["bytes"] > 0 for s in stores)
+    assert doc["restored_records"] == 0
+    engine.close()
+    # Another process, without the local state: its tasks restore from the changelogs.
+    config = EngineConfig(state="rocksdb", state_dir=str(tmp_path / "state-b"))
+    again = LocalEngine(word_count(), broker, config)
+    try:
+        doc = pub.snapshot(tasks_of(again), broker, processed=0, generation=1)
+    finally:
+        again.close()
+    stores = [s for name, s in doc["stores"].items() if name.startswith("wc-counts")]
+    assert sum(s["restored"] for s in stores) == doc["restored_records"] == len(set(WORDS))
+    assert sum(s["entries"] for s in stores) == len(set(WORDS))

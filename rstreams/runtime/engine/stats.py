@@ -30,8 +30,7 @@ worker starts a new file (under a new member id) from zero::
      "errors": [{"time": float, "message": str}, ...]}      # at most 5, newest last
 
 A step's ``in`` counts the records handed to it and ``out`` those it passed on (a sink:
-sent to its topic; a map-side combined shuffle sink sends fewer than it receives). A
-task with several stores counts its restored records under its first store. The worker
+sent to its topic; a map-side combined shuffle sink sends fewer than it receives). The worker
 deletes its file when it leaves the group cleanly; the supervisor deletes the files of
 workers that died.
 
@@ -61,12 +60,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rstreams.errors import StateStoreError
 from rstreams.runtime.engine.watermarks import END, NO_TIME
-from rstreams.state.stores import MemoryStore
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task
     from rstreams.runtime.queues.broker import Broker
+    from rstreams.state.metered import MeteredStore
 
 #: Version of the files' layout; readers skip files of another version.
 STATS_VERSION = 1
@@ -171,24 +171,14 @@ class _RecentErrors(logging.Handler):
         self.recent.append({"time": record.created, "message": message[:500]})
 
 
-def _store_stats(store: Any) -> tuple[int, int | None, int | None]:
-    """(entries, bytes or None, restored records or None) of a task's store, cheaply:
-    the metered store's own figures (RocksDB's estimates: property reads, no scan), or
-    for a plain cached store its length, and RocksDB's estimates when it has them."""
+def _store_stats(store: MeteredStore) -> tuple[int, int | None, int]:
+    """(entries, bytes or None, restored records) of a task's store: the metered
+    store's own figures (RocksDB's estimates: property reads, no scan)."""
     try:
-        metrics = getattr(store, "metrics", None)
-        if metrics is not None:
-            m = metrics()
-            return int(m.entries), m.bytes, int(m.restored)
-        inner = store.inner
-        estimate = getattr(inner, "estimate", None)
-        if estimate is not None:
-            entries, size = estimate()
-            return int(entries), size, None
-        # Counting a RocksDB store would scan it: only a memory store's length is cheap.
-        return (len(inner) if isinstance(inner, MemoryStore) else 0), None, None
-    except Exception:  # closed meanwhile, or damaged: the task's own error will say
-        return 0, None, None
+        m = store.metrics()
+    except StateStoreError:  # damaged: the task's own error will say so
+        return 0, None, 0
+    return m.entries, m.bytes, m.restored
 
 
 def _task_counts(task: Task) -> tuple[dict[str, tuple[int, int]], dict[str, int], int]:
@@ -309,10 +299,8 @@ class StatsPublisher:
                 "restoring": None,
                 "watermark": None if wm in (NO_TIME, END) else wm,
             }
-            for i, (name, store) in enumerate(task.stores.items()):
+            for name, store in task.stores.items():
                 entries, size, store_restored = _store_stats(store)
-                if store_restored is None:  # no count per store: the task's, under its first
-                    store_restored = restored if i == 0 else 0
                 stores[f"{name}@{tid}"] = {
                     "entries": entries,
                     "bytes": size,

@@ -41,6 +41,7 @@ from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.engine.topology_guard import check_topology
 from rstreams.runtime.engine.worker import (
@@ -150,6 +151,9 @@ def _ingested_position(broker: Broker, topic: str, queues: int, file_id: str) ->
 class Supervisor:
     """Runs a pipeline file on N worker processes until bounded input is processed."""
 
+    #: Publishes ``supervisor.json`` while :meth:`run` goes on (see the stats module).
+    stats: SupervisorStats | None = None
+
     def __init__(
         self,
         pipeline_path: str,
@@ -248,6 +252,8 @@ class Supervisor:
         ]  # fmt: skip
         self.procs[slot] = subprocess.Popen(cmd, stderr=logfile, stdout=logfile)
         logfile.close()
+        if self.stats is not None:
+            self.stats.spawned(slot)
 
     def _progressed(self) -> bool:
         """Did the job commit anything since a worker was last (re)started?"""
@@ -395,11 +401,17 @@ class Supervisor:
         )
         self._committed_at_restart = self.broker.group_offsets(self.topology.job_id)
         self.skipped_before = self.skipped()
+        self.stats = SupervisorStats(
+            self.group_dir, job=self.topology.job_id, pipeline=self.pipeline_path,
+            workers_wanted=self.n_workers,
+        )  # fmt: skip
+        self.stats.clear()
         for slot in range(self.n_workers):
             self._spawn(slot)
         pending = [(inp, inp.chunks(self.chunk_lines, self.follow)) for inp in self.inputs]
         rr = 0
         next_look = next_report = 0.0
+        state = "failed"  # unless the loop ends as it should
         try:
             while True:
                 if self.follow and not pending and time.monotonic() >= next_look:
@@ -433,19 +445,33 @@ class Supervisor:
                 if self.progress is not None and time.monotonic() >= next_report:
                     self.progress(self.status(start))
                     next_report = time.monotonic() + 0.1
+                if self.stats.due():
+                    self._publish_stats(start)
                 # Done: all input processed and committed, and end of input declared to
                 # every sub-topology in turn (it may emit more, processed in turn).
                 if not pending and not self.follow and self._done() and self._end_of_input_step():
                     break
                 if not ingested:
                     time.sleep(0.02)
+            state = "done"
         except KeyboardInterrupt:
             if not self.follow:
                 raise
+            state = "done"  # following input, this is how a run ends
             log.info("interrupted: stopping the workers, which commit what they processed")
         finally:
             self._stop_workers()
+            self._publish_stats(start, state)
         return self.status(start)
+
+    def _publish_stats(self, start: float, state: str = "running") -> None:
+        assert self.stats is not None
+        try:
+            status: dict[str, Any] | None = self.status(start)
+        except Exception:  # a failing run: its own error is the one to report
+            status = None  # (the counts published last stay)
+        pids = {slot: p.pid if p.poll() is None else None for slot, p in self.procs.items()}
+        self.stats.publish(status, {**pids, **dict.fromkeys(self._respawn)}, state)
 
     def skipped(self) -> int:
         """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it

@@ -38,6 +38,7 @@ from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.stats import StatsPublisher
 from rstreams.runtime.engine.task import (
     Task,
     commit_tasks,
@@ -205,6 +206,8 @@ class Worker:
         self._rebuilds = 0
         #: The loop's timers; :meth:`join` sets them again.
         self.due = Deadlines.starting(time.monotonic(), self.config)
+        #: What this worker publishes for `rstreams top` and --metrics-port.
+        self.stats = StatsPublisher(self.membership.dir, self.member_id)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -248,6 +251,7 @@ class Worker:
     def _restore_progress(self, task: str, done: int, total: int) -> None:
         """Publish a task's restore progress for the supervisor's progress line (a file
         per task under ``coordination/<job>/restore``, gone when the restore is done)."""
+        self.stats.restore_progress(task, done, total)
         path = restore_dir(self.membership.dir) / task
         if done >= total:
             path.unlink(missing_ok=True)
@@ -312,9 +316,13 @@ class Worker:
                 self._start_task(task_id)
 
     def commit(self) -> None:
+        started = time.perf_counter()
+        timed = any(t.uncommitted for t in self.tasks.values())  # not idle timer ticks
         self._publish_skipped(self.tasks)
         written = commit_tasks(list(self.tasks.values()), self.broker)
         self.broker.flush()
+        if timed:
+            self.stats.commit_took(time.perf_counter() - started)
         if written:
             self._rebuilds = 0
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
@@ -428,6 +436,9 @@ class Worker:
             self._rebuild(e)
             return 0
         # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
+        self.stats.publish(
+            self.tasks, self.broker, processed=self.processed, generation=self._generation
+        )  # at most once per second
         return processed
 
     def leave(self) -> None:
@@ -439,6 +450,7 @@ class Worker:
             self._stop_task(task_id)
         if not failed:
             self.broker.flush()
+        self.stats.close()
         self.membership.leave()
 
     def _keep_membership(self, now: float) -> bool:

@@ -1,0 +1,142 @@
+"""`rstreams run --metrics-port`: scraped over real HTTP while a 2-worker run goes on."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rstreams.loader import load_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "examples" / "data" / "corpus.txt"
+WORDCOUNT = ROOT / "examples" / "wordcount.py"
+
+pytestmark = pytest.mark.slow
+
+
+def write_corpus(path: Path, mb: float, mode: str = "w") -> None:
+    text = CORPUS.read_text(encoding="utf-8")
+    with path.open(mode, encoding="utf-8") as f:
+        for _ in range(max(1, round(mb * 1_000_000 / len(text)))):
+            f.write(text)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scrape(url: str) -> dict[str, list[Any]]:
+    status, text = get(url)
+    assert status == 200, text
+    out: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def total(metrics: dict[str, list[Any]], name: str, **labels: str) -> float:
+    return sum(
+        s.value
+        for s in metrics.get(name, [])
+        if all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
+    data = tmp_path / "input.txt"
+    write_corpus(data, 6)
+    log = tmp_path / "stderr.txt"
+    cmd = [
+        sys.executable, "-m", "rstreams", "run", str(WORDCOUNT), "--input", str(data),
+        "--workers", "2", "--follow", "--data-dir", str(tmp_path / "data"),
+        "--metrics-port", "0",
+    ]  # fmt: skip
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path)
+    try:
+        found = wait_for(
+            "the metrics address on stderr",
+            lambda: re.search(r"http://127\.0\.0\.1:(\d+)/metrics", log.read_text()),
+            timeout=30,
+        )
+        base = f"http://127.0.0.1:{found.group(1)}"
+        wait_for("a healthy run", lambda: get(f"{base}/healthz") == (200, "ok\n"))
+        topology = load_topology(str(WORDCOUNT))
+        first_steps = [f.name for f in topology.subtopologies[0].factories]
+        source = first_steps[0]
+
+        def processing() -> dict[str, list[Any]] | None:
+            m = scrape(f"{base}/metrics")
+            return m if total(m, "rstreams_step_records_in_total", step=source) > 0 else None
+
+        before = wait_for("records counted by the source step", processing)
+        write_corpus(data, 2, mode="a")  # --follow: more input while it runs
+
+        def grown() -> dict[str, list[Any]] | None:
+            m = scrape(f"{base}/metrics")
+            ok = all(
+                total(m, f"rstreams_step_records_{d}_total", step=step)
+                > total(before, f"rstreams_step_records_{d}_total", step=step)
+                for step in first_steps
+                for d in ("in", "out")
+            )
+            return m if ok else None
+
+        after = wait_for("every step of the first sub-topology to count more records", grown)
+        # The count behind the shuffle counts too.
+        count_step = topology.subtopologies[1].factories[1].name
+        assert total(after, "rstreams_step_records_in_total", step=count_step) > 0
+        # Lag per input queue, by topic and queue: the source's and the shuffle's.
+        lag_topics = {s.labels["topic"] for s in after["rstreams_queue_lag"]}
+        assert lag_topics == {t for sub in topology.subtopologies for t in sub.source_topics}
+        assert all(s.labels["queue"].isdigit() for s in after["rstreams_queue_lag"])
+        workers = {s.labels["worker"] for s in after["rstreams_queue_lag"]}
+        assert len(workers) == 2
+        assert total(after, "rstreams_commit_duration_seconds_count") > 0
+        inf = [
+            s for s in after["rstreams_commit_duration_seconds_bucket"] if s.labels["le"] == "+Inf"
+        ]
+        assert sum(s.value for s in inf) == total(after, "rstreams_commit_duration_seconds_count")
+        assert total(after, "rstreams_workers") == 2
+        assert total(after, "rstreams_input_records_total") > 0
+        assert total(after, "rstreams_running") == 1
+        assert get(f"{base}/healthz") == (200, "ok\n")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    # --follow ends on SIGTERM like on Ctrl-C: the workers commit, the run reports.
+    assert code == 0, log.read_text()[-3000:]
+    # The server stopped with the run.
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{base}/healthz", timeout=2)
+    assert "done:" in log.read_text()
+    assert not [p for p in (tmp_path / "data").rglob("worker-*.json")]
+    assert os.path.exists(tmp_path / "data" / "wordcount" / "coordination" / "wordcount" / "stats")
