@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rstreams import StreamBuilder
+from rstreams import StreamBuilder, TumblingWindow
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine
@@ -248,3 +248,26 @@ def test_rocksdb_stores_report_their_estimates_and_restored_records(
     stores = [s for name, s in doc["stores"].items() if name.startswith("wc-counts")]
     assert sum(s["restored"] for s in stores) == doc["restored_records"] == len(set(WORDS))
     assert sum(s["entries"] for s in stores) == len(set(WORDS))
+
+
+def test_late_records_are_counted(coord: Path) -> None:
+    b = StreamBuilder("late")
+    (
+        b.source("in", queues=1)
+        .selectTimestamp(lambda v: int(v.split()[1]))
+        .keyBy(lambda v: v.split()[0])
+        .window(TumblingWindow(100, grace=0))
+        .count(name="agg", queues=1)
+        .toRStream()
+        .sink("out")
+    )
+    engine = LocalEngine(b.build(), config=EngineConfig())
+    for batch in (["a 10", "a 300"], ["b 20", "c 150", "a 310"]):
+        engine.producer.send_many("in", 0, [(0, None, v.encode(), ()) for v in batch])
+        engine.producer.flush()
+        engine.run_until_idle()
+    # Stream time got to 300 first: [0, 100) and [100, 200) were closed for b and c.
+    doc = StatsPublisher(coord, "w", capture_errors=False).snapshot(
+        tasks_of(engine), engine.broker, processed=0, generation=0
+    )
+    assert doc["late"] == 2
