@@ -173,11 +173,13 @@ def test_half_written_files_and_files_of_dead_processes_are_skipped(coord: Path)
     (d / "worker-b.json").write_text(json.dumps({**alive, "member": "b"})[:25])
     (d / "worker-c.json").write_text(json.dumps({**alive, "member": "c", "pid": _dead_pid()}))
     (d / "worker-d.json").write_text(json.dumps({**alive, "member": "d", "version": 99}))
+    (d / "worker-e.json").write_text(json.dumps({**alive, "member": "e", "pid": 0}))
     assert [w["member"] for w in read_stats(coord).workers] == ["a"]
     # The supervisor deletes the files of workers that died.
     sup = SupervisorStats(coord, job="wc", pipeline="wc.py", workers_wanted=1)
     sup.publish({}, {0: os.getpid()})
-    assert not (d / "worker-c.json").exists() and (d / "worker-a.json").exists()
+    assert not (d / "worker-c.json").exists() and not (d / "worker-e.json").exists()
+    assert (d / "worker-a.json").exists()
 
 
 def test_supervisor_file_restarts_and_final_state(coord: Path) -> None:

@@ -104,6 +104,8 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 
 def pid_alive(pid: int) -> bool:
     """Is process ``pid`` running (on this machine)?"""
+    if pid <= 0:
+        return False  # (0 and negative numbers name process groups to os.kill)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
