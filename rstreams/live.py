@@ -67,12 +67,13 @@ def _table(title: str, *columns: str) -> Table:
     """A table without edges (as many rows as possible fit a terminal), its title on the
     left; the first ``text`` columns hold text, the others numbers (right-aligned)."""
     table = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title,
+        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, title=title,
         title_justify="left", title_style="bold",
     )  # fmt: skip
     for column in columns:
         name, _, align = column.partition(":")
-        table.add_column(name, justify="left" if align == "<" else "right")
+        # (a row per line: a cell too wide for the terminal is cut, not wrapped)
+        table.add_column(name, justify="left" if align == "<" else "right", no_wrap=True)
     return table
 
 
@@ -408,7 +409,7 @@ def _commit_text(commits: dict[str, Any] | None) -> str:
     if not commits or not commits.get("count"):
         return "-"
     avg = float(commits.get("seconds_sum", 0)) / commits["count"]
-    return f"{_ms(avg)} avg, p99 ≤{_ms(_quantile(commits, 0.99))}"
+    return f"{_ms(avg)} (p99 ≤{_ms(_quantile(commits, 0.99))})"
 
 
 def _pct(done: int, total: int) -> str:
@@ -535,8 +536,6 @@ def _step_label(
 ) -> Text:
     label = Text(step.name, style="bold")
     label.append(f" [{step.kind}]", style="dim")
-    if step.topic:
-        label.append(f" topic {step.topic}", style="cyan")
     if step.repeated:
         label.append(" (see above)", style="dim")
         return label
@@ -580,8 +579,9 @@ def _topology(snap: LiveSnapshot, previous: LiveSnapshot | None) -> RenderableTy
 
 def _workers(snap: LiveSnapshot, previous: LiveSnapshot | None) -> Table:
     table = _table(
-        "workers", "worker:<", "pid", "gen", "tasks", "processed", "rate",
-        "commit latency", "late", "skipped", "dead", "restored", "seen",
+        "workers (records processed, late, skipped, dead-lettered, restored from changelogs)",
+        "worker:<", "pid", "gen", "tasks", "records", "rate", "commit avg", "late", "skip",
+        "dead", "restored", "seen",
     )  # fmt: skip
     stats = {str(w.get("member")): w for w in snap.workers}
     for member in sorted(set(stats) | set(snap.members)):

@@ -238,7 +238,7 @@ def test_workers_show_rates_commit_latency_and_counts(two):
     text = text_of(render(snap, before))
     w0 = line_with(text, "w0-1 ").split()
     assert w0[:6] == ["w0-1", str(os.getpid()), "2", "8", "3,000", "1,000/s"]
-    assert "20 ms avg, p99 ≤100 ms" in line_with(text, "w0-1 ")
+    assert "20 ms (p99 ≤100 ms)" in line_with(text, "w0-1 ")
     w1 = line_with(text, "w1-2 ").split()
     assert w1[4:6] == ["6,000", "2,000/s"]
     assert w1[-5:-1] == ["6", "2", "1", "600"]  # late, skipped, dead-lettered, restored
