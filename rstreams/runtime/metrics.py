@@ -34,6 +34,9 @@ HEALTH_MAX_AGE = 10.0
 
 INSTALL_HINT = "pip install 'rstreams[ops]'"
 
+#: Labels of the per-queue gauges (after ``job``).
+_QUEUE_LABELS = ["worker", "task", "topic", "queue"]
+
 
 def require_prometheus_client() -> None:
     """Raise a :class:`~rstreams.errors.ConfigError` saying how to install
@@ -196,9 +199,6 @@ def families(stats: JobStats, job: str) -> list[Metric]:
             commits.add_metric([job, member], buckets, float(c["seconds_sum"]))
     out += [steps_in, steps_out, lag, position, restoring, watermark, entries, size, commits]
     return out
-
-
-_QUEUE_LABELS = ["worker", "task", "topic", "queue"]
 
 
 def _bound(b: Any) -> str:
