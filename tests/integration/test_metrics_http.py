@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rstreams.loader import load_topology
+from rstreams.runtime.engine.stats import coordination_dir, read_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
@@ -69,9 +70,11 @@ def total(metrics: dict[str, list[Any]], name: str, **labels: str) -> float:
     )
 
 
-def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
+def start_run(tmp_path: Path, mb: float) -> tuple[subprocess.Popen[bytes], Path, str]:
+    """``rstreams run --workers 2 --follow --metrics-port 0`` on about ``mb`` MB: the
+    process, its stderr file and the server's base URL, once /healthz says ok."""
     data = tmp_path / "input.txt"
-    write_corpus(data, 6)
+    write_corpus(data, mb)
     log = tmp_path / "stderr.txt"
     cmd = [
         sys.executable, "-m", "rstreams", "run", str(WORDCOUNT), "--input", str(data),
@@ -88,6 +91,23 @@ def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
         )
         base = f"http://127.0.0.1:{found.group(1)}"
         wait_for("a healthy run", lambda: get(f"{base}/healthz") == (200, "ok\n"))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, log, base
+
+
+def stop_run(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=120)
+
+
+def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
+    data = tmp_path / "input.txt"
+    proc, log, base = start_run(tmp_path, 6)
+    try:
         topology = load_topology(str(WORDCOUNT))
         first_steps = [f.name for f in topology.subtopologies[0].factories]
         source = first_steps[0]
@@ -129,9 +149,7 @@ def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
         assert total(after, "rstreams_running") == 1
         assert get(f"{base}/healthz") == (200, "ok\n")
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
+        code = stop_run(proc)
     # --follow ends on SIGTERM like on Ctrl-C: the workers commit, the run reports.
     assert code == 0, log.read_text()[-3000:]
     # The server stopped with the run.
@@ -140,3 +158,31 @@ def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
     assert "done:" in log.read_text()
     assert not [p for p in (tmp_path / "data").rglob("worker-*.json")]
     assert os.path.exists(tmp_path / "data" / "wordcount" / "coordination" / "wordcount" / "stats")
+
+
+def test_a_killed_worker_is_restarted_and_counted(tmp_path: Path) -> None:
+    proc, log, base = start_run(tmp_path, 1)
+    try:
+        stats = read_stats(coordination_dir(tmp_path / "data", "wordcount"))
+        assert stats.supervisor is not None
+        victim = next(w for w in stats.supervisor["workers"] if w["slot"] == 1)
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def restarted() -> dict[str, list[Any]] | None:
+            m = scrape(f"{base}/metrics")
+            return m if total(m, "rstreams_worker_restarts_total", slot="1") == 1 else None
+
+        m = wait_for("the restart of slot 1 in the metrics", restarted)
+        assert total(m, "rstreams_worker_restarts_total", slot="0") == 0
+        # Healthy again once the replacement runs (a new member id, new series).
+        wait_for("a healthy run again", lambda: get(f"{base}/healthz") == (200, "ok\n"))
+
+        def workers() -> set[str]:
+            processed = scrape(f"{base}/metrics").get("rstreams_processed_records_total", [])
+            return {s.labels["worker"] for s in processed}
+
+        # The killed worker's series are gone; its replacement publishes its own.
+        wait_for("the replacement's statistics", lambda: workers() == {"w0-1", "w1-3"})
+    finally:
+        code = stop_run(proc)
+    assert code == 0, log.read_text()[-3000:]
