@@ -35,6 +35,7 @@ True
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -52,11 +53,16 @@ from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.engine.stats import pid_alive, read_stats
 
 __all__ = [
+    "LiveRunView",
     "LiveSnapshot",
     "QueueRow",
+    "RunProgress",
     "StepNode",
+    "SubTopologyNode",
     "list_jobs",
+    "pick_job",
     "plain_line",
+    "progress_text",
     "render",
     "run_top",
     "snapshot",
@@ -65,7 +71,7 @@ __all__ = [
 
 def _table(title: str, *columns: str) -> Table:
     """A table without edges (as many rows as possible fit a terminal), its title on the
-    left; the first ``text`` columns hold text, the others numbers (right-aligned)."""
+    left; ``"name:<"`` is a column of text, ``"name"`` one of numbers (right-aligned)."""
     table = Table(
         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, title=title,
         title_justify="left", title_style="bold",
@@ -79,6 +85,7 @@ def _table(title: str, *columns: str) -> Table:
 
 #: Queue rows shown; the rest are summed in one row (the ones with most lag are shown).
 MAX_QUEUES = 12
+_QUEUE = re.compile(r"(.+)\[(\d+)\]")
 
 
 @attrs.frozen
@@ -109,6 +116,8 @@ class StepNode:
 
 @attrs.frozen
 class SubTopologyNode:
+    """A sub-topology of the tree: the topics it reads and writes, its source steps."""
+
     id: int
     sources: tuple[StepNode, ...]
     source_topics: tuple[str, ...]
@@ -180,11 +189,6 @@ def _alive(pid: Any) -> bool:
     return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
-def _read_stats(coord: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    stats = read_stats(coord)
-    return stats.supervisor, stats.workers
-
-
 def _tree(topology: Any) -> tuple[SubTopologyNode, ...]:
     subs = []
     for sub in topology.subtopologies:
@@ -211,13 +215,13 @@ def load_pipeline(supervisor: dict[str, Any] | None) -> tuple[Any, str | None]:
     or (None, why not). A relative path is looked up from the supervisor's directory too."""
     from rstreams.loader import load_topology
 
-    path = (supervisor or {}).get("pipeline")
+    path, pid = (supervisor or {}).get("pipeline"), (supervisor or {}).get("pid")
     if not path:
         return None, "no topology: the job's supervisor has published no pipeline path"
     candidates = [str(path)]
-    if not os.path.isabs(path) and _alive(supervisor and supervisor.get("pid")):
+    if not os.path.isabs(path) and _alive(pid):
         # (Linux) where the supervisor was started, if not from here
-        candidates.append(os.path.join(f"/proc/{supervisor['pid']}/cwd", path))  # type: ignore[index]
+        candidates.append(os.path.join(f"/proc/{pid}/cwd", path))
     why = ""
     for candidate in candidates:
         if not os.path.isfile(candidate):
@@ -244,7 +248,8 @@ def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None
         raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {root / 'log'})")
     coord = root / "coordination" / job
     taken = time.time()
-    supervisor, workers = _read_stats(coord)
+    stats = read_stats(coord)
+    supervisor, workers = stats.supervisor, stats.workers
     note = None
     if topology is None:
         topology, note = load_pipeline(supervisor)
@@ -264,11 +269,12 @@ def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None
     for w in workers:
         for task in (w.get("tasks") or {}).values():
             for name, q in (task.get("queues") or {}).items():
-                topic, _, rest = str(name).rpartition("[")
-                if topic and rest.rstrip("]").isdigit():
-                    owner_of[(topic, int(rest.rstrip("]")))] = w["member"]
+                match = _QUEUE.fullmatch(str(name))  # "<topic>[<queue>]"
+                if match:
+                    key = (match[1], int(match[2]))
+                    owner_of[key] = w["member"]
                     if isinstance(q.get("position"), int):
-                        position[(topic, int(rest.rstrip("]")))] = q["position"]
+                        position[key] = q["position"]
     broker = open_broker(root)
     try:
         offsets = broker.group_offsets(job)
@@ -400,16 +406,19 @@ def _quantile(commits: dict[str, Any], q: float) -> float | None:
 def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    if seconds == float("inf"):
-        return "slow"
     return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
 def _commit_text(commits: dict[str, Any] | None) -> str:
+    """Mean commit time and the 99th percentile's bucket: ``20 ms (p99 ≤100 ms)``."""
     if not commits or not commits.get("count"):
         return "-"
     avg = float(commits.get("seconds_sum", 0)) / commits["count"]
-    return f"{_ms(avg)} (p99 ≤{_ms(_quantile(commits, 0.99))})"
+    p99 = _quantile(commits, 0.99)
+    if p99 == float("inf"):  # beyond the last bucket: say which
+        finite = [float(b) for b, _ in commits.get("buckets") or [] if b != "+Inf"]
+        return f"{_ms(avg)} (p99 >{_ms(max(finite, default=0.0))})"
+    return f"{_ms(avg)} (p99 ≤{_ms(p99)})"
 
 
 def _pct(done: int, total: int) -> str:
@@ -727,7 +736,8 @@ class LiveWatcher:
 
     def take(self) -> tuple[LiveSnapshot, LiveSnapshot | None]:
         if self._topology is None:
-            supervisor, _ = _read_stats(Path(self.data_dir) / self.job / "coordination" / self.job)
+            coord = Path(self.data_dir) / self.job / "coordination" / self.job
+            supervisor = read_stats(coord).supervisor
             if supervisor is not None:  # (until it publishes, the path is not known)
                 topology, self._note = load_pipeline(supervisor)
                 self._topology = topology if topology is not None else False

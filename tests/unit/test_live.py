@@ -407,3 +407,13 @@ def test_run_progress_elsewhere_prints_a_line_now_and_then_and_nothing_with_q():
     assert progress_text(Progress(0, 0, 0, None, 1.0, detail="stage 3 (count): 1/8 tasks")) == (
         "stage 3 (count): 1/8 tasks"
     )
+
+
+def test_commits_slower_than_the_last_bucket(job):
+    slow = {"count": 2, "seconds_sum": 30.0, "buckets": [[5.0, 0], [10.0, 1], ["+Inf", 2]]}
+    now = time.time()
+    job.publish(now, 1)
+    doc = job.worker("w0-1", now, 1, commits=slow)
+    (job.stats / "worker-w0-1.json").write_text(json.dumps(doc))
+    text = text_of(render(snapshot(job.data, JOB, topology=False), None))
+    assert "15,000 ms (p99 >10,000 ms)" in line_with(text, "w0-1 ")
