@@ -159,6 +159,30 @@ class MemoryStore(KeyValueStore):
     def delete(self, key: bytes) -> None:
         self._data.pop(key, None)
 
+    def write_batch(
+        self, items: Sequence[tuple[bytes, bytes | None]], offset: int | None = None
+    ) -> None:
+        if items:
+            keys, values = zip(*items)
+            self.write_columns(keys, values, offset)
+        elif offset is not None:
+            self._offset = offset
+
+    def write_columns(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], offset: int | None = None
+    ) -> None:
+        data = self._data
+        if None in values:
+            for k, v in zip(keys, values):
+                if v is None:
+                    data.pop(k, None)
+                else:
+                    data[k] = v
+        else:
+            data.update(zip(keys, values))  # type: ignore[arg-type]  # no None in values
+        if offset is not None:
+            self._offset = offset
+
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         for k in sorted(self._data):
             yield k, self._data[k]
