@@ -6,7 +6,9 @@ A task does three things, each with its own part:
   processors read and write the task's stores, each a stack of layers
   (:mod:`rstreams.state.metered`: metered, caching, change-logging, RocksDB or memory);
 * **restore** (:mod:`rstreams.runtime.engine.restorer`), before any processor exists;
-* **commit** (:func:`commit_tasks`, here), whose exactly-once record is a typed
+* **commit** (:mod:`rstreams.runtime.engine.commit`, a committer per task, and
+  :func:`commit_tasks` here, which commits the tasks of a process together), whose
+  exactly-once record is a typed
   :class:`~rstreams.runtime.engine.transaction.Transaction`.
 
 Commit protocol
@@ -60,6 +62,7 @@ from pathlib import Path
 
 from rstreams.errors import RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
+from rstreams.runtime.engine.commit import Commit, Committer
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
@@ -71,14 +74,7 @@ from rstreams.runtime.engine.restorer import (
     discard_damaged_store,
 )
 from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.transaction import (
-    TXN_HEADER,
-    Append,
-    Transaction,
-    TransactionFormatError,
-    TransactionLog,
-    TxnColumns,
-)
+from rstreams.runtime.engine.transaction import TXN_HEADER
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
@@ -87,13 +83,11 @@ from rstreams.runtime.engine.watermarks import (
     encode_control,
     producers_of,
 )
-from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
-from rstreams.state.changelogging import ChangelogLog
 from rstreams.state.metered import MeteredStore, store_stack
-from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError
+from rstreams.state.stores import KeyValueStore, MemoryStore, StoreDamagedError
 
 __all__ = [
     "REBUILD_ADVICE",
@@ -110,17 +104,6 @@ Fetch = Callable[[str, int, int, int], RecordColumns]
 
 #: How often (wall ms) a task tells its consumers an unchanged watermark again.
 RESEND_WATERMARK_MS = 10_000
-
-
-class _Commit:
-    """A commit between its phases (see :func:`commit_tasks`)."""
-
-    __slots__ = ("at", "txn", "written")
-
-    def __init__(self, txn: Transaction | None, at: int, written: list[tuple[str, int]]) -> None:
-        self.txn = txn
-        self.at = at  # offset of the transaction record
-        self.written = written
 
 
 def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int]]:
@@ -206,11 +189,11 @@ class Task:
         self.exactly_once = config.guarantee == "exactly-once"
         if self.exactly_once and txn_queue is None:
             raise RStreamsError(f"task {self.id}: exactly-once needs a transaction queue")
-        self.txn_topic = transactions_topic(topology.job_id)
         self.txn_queue = txn_queue
-        self.txn_seq = 0
-        self.committed: dict[str, int] = {}
-        self._commits = 0
+        self.committer = Committer(
+            self.id, queue, group, broker, producer, transactions_topic(topology.job_id),
+            txn_queue if self.exactly_once else None,
+        )  # fmt: skip
         self.fetch: Fetch = fetch or broker.read_columns
         #: Set when processing raised: nothing of this task is committed after that, so
         #: the failed record (and everything after it) is read again on restart.
@@ -218,9 +201,6 @@ class Task:
         self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
         #: The task's stores, each the top of its stack of layers.
         self.stores: dict[str, MeteredStore] = {}
-        # Where the stores' changelog records go: the broker, or (exactly-once) the
-        # transaction being built.
-        self._changelog_log: ChangelogLog = TransactionLog(broker) if self.exactly_once else broker
         discarded: set[str] = set()
         while True:
             try:
@@ -236,7 +216,7 @@ class Task:
                 self._close_stores()
                 raise
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
-        self.committed = dict(self.positions)
+        self.committer.committed = dict(self.positions)
 
     def _build(
         self, topology: Topology, sub: SubTopology, producer: Producer, clock: Callable[[], int]
@@ -251,14 +231,15 @@ class Task:
                 topology.stores[name].serde,
                 self.changelogs[name],
                 self.queue,
-                self._changelog_log,
+                self.committer.log,
                 max_entries=self.config.cache_entries,
             )
         #: What this task had sent up to its last commit (exactly-once: kept in its
         #: transactions), so that a new owner goes on from there.
         self._restored_times = (NO_TIME, NO_TIME)
         if self.exactly_once:
-            self._recover()  # its changelog records, if any, are restored next
+            # Its changelog records, if any, are restored next.
+            self._restored_times = self.committer.recover() or self._restored_times
         started = time.monotonic()
         restorer = Restorer(self.id, self.queue, self.broker, self.on_restore)
         self.restored = restorer.restore(self.stores, self.changelogs)
@@ -492,6 +473,11 @@ class Task:
     # -- commit --------------------------------------------------------------------------
 
     @property
+    def committed(self) -> dict[str, int]:
+        """The input offsets committed last."""
+        return self.committer.committed
+
+    @property
     def uncommitted(self) -> bool:
         """Input was processed since the last commit."""
         return self.positions != self.committed
@@ -500,144 +486,32 @@ class Task:
         """Commit what was done since the last commit; returns the queues written to."""
         return commit_tasks([self], self.broker)
 
-    def _commit_begin(self) -> _Commit | None:
-        """First phase of a commit: flush processors and stores; at-least-once, write
-        everything; exactly-once, append the transaction (not yet durable)."""
+    def _commit_begin(self) -> Commit | None:
+        """First phase of a commit: flush processors, then the committer's first phase
+        (see :class:`~rstreams.runtime.engine.commit.Committer`)."""
         if self.failed:
             return None
         maybe_crash("commit-start")
         for p in self.processors:
             p.flush()  # coalesced updates go out now
         self._send_watermark()  # after them, in the same transaction
-        ts = self.clock()
-        changed = []  # the stores with changes to log and write
-        for store in self.stores.values():
-            try:
-                if store.flush(ts):
-                    changed.append(store)
-            except SerdeError:
-                self.failed = True
-                raise
-        if not self.exactly_once:
-            written = self.producer.flush()
-            for store in changed:
-                self._store_io(store.send, store.write)
-            return _Commit(None, 0, written)
-        outputs: list[tuple[tuple[str, int], TxnColumns]] = list(self.producer.take().items())
-        for store in changed:
-            store.send()  # into the transaction log, in store order
-        assert isinstance(self._changelog_log, TransactionLog)
-        outputs += self._changelog_log.take()
-        offsets = dict(self.positions)
-        if not outputs and offsets == self.committed:
-            return None
-        self.txn_seq += 1
-        # Each append is encoded once, as the frame payload it becomes, marker included:
-        # applying the transaction (now or on recovery) writes those bytes as they are.
-        marker = (TXN_HEADER, f"{self.id}:{self.txn_seq}".encode())
-        appends = []
-        for (topic, q), (timestamps, keys, values, headers) in outputs:
-            headers = list(headers)
-            headers[0] = (*headers[0], marker)
-            encoded = encode_column_batch(timestamps, keys, values, headers)
-            assert encoded is not None
-            appends.append(Append(topic, q, self.broker.end_offset(topic, q), *encoded))
-        # Where this task's time got: a new owner's watermark goes on from there.
-        times = (self.ctx.out_time, self._high)
-        txn = Transaction(self.id, self.txn_seq, offsets, tuple(appends), times)
-        assert self.txn_queue is not None
-        at = self.broker.append(self.txn_topic, self.txn_queue, [(ts, None, txn.encode(), ())])
-        return _Commit(txn, at, txn.written)
-
-    def _commit_apply(self, c: _Commit) -> None:
-        """Second phase, once the transaction is durable (the commit point): write its
-        outputs (made durable before the third phase)."""
-        if c.txn is not None:
-            maybe_crash("txn-written")
-            self._append_outputs(c.txn, redo=False)
-
-    def _commit_end(self, c: _Commit) -> None:
-        """Third phase, once the outputs are durable: commit the offsets, write the stores."""
-        if c.txn is None:
-            self._commit_offsets(self.positions)
-            return
-        self._commit_offsets(c.txn.offsets)
-        self._commits += 1
-        if self._commits % 100 == 0:  # only the last transaction is ever read again
-            assert self.txn_queue is not None
-            self.broker.purge(self.txn_topic, self.txn_queue, c.at)
-        for store in self.stores.values():
-            self._store_io(store.write)
-
-    def _store_io(self, *steps: Callable[[], None]) -> None:
         try:
-            for step in steps:
-                step()
-        except StateStoreError:
+            return self.committer.begin(
+                self.clock(), self.stores.values(), self.positions, (self.ctx.out_time, self._high)
+            )
+        except (SerdeError, StateStoreError):
             self.failed = True  # nothing more of this task is committed
             raise
 
-    def _apply(self, txn: Transaction, redo: bool) -> None:
-        self._append_outputs(txn, redo)
-        self.broker.flush()
-        self._commit_offsets(txn.offsets)
+    def _commit_apply(self, c: Commit) -> None:
+        self.committer.apply(c)
 
-    def _append_outputs(self, txn: Transaction, redo: bool) -> None:
-        marker = txn.marker
-        for topic, q, hint, payload, count, max_ts in txn.appends:
-            if redo and (end := self.broker.end_offset(topic, q)) < hint:
-                # The queue held ``hint`` records when the transaction was written:
-                # some are gone, and appending again would not bring them back.
-                raise LostStateError(
-                    f"task {self.id}: {topic}[{q}] ends at offset {end}, below offset "
-                    f"{hint} where its last transaction "
-                    f"({self.txn_topic}[{self.txn_queue}], seq {txn.seq}) appended: "
-                    f"records {topic}[{q}]@{end}..{hint - 1} are gone (the log was cut or "
-                    f"lost its tail); {REBUILD_ADVICE}",
-                    topic=topic, queue=q, offset=end,
-                )  # fmt: skip
-            if redo and self._has_marker(topic, q, hint, marker):
-                continue
-            self.broker.append_encoded(topic, q, payload, count, max_ts)
-            maybe_crash("txn-applying")
-
-    def _has_marker(self, topic: str, q: int, hint: int, marker: tuple[str, bytes]) -> bool:
-        pos = max(hint, self.broker.start_offset(topic, q))
-        while True:
-            records = self.broker.read(topic, q, pos, 10_000)
-            if not records:
-                return False
-            for r in records:
-                if marker in r.headers:
-                    return True
-            pos = records[-1].offset + 1
-
-    def _commit_offsets(self, offsets: dict[str, int]) -> None:
-        for topic, pos in offsets.items():
-            if self.committed.get(topic) != pos:  # idle queues cost nothing
-                self.broker.commit(self.group, topic, self.queue, pos)
-        self.committed = dict(offsets)
-
-    def _recover(self) -> None:
-        """Finish the last transaction if the previous owner died while applying it."""
-        assert self.txn_queue is not None
-        end = self.broker.end_offset(self.txn_topic, self.txn_queue)
-        if end <= self.broker.start_offset(self.txn_topic, self.txn_queue):
-            return
-        (last,) = self.broker.read(self.txn_topic, self.txn_queue, end - 1, 1)
+    def _commit_end(self, c: Commit) -> None:
         try:
-            txn = Transaction.decode(last.value or b"")
-        except TransactionFormatError as e:
-            raise SerdeError(
-                f"task {self.id}: unreadable transaction record at "
-                f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
-            ) from None
-        self.txn_seq = txn.seq
-        self._restored_times = txn.times
-        committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn.offsets}
-        if committed != txn.offsets:
-            self._apply(txn, redo=True)
-        self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
+            self.committer.end(c, self.stores.values(), self.positions)
+        except StateStoreError:
+            self.failed = True
+            raise
 
     def close(self) -> None:
         try:

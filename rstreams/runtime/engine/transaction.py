@@ -35,6 +35,11 @@ TXN_HEADER = "rs.txn"
 TxnColumns = tuple[Sequence[int], Sequence[bytes | None], Sequence[bytes | None], Sequence[Any]]
 
 
+def txn_marker(task: str, seq: int) -> tuple[str, bytes]:
+    """The header that marks the frames of transaction ``seq`` of task ``task``."""
+    return (TXN_HEADER, f"{task}:{seq}".encode())
+
+
 class TransactionFormatError(ValueError):
     """Bytes that are not a transaction record (damaged, or not written by one)."""
 
@@ -67,7 +72,7 @@ class Transaction:
     @property
     def marker(self) -> tuple[str, bytes]:
         """The header that marks the frames of this transaction."""
-        return (TXN_HEADER, f"{self.task}:{self.seq}".encode())
+        return txn_marker(self.task, self.seq)
 
     @property
     def written(self) -> list[tuple[str, int]]:

@@ -1,0 +1,201 @@
+"""The commit protocol of one task (see the task module for the whole of it).
+
+A :class:`Committer` takes what a task did since its last commit: the records its
+producer holds, the changes its store stacks flush, its input positions. At-least-once,
+it writes them at once. Exactly-once, it builds one
+:class:`~rstreams.runtime.engine.transaction.Transaction` of them, appends it (the
+commit point, once the broker syncs it), then applies it: the outputs, the offsets, and
+last the stores. :meth:`Committer.recover` finishes a transaction a previous owner left
+half applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rstreams.errors import SerdeError
+from rstreams.runtime.engine.faults import maybe_crash
+from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.restorer import REBUILD_ADVICE
+from rstreams.runtime.engine.transaction import (
+    Append,
+    Transaction,
+    TransactionFormatError,
+    TransactionLog,
+    TxnColumns,
+    txn_marker,
+)
+from rstreams.runtime.queues._logformat import encode_column_batch
+from rstreams.runtime.queues.broker import Broker
+from rstreams.state.changelogging import ChangelogLog
+from rstreams.state.metered import MeteredStore
+from rstreams.state.stores import LostStateError
+
+#: Transactions between two purges of a task's transaction queue (only the last one is
+#: ever read again).
+PURGE_EVERY = 100
+
+
+class Commit:
+    """A commit between its phases (see ``commit_tasks``)."""
+
+    __slots__ = ("at", "txn", "written")
+
+    def __init__(self, txn: Transaction | None, at: int, written: list[tuple[str, int]]) -> None:
+        self.txn = txn
+        self.at = at  # offset of the transaction record
+        self.written = written
+
+
+class Committer:
+    """Commits for task ``task_id`` (queue ``queue``, consumer group ``group``);
+    exactly-once when it has a transaction queue ``txn_topic[txn_queue]``."""
+
+    def __init__(
+        self,
+        task_id: str,
+        queue: int,
+        group: str,
+        broker: Broker,
+        producer: Producer,
+        txn_topic: str,
+        txn_queue: int | None,
+    ) -> None:
+        self.task_id = task_id
+        self.queue = queue
+        self.group = group
+        self.broker = broker
+        self.producer = producer
+        self.txn_topic = txn_topic
+        self.txn_queue = txn_queue
+        self.exactly_once = txn_queue is not None
+        #: Where the stores' changelog records go: the broker, or (exactly-once) the
+        #: transaction being built.
+        self.log: ChangelogLog = TransactionLog(broker) if self.exactly_once else broker
+        #: The input offsets committed last.
+        self.committed: dict[str, int] = {}
+        self.seq = 0  # of the last transaction
+        self._commits = 0
+
+    def begin(
+        self,
+        timestamp: int,
+        stores: Iterable[MeteredStore],
+        positions: dict[str, int],
+        times: tuple[int, int],
+    ) -> Commit | None:
+        """First phase: flush the stores (their changelog records get ``timestamp``);
+        at-least-once, write everything; exactly-once, append the transaction (not yet
+        durable). None when there is nothing to commit. ``times`` is where the task's
+        time got (a new owner's watermark goes on from there)."""
+        changed = [store for store in stores if store.flush(timestamp)]
+        if not self.exactly_once:
+            written = self.producer.flush()
+            for store in changed:
+                store.send()
+                store.write()
+            return Commit(None, 0, written)
+        outputs: list[tuple[tuple[str, int], TxnColumns]] = list(self.producer.take().items())
+        for store in changed:
+            store.send()  # into the transaction log, in store order
+        assert isinstance(self.log, TransactionLog)
+        outputs += self.log.take()
+        offsets = dict(positions)
+        if not outputs and offsets == self.committed:
+            return None
+        self.seq += 1
+        # Each append is encoded once, as the frame payload it becomes, marker included:
+        # applying the transaction (now or on recovery) writes those bytes as they are.
+        marker = txn_marker(self.task_id, self.seq)
+        appends = []
+        for (topic, q), (timestamps, keys, values, headers) in outputs:
+            headers = list(headers)
+            headers[0] = (*headers[0], marker)
+            encoded = encode_column_batch(timestamps, keys, values, headers)
+            assert encoded is not None
+            appends.append(Append(topic, q, self.broker.end_offset(topic, q), *encoded))
+        txn = Transaction(self.task_id, self.seq, offsets, tuple(appends), times)
+        assert self.txn_queue is not None
+        record = [(timestamp, None, txn.encode(), ())]
+        at = self.broker.append(self.txn_topic, self.txn_queue, record)
+        return Commit(txn, at, txn.written)
+
+    def apply(self, c: Commit) -> None:
+        """Second phase, once the transaction is durable (the commit point): write its
+        outputs (made durable before the third phase)."""
+        if c.txn is not None:
+            maybe_crash("txn-written")
+            self._append_outputs(c.txn, redo=False)
+
+    def end(self, c: Commit, stores: Iterable[MeteredStore], positions: dict[str, int]) -> None:
+        """Third phase, once the outputs are durable: commit the offsets, write the stores."""
+        if c.txn is None:
+            self._commit_offsets(positions)
+            return
+        self._commit_offsets(c.txn.offsets)
+        self._commits += 1
+        if self._commits % PURGE_EVERY == 0:
+            assert self.txn_queue is not None
+            self.broker.purge(self.txn_topic, self.txn_queue, c.at)
+        for store in stores:
+            store.write()
+
+    def recover(self) -> tuple[int, int] | None:
+        """Finish the last transaction if the previous owner died while applying it;
+        returns where the task's time had got then (None: no transaction yet)."""
+        assert self.txn_queue is not None
+        end = self.broker.end_offset(self.txn_topic, self.txn_queue)
+        if end <= self.broker.start_offset(self.txn_topic, self.txn_queue):
+            return None
+        (last,) = self.broker.read(self.txn_topic, self.txn_queue, end - 1, 1)
+        try:
+            txn = Transaction.decode(last.value or b"")
+        except TransactionFormatError as e:
+            raise SerdeError(
+                f"task {self.task_id}: unreadable transaction record at "
+                f"{self.txn_topic}[{self.txn_queue}]@{last.offset}: {e}"
+            ) from None
+        self.seq = txn.seq
+        committed = {t: self.broker.committed(self.group, t, self.queue) for t in txn.offsets}
+        if committed != txn.offsets:
+            self._append_outputs(txn, redo=True)
+            self.broker.flush()
+            self._commit_offsets(txn.offsets)
+        self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
+        return txn.times
+
+    def _append_outputs(self, txn: Transaction, redo: bool) -> None:
+        marker = txn.marker
+        for topic, q, hint, payload, count, max_ts in txn.appends:
+            if redo and (end := self.broker.end_offset(topic, q)) < hint:
+                # The queue held ``hint`` records when the transaction was written:
+                # some are gone, and appending again would not bring them back.
+                raise LostStateError(
+                    f"task {self.task_id}: {topic}[{q}] ends at offset {end}, below offset "
+                    f"{hint} where its last transaction "
+                    f"({self.txn_topic}[{self.txn_queue}], seq {txn.seq}) appended: "
+                    f"records {topic}[{q}]@{end}..{hint - 1} are gone (the log was cut or "
+                    f"lost its tail); {REBUILD_ADVICE}",
+                    topic=topic, queue=q, offset=end,
+                )  # fmt: skip
+            if redo and self._has_marker(topic, q, hint, marker):
+                continue
+            self.broker.append_encoded(topic, q, payload, count, max_ts)
+            maybe_crash("txn-applying")
+
+    def _has_marker(self, topic: str, q: int, hint: int, marker: tuple[str, bytes]) -> bool:
+        pos = max(hint, self.broker.start_offset(topic, q))
+        while True:
+            records = self.broker.read(topic, q, pos, 10_000)
+            if not records:
+                return False
+            for r in records:
+                if marker in r.headers:
+                    return True
+            pos = records[-1].offset + 1
+
+    def _commit_offsets(self, offsets: dict[str, int]) -> None:
+        for topic, pos in offsets.items():
+            if self.committed.get(topic) != pos:  # idle queues cost nothing
+                self.broker.commit(self.group, topic, self.queue, pos)
+        self.committed = dict(offsets)
