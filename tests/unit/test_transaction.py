@@ -1,4 +1,5 @@
-"""The exactly-once transaction record: its bytes, what it refuses, and its builder."""
+"""The exactly-once transaction record (its bytes, what it refuses), the log that
+collects changelog records for it, and the committer that writes and redoes it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rstreams.runtime.engine.commit import Committer
+from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.transaction import (
     TXN_HEADER,
     Append,
@@ -17,6 +20,10 @@ from rstreams.runtime.engine.transaction import (
 from rstreams.runtime.engine.watermarks import NO_TIME
 from rstreams.runtime.queues import MemoryBroker
 from rstreams.runtime.queues._logformat import encode_column_batch
+from rstreams.serde import get_serde
+from rstreams.state import MemoryStore, store_stack
+
+MSGPACK = get_serde("msgpack")
 
 
 def frame(*values: bytes) -> tuple[bytes, int, int]:
@@ -125,3 +132,46 @@ def test_the_transaction_log_collects_changelog_records_in_order() -> None:
         (("c", 0), ([5, 5], [b"b", b"c"], [None, b"3"], [(), ()])),
     ]
     assert log.take() == []
+
+
+# -- the committer --------------------------------------------------------------------------
+
+
+def eos_setup() -> tuple[MemoryBroker, Producer, Committer]:
+    broker = MemoryBroker()
+    for topic in ("in", "out", "c-changelog", "t-transactions"):
+        broker.create_topic(topic, 1)
+    producer = Producer(broker)
+    return broker, producer, Committer("0_0", 0, "g", broker, producer, "t-transactions", 0)
+
+
+def test_a_transaction_cut_short_is_finished_once_by_the_next_owner() -> None:
+    broker, producer, committer = eos_setup()
+    store = store_stack(MemoryStore("c"), MSGPACK, MSGPACK, "c-changelog", 0, committer.log)
+    store.put("a", 1)
+    producer.send("out", 0, b"k", b"v1", 1, ())
+    producer.send("out", 0, b"k", b"v2", 2, ())
+    c = committer.begin(5, [store], {"in": 3}, (1, 2))
+    assert c is not None and c.txn is not None
+    assert c.written == [("out", 0), ("c-changelog", 0)]
+    assert broker.end_offset("out", 0) == 0  # nothing is visible before the commit point
+    broker.flush()  # the commit point
+    first = c.txn.appends[0]  # the owner dies after appending the outputs only
+    broker.append_encoded(first.topic, first.queue, first.payload, first.records, first.max_ts)
+
+    again = Committer("0_0", 0, "g", broker, Producer(broker), "t-transactions", 0)
+    assert again.recover() == (1, 2)
+    assert [r.value for r in broker.read("out", 0, 0)] == [b"v1", b"v2"]  # not twice
+    (logged,) = broker.read("c-changelog", 0, 0)
+    assert MSGPACK.deserialize(logged.value or b"") == 1
+    assert broker.committed("g", "in", 0) == 3 and again.seq == 1
+    # A transaction fully applied is left as it is.
+    assert Committer("0_0", 0, "g", broker, producer, "t-transactions", 0).recover() == (1, 2)
+    assert broker.end_offset("out", 0) == 2 and broker.end_offset("c-changelog", 0) == 1
+
+
+def test_nothing_to_commit_writes_no_transaction() -> None:
+    broker, _, committer = eos_setup()
+    store = store_stack(MemoryStore("c"), MSGPACK, MSGPACK, "c-changelog", 0, committer.log)
+    assert committer.begin(0, [store], {}, (NO_TIME, NO_TIME)) is None
+    assert broker.end_offset("t-transactions", 0) == 0
