@@ -107,6 +107,7 @@ class Restorer:
                     break
                 self._check(records, store.value_serde, topic)
                 pos = records.last_offset + 1
+                # _check refused records without a key: the keys are bytes.
                 store.restore(records.keys, records.values, pos)  # type: ignore[arg-type]
                 n += len(records)
                 if self.on_restore is not None and time.monotonic() >= next_report:
