@@ -41,3 +41,12 @@ def corpus_text() -> str:
 def corpus_lines(corpus_text: str) -> list[str]:
     """The corpus split into lines: one record per line, as `rstreams run --input` reads it."""
     return corpus_text.splitlines()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under pytest-xdist (--dist loadgroup) every Spark test runs in one worker process,
+    # so a run starts one SparkSession, not one per worker.
+    spark_dir = Path(__file__).parent / "spark"
+    for item in items:
+        if spark_dir in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))
