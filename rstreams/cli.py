@@ -19,6 +19,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rstreams import __version__
+from rstreams.config import (
+    BACKENDS,
+    DEFAULT_DATA_DIR,
+    GUARANTEES,
+    ON_ERROR,
+    STATE_BACKENDS,
+    RunConfig,
+)
 from rstreams.errors import (
     ConfigError,
     PipelineFileError,
@@ -30,6 +38,8 @@ from rstreams.errors import (
 from rstreams.loader import load_topology
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PIPELINE = 0, 1, 2, 3
+#: The run options' defaults, which the parser shows and passes on: RunConfig's own.
+DEFAULTS = RunConfig()
 
 if TYPE_CHECKING:
     from rstreams.runtime.metrics import MetricsServer
@@ -127,21 +137,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "--backend spark, --in-memory or -q"
             )
         progress = LiveRunView(args.data_dir, topology.job_id, topology)
-    durable: dict[str, Any] = {}
+    config = RunConfig(
+        on_error=args.on_error,
+        allow_topology_change=args.allow_topology_change,
+        metrics_port=args.metrics_port,
+        live=args.live,
+    )
+    spark_options: dict[str, Any] = {}
     if on_spark:
-        durable = _spark_options(args, topology.job_id, sinks)
+        spark_options = _spark_options(args, topology.job_id, sinks)
     elif not args.in_memory:
-        durable = {
-            "workers": args.workers or os.cpu_count() or 1,
-            "data_dir": args.data_dir,
-            "pipeline": args.pipeline,
-            "fresh": args.fresh,
-            "follow": args.follow,
-            "guarantee": args.guarantee,
-            "state": args.state,
-            "max_restarts": args.max_restarts,
-            "allow_topology_change": args.allow_topology_change,
-            "worker_args": [
+        config = config.replace(
+            workers=args.workers,  # (None: one per core)
+            data_dir=args.data_dir,
+            pipeline=args.pipeline,
+            fresh=args.fresh,
+            follow=args.follow,
+            guarantee=args.guarantee,
+            state=args.state,
+            max_restarts=args.max_restarts,
+            worker_args=[
                 "--allocation", args.allocation,
                 "--rebalance-interval", str(args.rebalance_interval),
                 *(
@@ -150,14 +165,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                     else []
                 ),
             ],
-        }  # fmt: skip
+        )  # fmt: skip
     elif args.fresh or args.follow or args.idle_timeout is not None:
         raise ConfigError(
             "--fresh, --follow and --idle-timeout need the durable runtime; drop --in-memory"
         )
-    metrics = _metrics_server(args, topology.job_id, durable)
+    metrics = _metrics_server(args, topology.job_id, config)
     try:
-        result = run(topology, inputs, on_error=args.on_error, progress=progress, **durable)
+        result = run(topology, inputs, config, progress=progress, **spark_options)
     finally:
         progress.done()
         if metrics is not None:
@@ -184,24 +199,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _metrics_server(
-    args: argparse.Namespace, job_id: str, durable: dict[str, Any]
+    args: argparse.Namespace, job_id: str, config: RunConfig
 ) -> MetricsServer | None:
     """With --metrics-port: the Prometheus endpoint of the run's statistics, serving."""
-    if args.metrics_port is None:
+    if config.metrics_port is None:
         return None
     if args.backend == "spark" or args.in_memory:
         raise ConfigError(
             "--metrics-port serves the statistics of the embedded runtime's workers; "
             "drop --in-memory and --backend spark"
         )
-    if not 0 <= args.metrics_port <= 65535:
-        raise ConfigError(
-            f"--metrics-port must be 0..65535 (0: any free port); got {args.metrics_port}"
-        )
     from rstreams.runtime.engine.stats import coordination_dir
     from rstreams.runtime.metrics import MetricsServer
 
-    server = MetricsServer(coordination_dir(durable["data_dir"], job_id), args.metrics_port)
+    server = MetricsServer(coordination_dir(args.data_dir, job_id), config.metrics_port)
     # Printed even with -q: with port 0 it is the only way to learn the port.
     print(f"rstreams: metrics on {server.url} (health: /healthz)", file=sys.stderr)
     return server
@@ -301,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the final table of the only sink topic as JSON lines "
         '{"key": ..., "value": ...} (- for stdout)',
     )
-    run.add_argument("--backend", choices=("embedded", "spark"), default="embedded")
+    run.add_argument("--backend", choices=BACKENDS, default=DEFAULTS.backend)
     run.add_argument(
         "--workers",
         type=int,
@@ -337,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--data-dir",
         metavar="DIR",
-        default=".rstreams",
+        default=DEFAULT_DATA_DIR,
         help="log, offsets and state of the embedded runtime; a job lives in DIR/<job-id> "
         "and a run resumes what an earlier one left (default ./.rstreams)",
     )
@@ -353,15 +364,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--guarantee",
-        choices=("exactly-once", "at-least-once"),
-        default="exactly-once",
-        help="processing guarantee of the embedded runtime (default: exactly-once)",
+        choices=GUARANTEES,
+        default=DEFAULTS.guarantee,
+        help="processing guarantee of the embedded runtime (default: %(default)s)",
     )
     run.add_argument(
         "--state",
-        choices=("rocksdb", "memory"),
-        default="rocksdb",
-        help="state stores of the embedded runtime (default: rocksdb)",
+        choices=STATE_BACKENDS,
+        default=DEFAULTS.state,
+        help="state stores of the embedded runtime (default: %(default)s)",
     )
     run.add_argument(
         "--allocation",
@@ -402,9 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--on-error",
-        choices=("fail", "skip", "dead-letter"),
-        default="fail",
-        help="what to do with a record a user function throws on (default: fail)",
+        choices=ON_ERROR,
+        default=DEFAULTS.on_error,
+        help="what to do with a record a user function throws on (default: %(default)s)",
     )
     run.add_argument(
         "--top", type=int, default=20, metavar="N", help="rows to print without --output"
@@ -412,11 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-restarts",
         type=int,
-        default=5,
+        default=DEFAULTS.max_restarts,
         metavar="N",
         help="durable runtime: restart a worker that dies (killed, or an unexpected error) "
         "with a backoff, and give up after N restarts in a row without progress (no "
-        "commit); 0: never restart (default 5)",
+        "commit); 0: never restart (default %(default)s)",
     )
     run.add_argument(
         "--metrics-port",

@@ -24,6 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
+from rstreams.config import DEFAULT_DATA_DIR, RunConfig
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
@@ -42,9 +45,6 @@ from rstreams.runtime.results import write_table as write_table
 
 __all__ = ["Progress", "RunResult", "run"]
 
-BACKENDS = ("embedded", "spark")
-
-
 #: Seconds between commits of an in-process run.
 COMMIT_INTERVAL = 1.0
 
@@ -52,24 +52,11 @@ COMMIT_INTERVAL = 1.0
 def run(
     topology: Topology,
     inputs: dict[str, str],
+    config: RunConfig | None = None,
     *,
-    backend: str = "embedded",
-    on_error: str = "fail",
-    chunk_lines: int = 20_000,
     progress: Callable[[Progress], None] | None = None,
-    workers: int | None = None,
-    data_dir: str | None = None,
-    pipeline: str | None = None,
-    fresh: bool = False,
-    follow: bool = False,
-    guarantee: str = "exactly-once",
-    state: str = "rocksdb",
-    worker_args: list[str] | None = None,
-    max_restarts: int = 5,
-    allow_topology_change: bool = False,
-    master: str | None = None,
     spark: Any = None,
-    **spark_options: Any,
+    **options: Any,
 ) -> RunResult:
     """Run ``topology`` over bounded input and return the final table of every sink.
 
@@ -77,87 +64,51 @@ def run(
         topology: from ``StreamBuilder.build()``.
         inputs: source topic -> path of a text file (one record per line; ``-`` is
             stdin). Every source topic of the topology needs one.
-        backend: ``"embedded"`` or ``"spark"``: the same pipeline on Apache Spark (see
-            :func:`rstreams.runtime.spark.run_spark`; inputs may then also be
-            directories or globs).
-        on_error: ``"fail"``, ``"skip"`` or ``"dead-letter"`` (see EngineConfig).
-        chunk_lines: lines read per source before each run-and-commit round.
+        config: the run's options (:class:`~rstreams.config.RunConfig`); its defaults
+            are the command line's.
         progress: called after every chunk with a :class:`Progress`.
-        workers: worker processes of the durable runtime (default 1).
-        data_dir: directory of the durable runtime's log, offsets and state. Without
-            it (and with one worker) everything runs in this process on memory queues:
-            fastest, but nothing survives the run.
-        pipeline: path of the pipeline file (the durable runtime's worker processes
-            load the topology from it); required with ``data_dir`` or ``workers > 1``.
-        fresh: with ``data_dir``, forget what earlier runs of this job left there.
-        guarantee: durable runtime: ``"exactly-once"`` (default; transactional commits) or
-            ``"at-least-once"`` (faster; a crash may count some input twice).
-        state: durable runtime: ``"rocksdb"`` (default) or ``"memory"`` state stores.
-        max_restarts: durable runtime: restarts of dead workers in a row without progress
-            (no commit) before the run gives up (0: never restart).
-        allow_topology_change: durable runtime: run even when the topology differs from
-            the one the job last ran with in a way that loses or misreads its state
-            (else the run refuses with a TopologyChangeError showing the diff).
-        follow: with ``data_dir``, keep reading lines appended to the input files until
-            interrupted (Ctrl-C or SIGTERM), then return the tables as they are.
-        master: Spark master URL (``local[*]`` by default); Spark only.
-        spark: a SparkSession to run on; Spark only.
-        spark_options: more options of ``run_spark`` (``outputs``, ``streaming``,
-            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``); Spark only.
+        spark: a SparkSession to run on (``backend="spark"`` only).
+        options: options of :class:`~rstreams.config.RunConfig` given as keywords
+            (they override ``config``), e.g. ``workers=2, data_dir="jobs",
+            pipeline="wc.py"``; and, with ``backend="spark"``, more options of
+            :func:`rstreams.runtime.spark.run_spark` (``outputs``, ``streaming``,
+            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``).
+
+    Without ``data_dir`` (and with at most one worker) everything runs in this process
+    on memory queues: fastest, but nothing survives the run. With ``data_dir`` or
+    ``workers > 1`` it runs on the durable runtime: worker processes that load the
+    pipeline from ``pipeline`` (its file), a log on disk, RocksDB state, exactly-once
+    commits (see :class:`~rstreams.config.RunConfig` for every option).
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend == "spark":
+    fields = set(attrs.fields_dict(RunConfig))
+    config = RunConfig.of(config, **{k: v for k, v in options.items() if k in fields})
+    spark_options = {k: v for k, v in options.items() if k not in fields}
+    if config.backend == "spark":
         from rstreams.runtime.spark import run_spark
 
         return run_spark(
-            topology,
-            inputs,
-            master=master,
-            spark=spark,
-            on_error=on_error,
-            progress=progress,
-            **spark_options,
+            topology, inputs, spark=spark, progress=progress, config=config, **spark_options
         )
-    if master is not None or spark is not None or spark_options:
-        extra = sorted(spark_options) + ["master"] * (master is not None)
+    if config.master is not None or spark is not None or spark_options:
+        extra = sorted(spark_options) + ["master"] * (config.master is not None)
         raise UnsupportedOperation(
             f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
         )
     check_inputs(topology, inputs)
     with tuned():
-        return _run_embedded(
-            topology, inputs, on_error=on_error, chunk_lines=chunk_lines, progress=progress,
-            workers=workers, data_dir=data_dir, pipeline=pipeline, fresh=fresh,
-            follow=follow, guarantee=guarantee, state=state, worker_args=worker_args,
-            max_restarts=max_restarts, allow_topology_change=allow_topology_change,
-        )  # fmt: skip
+        return _run_embedded(topology, inputs, config, progress)
 
 
 def _run_embedded(
     topology: Topology,
     inputs: dict[str, str],
-    *,
-    on_error: str,
-    chunk_lines: int,
+    config: RunConfig,
     progress: Callable[[Progress], None] | None,
-    workers: int | None,
-    data_dir: str | None,
-    pipeline: str | None,
-    fresh: bool,
-    follow: bool,
-    guarantee: str,
-    state: str,
-    worker_args: list[str] | None,
-    max_restarts: int = 5,
-    allow_topology_change: bool = False,
 ) -> RunResult:
-    if chunk_lines < 1:
-        raise ConfigError(f"chunk_lines must be >= 1; got {chunk_lines}")
-    if follow and data_dir is None:
+    if config.follow and config.data_dir is None:
         raise ConfigError("follow=True needs the durable runtime: give data_dir")
-    if data_dir is not None or (workers or 1) > 1:
-        if pipeline is None:
+    if config.data_dir is not None or (config.workers or 1) > 1:
+        if config.pipeline is None:
             raise ConfigError(
                 "the durable runtime starts worker processes that load the pipeline from its "
                 "file: pass pipeline='path/to/pipeline.py' (or run without data_dir/workers)"
@@ -165,22 +116,14 @@ def _run_embedded(
         from rstreams.runtime.engine.supervisor import run_durable
 
         return run_durable(
-            pipeline,
+            config.pipeline,
             topology,
             inputs,
-            data_dir=data_dir or ".rstreams",
-            workers=workers or 1,
-            on_error=on_error,
-            fresh=fresh,
+            config.replace(data_dir=config.data_dir or DEFAULT_DATA_DIR),
             progress=progress,
-            follow=follow,
-            guarantee=guarantee,
-            state=state,
-            worker_args=worker_args,
-            max_restarts=max_restarts,
-            allow_topology_change=allow_topology_change,
         )
 
+    on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())
     if any(size is None for _, size in opened.values()):

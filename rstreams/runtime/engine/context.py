@@ -11,6 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rstreams.config import (
+    GUARANTEES,
+    IN_PROCESS_GUARANTEE,
+    IN_PROCESS_STATE,
+    ON_ERROR,
+    STATE_BACKENDS,
+    RunConfig,
+    check_choice,
+    dead_letter_topic,
+)
 from rstreams.errors import ConfigError, ProcessingError, StateStoreError
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END, NO_TIME
@@ -23,8 +33,6 @@ if TYPE_CHECKING:
     from rstreams.runtime.engine.producer import Producer
 
 log = logging.getLogger("rstreams.engine")
-
-ON_ERROR = ("fail", "skip", "dead-letter")
 
 
 @attrs.frozen
@@ -45,7 +53,7 @@ class EngineConfig:
     update is visible.
     """
 
-    on_error: str = attrs.field(default="fail")
+    on_error: str = attrs.field(default=attrs.fields(RunConfig).on_error.default)
     coalesce: bool = False
     combine: bool = True
     batch_size: int = 1000
@@ -59,9 +67,11 @@ class EngineConfig:
     #: agree, so it is part of the engine's configuration, not of a single sink.
     queue_mapper: QueueMapper = attrs.field(factory=ModuloQueueMapper)
     #: ``at-least-once`` or ``exactly-once`` (transactional commits; see the task module).
-    guarantee: str = attrs.field(default="at-least-once")
+    #: In process it defaults to at-least-once on memory stores, which the durable
+    #: runtime replaces with its own (see rstreams.config's IN_PROCESS_GUARANTEE).
+    guarantee: str = attrs.field(default=IN_PROCESS_GUARANTEE)
     #: ``memory`` or ``rocksdb`` (then ``state_dir`` says where the databases live).
-    state: str = attrs.field(default="memory")
+    state: str = attrs.field(default=IN_PROCESS_STATE)
     state_dir: str | None = None
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
     #: Wall-clock ms after which a task whose user source queues gave no record stops
@@ -76,22 +86,18 @@ class EngineConfig:
 
     @guarantee.validator
     def _check_guarantee(self, _attr: Any, value: str) -> None:
-        if value not in ("at-least-once", "exactly-once"):
-            raise ConfigError(f"guarantee must be at-least-once or exactly-once; got {value!r}")
+        check_choice("guarantee", value, GUARANTEES)
 
     @state.validator
     def _check_state(self, _attr: Any, value: str) -> None:
-        if value not in ("memory", "rocksdb"):
-            raise ConfigError(f"state must be memory or rocksdb; got {value!r}")
+        check_choice("state", value, STATE_BACKENDS)
 
     @on_error.validator
     def _check(self, _attr: Any, value: str) -> None:
-        if value not in ON_ERROR:
-            raise ConfigError(f"on_error must be one of {', '.join(ON_ERROR)}; got {value!r}")
+        check_choice("on_error", value, ON_ERROR)
 
 
-def dead_letter_topic(job_id: str) -> str:
-    return f"{job_id}-dead-letter"
+__all__ = ["EngineConfig", "StreamContext", "dead_letter_topic"]
 
 
 class StreamContext:

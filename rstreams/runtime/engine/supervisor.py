@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
@@ -63,7 +64,6 @@ INGEST_HEADER = "rstreams-ingest"
 RESTART_BACKOFF = 0.1
 RESTART_BACKOFF_MAX = 5.0
 #: Restarts in a row without progress (no commit) before a run gives up.
-DEFAULT_MAX_RESTARTS = 5
 
 
 def describe_exit(code: int) -> str:
@@ -159,42 +159,38 @@ class Supervisor:
         pipeline_path: str,
         topology: Topology,
         inputs: dict[str, str],
+        config: RunConfig | None = None,
         *,
-        data_dir: str | os.PathLike[str] = ".rstreams",
-        workers: int = 2,
-        on_error: str = "fail",
-        fresh: bool = False,
-        chunk_lines: int = 20_000,
-        max_restarts: int = DEFAULT_MAX_RESTARTS,
-        worker_args: list[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
-        follow: bool = False,
-        guarantee: str = "exactly-once",
-        state: str = "rocksdb",
         max_ingest_rate: float | None = None,
-        allow_topology_change: bool = False,
+        **options: Any,
     ) -> None:
-        if workers < 1:
-            raise ConfigError(f"--workers must be >= 1; got {workers}")
-        if max_restarts < 0:
-            raise ConfigError(f"--max-restarts must be >= 0; got {max_restarts}")
+        """``config`` (or its options as keywords: ``workers=2, data_dir=...``) says how
+        to run; ``max_ingest_rate`` (lines per second) slows ingest down, for tests."""
+        config = RunConfig.of(config, **options)
+        data_dir = config.data_dir or DEFAULT_DATA_DIR
+        workers = config.workers or default_workers()
+        on_error, guarantee, state = config.on_error, config.guarantee, config.state
         for path in inputs.values():
             if path == "-":
                 raise ConfigError("standard input can only be read with --in-memory")
             if not os.path.isfile(path):
                 raise ConfigError(f"input file {path!r} does not exist or is not a file")
+        self.config = config
         self.pipeline_path = pipeline_path
         self.topology = topology
         self.root = Path(data_dir) / topology.job_id
         # One run per job at a time, from before --fresh deletes anything until close().
         self.lock = JobLock(data_dir, topology.job_id).acquire()
         try:
-            if fresh and self.root.exists():
+            if config.fresh and self.root.exists():
                 shutil.rmtree(self.root)
             refuse_if_repaired(self.root)  # a repair removed records this job consumed
             self.root.mkdir(parents=True, exist_ok=True)
             # Refuse a topology that would orphan or misread this job's state; record it.
-            check_topology(self.root, topology, allow=allow_topology_change, fresh=fresh)
+            check_topology(
+                self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
+            )
             (self.root / "logs").mkdir(exist_ok=True)
             self.broker = open_broker(self.root)
             # Source topics the job creates get several queues, so that work can spread over
@@ -208,11 +204,11 @@ class Supervisor:
             self.queue_counts = create_topics(topology, self.broker, self.engine)
             self.on_error = on_error
             self.n_workers = workers
-            self.chunk_lines = chunk_lines
-            self.max_restarts = max_restarts
-            self.worker_args = ["--guarantee", guarantee, "--state", state, *(worker_args or [])]
+            self.chunk_lines = config.chunk_lines
+            self.max_restarts = config.max_restarts
+            self.worker_args = ["--guarantee", guarantee, "--state", state, *config.worker_args]
             self.progress = progress
-            self.follow = follow
+            self.follow = config.follow
             self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
             self.procs: dict[int, subprocess.Popen[bytes]] = {}
             #: Restarts in a row without progress, and how each of those workers ended.
@@ -531,18 +527,9 @@ def run_durable(
     pipeline_path: str,
     topology: Topology,
     inputs: dict[str, str],
+    config: RunConfig,
     *,
-    data_dir: str | os.PathLike[str],
-    workers: int,
-    on_error: str = "fail",
-    fresh: bool = False,
     progress: Callable[[Any], None] | None = None,
-    worker_args: list[str] | None = None,
-    follow: bool = False,
-    guarantee: str = "exactly-once",
-    state: str = "rocksdb",
-    max_restarts: int = DEFAULT_MAX_RESTARTS,
-    allow_topology_change: bool = False,
 ) -> Any:
     """Run on worker processes over the file log; returns a
     :class:`~rstreams.runtime.results.RunResult`."""
@@ -563,22 +550,7 @@ def run_durable(
                 )
             )
 
-    sup = Supervisor(
-        pipeline_path,
-        topology,
-        inputs,
-        data_dir=data_dir,
-        workers=workers,
-        on_error=on_error,
-        fresh=fresh,
-        progress=report,
-        worker_args=worker_args,
-        follow=follow,
-        guarantee=guarantee,
-        state=state,
-        max_restarts=max_restarts,
-        allow_topology_change=allow_topology_change,
-    )
+    sup = Supervisor(pipeline_path, topology, inputs, config, progress=report)
     try:
         status = sup.run()
         tables = sup.tables()
@@ -589,8 +561,8 @@ def run_durable(
             log.warning(
                 "%d record(s) failed and were %s (on_error=%s); the worker logs name each: %s",
                 skipped,
-                "skipped" if on_error == "skip" else "dead-lettered",
-                on_error,
+                "skipped" if config.on_error == "skip" else "dead-lettered",
+                config.on_error,
                 sup.root / "logs",
             )
     finally:

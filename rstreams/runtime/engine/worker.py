@@ -31,6 +31,7 @@ from typing import Any
 
 import attrs
 
+from rstreams.config import GUARANTEES, ON_ERROR, STATE_BACKENDS, RunConfig
 from rstreams.errors import ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
@@ -583,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pipeline")
     ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
     ap.add_argument("--member", default=None)
-    ap.add_argument("--on-error", default="fail", choices=("fail", "skip", "dead-letter"))
+    defaults = RunConfig()
+    ap.add_argument("--on-error", default=defaults.on_error, choices=ON_ERROR)
     ap.add_argument("--session-timeout", type=float, default=5.0)
     ap.add_argument("--commit-interval", type=float, default=1.0)
     ap.add_argument("--rebalance-interval", type=float, default=20.0)
@@ -594,10 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         default="averagely",
         choices=("averagely", "averagely_by_circle", "consistent_hash"),
     )
-    ap.add_argument(
-        "--guarantee", default="exactly-once", choices=("exactly-once", "at-least-once")
-    )
-    ap.add_argument("--state", default="rocksdb", choices=("rocksdb", "memory"))
+    ap.add_argument("--guarantee", default=defaults.guarantee, choices=GUARANTEES)
+    ap.add_argument("--state", default=defaults.state, choices=STATE_BACKENDS)
     ap.add_argument(
         "--source-idle-ms",
         type=int,

@@ -24,6 +24,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from rstreams.config import ON_ERROR, RunConfig, check_choice, dead_letter_topic
 from rstreams.dsl import nodes as n
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
@@ -46,12 +47,6 @@ from rstreams.runtime.spark.session import (
 from rstreams.runtime.spark.tables import Failures, is_local, local_path
 
 log = logging.getLogger("rstreams.spark")
-
-ON_ERROR = ("fail", "skip", "dead-letter")
-
-
-def dead_letter_topic(job_id: str) -> str:
-    return f"{job_id}-dead-letter"
 
 
 @contextlib.contextmanager
@@ -143,6 +138,7 @@ def run_spark(
     collect: bool = True,
     conf: dict[str, str] | None = None,
     exact_unicode: bool = True,
+    config: RunConfig | None = None,
 ) -> RunResult:
     """Run ``topology`` on Spark and return the final table of every sink.
 
@@ -173,12 +169,16 @@ def run_spark(
         exact_unicode: make ``F.lower()``/``F.upper()`` equal to Python's for the few
             characters whose case mapping Spark's (newer) Unicode tables change (a test
             per non-ASCII line). False uses Spark's mapping as is.
+        config: a :class:`~rstreams.config.RunConfig`, as :func:`rstreams.run` passes
+            it: its ``on_error`` and ``master`` are used (the other options are the
+            embedded runtime's).
 
     The final tables equal those of the embedded engine for the same input (keys in
     no particular order). See docs/spark.md.
     """
-    if on_error not in ON_ERROR:
-        raise ConfigError(f"on_error must be one of {', '.join(ON_ERROR)}; got {on_error!r}")
+    if config is not None:
+        on_error, master = config.on_error, config.master
+    check_choice("on_error", on_error, ON_ERROR)
     pipeline = topology.pipeline
     if pipeline is None:
         raise ConfigError("this Topology has no logical pipeline; build it with StreamBuilder")
