@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import _count_elements  # type: ignore[attr-defined]
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from typing import Any
 
@@ -66,8 +66,13 @@ class Processor:
         raise NotImplementedError
 
     def forward(self, batch: Batch) -> None:
-        if batch.values:
-            self.send_to(self.children, batch)
+        # send_to(self.children, batch), inline: every record passes here at each step.
+        n = len(batch.values)
+        if n:
+            self.records_out += n
+            for child in self.children:
+                child.records_in += n
+                child.process(batch)
 
     def send_to(self, children: list[Processor], batch: Batch) -> None:
         """Hand ``batch`` to ``children`` (some of this processor's children)."""
@@ -459,19 +464,24 @@ class _SinkBase(Processor):
         producer = self.ctx.producer
         timestamps = batch.timestamps
         headers = batch.headers or [()] * len(kbs)
-        if nq == 1 and not producer.records_order:
-            producer.send_columns(topic, 0, list(timestamps), kbs, vbs, list(headers))
-            return
-        if None in kbs:
+        qs: Iterable[int]
+        if nq == 1:
+            if not producer.records_order:
+                producer.send_columns(topic, 0, list(timestamps), kbs, vbs, list(headers))
+                return
+            qs = repeat(0)
+        elif None in kbs:
             present = [i for i, kb in enumerate(kbs) if kb is not None]
-            qs = [rr] * len(kbs)
+            spread = [rr] * len(kbs)
             for i, q in zip(present, self.queues_for(gather(kbs, present), nq)):
-                qs[i] = q
+                spread[i] = q
+            qs = spread
         else:
             qs = self.queues_for(kbs, nq)
         if producer.records_order:
-            for q, row in zip(qs, zip(timestamps, kbs, vbs, headers)):
-                producer.send_many(topic, q, [row])
+            send = producer.send
+            for q, ts, kb, vb, h in zip(qs, timestamps, kbs, vbs, headers):
+                send(topic, q, kb, vb, ts, h)
             return
         rows_of: list[list[int]] = [[] for _ in range(nq)]
         appends = [r.append for r in rows_of]
@@ -661,22 +671,16 @@ class SourceProcessor(Processor):
         self.topic = factory.topic
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
-        if not len(records):
+        n = len(records)
+        if not n:
             return
-        self.records_in += len(records)
+        self.records_in += n
         raw_keys, raw_values = list(records.keys), list(records.values)
-        batch = Batch(
-            self.topic,
-            queue,
-            raw_keys,
-            raw_values,
-            list(records.timestamps),
-            list(records.offsets),
-            list(records.headers) if any(records.headers) else None,
-        )
+        timestamps, offsets = list(records.timestamps), list(records.offsets)
+        headers = list(records.headers) if any(records.headers) else None
         try:
             nones = raw_keys.count(None)
-            if nones == len(raw_keys):
+            if nones == n:
                 keys = raw_keys
             elif nones == 0:
                 keys = self.key_serde.deserialize_many(raw_keys)  # type: ignore[arg-type]
@@ -688,10 +692,10 @@ class SourceProcessor(Processor):
                 else [None if v is None else self.value_serde.deserialize(v) for v in raw_values]
             )
         except Exception:
-            keys, values, batch = self._one_by_one(batch)
-        self.forward(
-            Batch(batch.topic, queue, keys, values, batch.timestamps, batch.offsets, batch.headers)
-        )
+            raw = Batch(self.topic, queue, raw_keys, raw_values, timestamps, offsets, headers)
+            keys, values, batch = self._one_by_one(raw)
+            timestamps, offsets, headers = batch.timestamps, batch.offsets, batch.headers
+        self.forward(Batch(self.topic, queue, keys, values, timestamps, offsets, headers))
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize

@@ -277,6 +277,8 @@ class Task:
         self._init_watermarks()
         for p in self.processors:
             p.init(self.ctx)
+        # The processors with something to do at a commit (most have nothing).
+        self._flushing = [p for p in self.processors if type(p).flush is not Processor.flush]
 
     def _init_watermarks(self) -> None:
         """Which of this task's inputs carry watermarks (shuffles with several
@@ -492,7 +494,7 @@ class Task:
         if self.failed:
             return None
         maybe_crash("commit-start")
-        for p in self.processors:
+        for p in self._flushing:
             p.flush()  # coalesced updates go out now
         self._send_watermark()  # after them, in the same transaction
         try:

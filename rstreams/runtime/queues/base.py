@@ -62,6 +62,11 @@ class LogRecord(tuple):
         """Records from columns, with no Python call per record."""
         return list(map(_new_record, zip(offsets, timestamps, keys, values, headers)))
 
+    @staticmethod
+    def wrap(rows: Iterable[tuple[Any, ...]]) -> list[LogRecord]:
+        """Records from plain ``(offset, timestamp, key, value, headers)`` tuples."""
+        return list(map(_new_record, rows))
+
     def __repr__(self) -> str:
         return (
             f"LogRecord(offset={self.offset}, ts={self.timestamp}, key={self.key!r}, "
@@ -128,7 +133,7 @@ class RecordColumns:
         return LogRecord.many(self.offsets, self.timestamps, self.keys, self.values, self.headers)
 
     @classmethod
-    def from_records(cls, records: Sequence[LogRecord]) -> RecordColumns:
+    def from_records(cls, records: Sequence[tuple[Any, ...]]) -> RecordColumns:
         if not records:
             return cls(range(0), [], [], [], [])
         offsets, timestamps, keys, values, headers = zip(*records)

@@ -11,13 +11,19 @@ from rstreams.runtime.queues.offsets import MemoryGroupOffsets, check_name
 
 
 class MemoryQueue:
-    """Records of one queue; ``base`` is the offset of ``records[0]`` (older ones purged)."""
+    """Records of one queue; ``base`` is the offset of ``records[0]`` (older ones purged).
+
+    Records are kept as plain ``(offset, timestamp, key, value, headers)`` tuples and
+    made :class:`LogRecord` s when read: the garbage collector stops tracking a plain
+    tuple of bytes and ints, not a tuple subclass, and a test driver's broker keeps
+    every record (each full collection would walk them all again).
+    """
 
     __slots__ = ("base", "records")
 
     def __init__(self) -> None:
         self.base = 0
-        self.records: list[LogRecord] = []
+        self.records: list[tuple[int, int, bytes | None, bytes | None, tuple]] = []
 
     @property
     def end(self) -> int:
@@ -52,6 +58,9 @@ class MemoryBroker:
 
     def __init__(self) -> None:
         self._topics: dict[str, MemoryTopic] = {}
+        # (topic, queue) -> its queue, found once (topics are never deleted): the test
+        # driver appends record by record.
+        self._queues: dict[tuple[str, int], MemoryQueue] = {}
         self._offsets = MemoryGroupOffsets()
 
     def create_topic(
@@ -88,10 +97,14 @@ class MemoryBroker:
         return {name: t.queue_count for name, t in sorted(self._topics.items())}
 
     def _queue(self, topic: str, queue: int) -> MemoryQueue:
+        q = self._queues.get((topic, queue))
+        if q is not None:
+            return q
         try:
             if queue < 0:
                 raise IndexError(queue)
-            return self._topics[topic].queues[queue]
+            q = self._queues[(topic, queue)] = self._topics[topic].queues[queue]
+            return q
         except KeyError:
             raise ConfigError(f"topic {topic!r} does not exist") from None
         except IndexError:
@@ -133,9 +146,7 @@ class MemoryBroker:
         if n and not set(map(type, timestamps)) <= {int}:  # as the file log checks
             raise TypeError(f"record timestamps must be int milliseconds; got {max(timestamps)!r}")
         first = q.end
-        q.records.extend(
-            LogRecord.many(range(first, first + len(values)), timestamps, keys, values, headers)
-        )
+        q.records.extend(zip(range(first, first + len(values)), timestamps, keys, values, headers))
         return first
 
     def append_one(
@@ -152,8 +163,9 @@ class MemoryBroker:
         q = self._queue(topic, queue)
         if type(timestamp) is not int:  # as append_columns checks
             raise TypeError(f"record timestamps must be int milliseconds; got {timestamp!r}")
-        offset = q.end
-        q.records.append(tuple.__new__(LogRecord, (offset, timestamp, key, value, headers)))
+        records = q.records
+        offset = q.base + len(records)
+        records.append((offset, timestamp, key, value, headers))
         return offset
 
     def append_encoded(
@@ -168,6 +180,11 @@ class MemoryBroker:
     def read(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> list[LogRecord]:
+        return LogRecord.wrap(self._stored(topic, queue, offset, max_records))
+
+    def _stored(
+        self, topic: str, queue: int, offset: int, max_records: int | None
+    ) -> list[tuple[int, int, bytes | None, bytes | None, tuple]]:
         q = self._queue(topic, queue)
         if offset < q.base:
             raise ConfigError(
@@ -181,7 +198,7 @@ class MemoryBroker:
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> RecordColumns:
-        return RecordColumns.from_records(self.read(topic, queue, offset, max_records))
+        return RecordColumns.from_records(self._stored(topic, queue, offset, max_records))
 
     def end_offset(self, topic: str, queue: int) -> int:
         return self._queue(topic, queue).end
