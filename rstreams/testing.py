@@ -51,6 +51,10 @@ from rstreams.serde import SERDES, Serde
 
 __all__ = ["OutputRecord", "TopologyTestDriver"]
 
+#: Pipes between two commits that write (each pipe prepares the commit of the tasks it
+#: made work: see TopologyTestDriver._commit_later).
+COMMIT_EVERY = 1000
+
 
 @attrs.frozen
 class OutputRecord:
@@ -183,6 +187,10 @@ class TopologyTestDriver:
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._uncommitted: dict[Any, None] = {}
+        # Tasks whose commit is prepared and not yet written, and the pipes since the
+        # last commit (see _commit_later).
+        self._prepared: dict[Any, None] = {}
+        self._pipes = 0
 
     # -- input -------------------------------------------------------------------------
 
@@ -258,11 +266,35 @@ class TopologyTestDriver:
                     task.process_next(topic)
             if commit_all:
                 self._engine.commit()
+                self._prepared.clear()
             elif touched:
-                self._engine.commit(touched)
+                self._commit_later(touched)
             touched.clear()
             if not pending:
                 return
+
+    def _commit_later(self, touched: dict[Any, None]) -> None:
+        """Commit ``touched`` now in all but the writing: each task prepares its commit
+        (so what a commit would raise, e.g. a state value that can not be stored, is
+        raised by the pipe that caused it), and the writes of the changelog and the
+        stores happen together at the next :meth:`_commit` (what a commit writes is
+        seen by nothing but :meth:`state`, which commits first)."""
+        prepared = self._prepared
+        for task in self._engine.tasks:  # in the order a commit would take them
+            if task in touched:
+                task.prepare_commit()
+                prepared[task] = None
+        self._pipes += 1
+        if self._pipes >= COMMIT_EVERY:
+            self._commit()
+
+    def _commit(self, also: Iterable[Any] = ()) -> None:
+        """Commit the tasks prepared since the last commit (and ``also``)."""
+        self._prepared.update(dict.fromkeys(also))
+        self._pipes = 0
+        if self._prepared:
+            tasks, self._prepared = self._prepared, {}
+            self._engine.commit(tasks)
 
     def end_of_input(self) -> None:
         """Declare the input finished: open windows close (``closed="end-of-input"``)
@@ -334,6 +366,7 @@ class TopologyTestDriver:
                 f"no state store {store!r} in topology {self.topology.job_id!r}; "
                 f"its stores are {sorted(self.topology.stores)}"
             )
+        self._commit()  # the stores hold what the tasks prepared to commit
         out: dict[Any, Any] = {}
         for task in self._engine.tasks:
             s = task.stores.get(store)

@@ -131,16 +131,22 @@ class CachedStore:
             self._cache = {k: cache[k] for k in self._dirty}
 
     @property
+    def pending(self) -> int:
+        """Changes flushed and not yet written to the store (their commit is to come)."""
+        return self.wrapped.pending
+
+    @property
     def full(self) -> bool:
         """More keys are cached than ``max_entries``: time to commit."""
         return len(self._cache) >= self._max
 
     # -- commit -------------------------------------------------------------------------
 
-    def flush(self, timestamp: int) -> tuple[int, int]:
+    def flush(self, timestamp: int, empty_full: bool = True) -> tuple[int, int]:
         """Serialize the changed entries (None value = delete), hand them to the
         change-logging layer (changelog records with ``timestamp``) and mark them clean;
-        a full cache is emptied. Returns (changes, deletes among them).
+        a full cache is emptied (unless not ``empty_full``: the changes are not written
+        yet, and reads must still find them here). Returns (changes, deletes among them).
 
         A value that can not be serialized raises :class:`SerdeError` naming the store
         and the key, and nothing is handed down.
@@ -171,7 +177,7 @@ class CachedStore:
             self.wrapped.log_changes(kbs, vbs, timestamp)
             self._dirty.clear()
             changes = len(keys)
-        if self.full:
+        if empty_full and self.full:
             self._cache.clear()
         return changes, deletes
 

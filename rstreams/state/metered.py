@@ -103,6 +103,11 @@ class MeteredStore:
         return self.wrapped.held
 
     @property
+    def pending(self) -> int:
+        """Changes flushed and not yet written: the next commit sends and writes them."""
+        return self.wrapped.pending
+
+    @property
     def full(self) -> bool:
         """The cache is full: its owner should commit."""
         return self.wrapped.full
@@ -113,12 +118,13 @@ class MeteredStore:
 
     # -- commit: flush, send, write ---------------------------------------------------------
 
-    def flush(self, timestamp: int) -> int:
+    def flush(self, timestamp: int, empty_full: bool = True) -> int:
         """First step of a commit: serialize what changed since the last one and take
         it as changelog records with ``timestamp``; nothing is written. Returns the
         number of changes. Raises SerdeError (naming the store and key) for a value
-        that can not be stored."""
-        changes, deletes = self.wrapped.flush(timestamp)
+        that can not be stored. A full cache is emptied, unless not ``empty_full`` (a
+        commit prepared now and written later: see ``Task.prepare_commit``)."""
+        changes, deletes = self.wrapped.flush(timestamp, empty_full)
         self.puts += changes - deletes
         self.deletes += deletes
         return changes

@@ -88,7 +88,8 @@ class Committer:
         at-least-once, write everything; exactly-once, append the transaction (not yet
         durable). None when there is nothing to commit. ``times`` is where the task's
         time got (a new owner's watermark goes on from there)."""
-        changed = [store for store in stores if store.flush(timestamp)]
+        # A store flushed earlier (Task.prepare_commit) has changes pending, not dirty.
+        changed = [store for store in stores if store.flush(timestamp) or store.pending]
         if not self.exactly_once:
             written = self.producer.flush()
             for store in changed:

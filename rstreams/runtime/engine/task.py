@@ -488,6 +488,27 @@ class Task:
         """Commit what was done since the last commit; returns the queues written to."""
         return commit_tasks([self], self.broker)
 
+    def prepare_commit(self) -> None:
+        """The first steps of a commit, writing nothing: processors flush (what they
+        hold goes out now) and stores serialize their changes for the changelog, so a
+        value that can not be stored fails now, as the commit would. The next
+        :meth:`commit` sends and writes them. The test driver prepares after every
+        piped record, and commits when its state is read (a commit per record would
+        cost more than the record)."""
+        if self.failed:
+            return
+        for p in self._flushing:
+            p.flush()
+        self._send_watermark()
+        now = self.clock()
+        try:
+            for store in self.stores.values():
+                # A full cache stays: the changes it holds are not written yet.
+                store.flush(now, empty_full=False)
+        except (SerdeError, StateStoreError):
+            self.failed = True  # nothing more of this task is committed
+            raise
+
     def _commit_begin(self) -> Commit | None:
         """First phase of a commit: flush processors, then the committer's first phase
         (see :class:`~rstreams.runtime.engine.commit.Committer`)."""
