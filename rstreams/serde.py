@@ -164,6 +164,13 @@ class JsonSerde(Serde):
     name = "json"
 
     def serialize(self, obj: Any) -> bytes:
+        # str and int (the usual keys and counts) without json.dumps's Python layers,
+        # as json_texts writes them.
+        t = type(obj)
+        if t is str:
+            return _encode_basestring(obj).encode("utf-8")
+        if t is int:
+            return int.__repr__(obj).encode("utf-8")
         return self._text(obj).encode("utf-8")
 
     @staticmethod
@@ -222,6 +229,18 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
+def _packer() -> msgpack.Packer:
+    """This thread's packer, kept: msgpack.packb builds a new one per call, which costs
+    five times the packing of a word (the test driver packs one value at a time). A
+    packer resets itself when packing raises."""
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(
+            use_bin_type=True, strict_types=True, default=_pack_default
+        )
+    return packer
+
+
 def _packb(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_pack_default)
 
@@ -240,7 +259,7 @@ class MsgpackSerde(Serde):
 
     def serialize(self, obj: Any) -> bytes:
         try:
-            return _packb(obj)
+            return _packer().pack(obj)
         except (TypeError, ValueError, OverflowError) as e:
             raise SerdeError(
                 f"value of type {type(obj).__name__} can not be stored ({e}); state and "
@@ -248,16 +267,8 @@ class MsgpackSerde(Serde):
             ) from None
 
     def serialize_many(self, objs: list[Any]) -> list[bytes]:
-        # One packer per thread, kept: msgpack.packb builds a new one per call, which
-        # costs five times the packing of a word (the test driver packs columns of one).
-        # A packer resets itself when packing raises.
-        packer = getattr(_PACKERS, "packer", None)
-        if packer is None:
-            packer = _PACKERS.packer = msgpack.Packer(
-                use_bin_type=True, strict_types=True, default=_pack_default
-            )
         try:
-            return list(map(packer.pack, objs))
+            return list(map(_packer().pack, objs))
         except (TypeError, ValueError, OverflowError):
             return [self.serialize(o) for o in objs]  # raises the clear error
 

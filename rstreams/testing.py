@@ -44,7 +44,7 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
@@ -258,10 +258,7 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    record = RecordColumns(
-                        range(offset, offset + 1), (ts,), (key,), (value,), (headers,)
-                    )
-                    task._process(topic, record)
+                    task.process_one(topic, offset, ts, key, value, headers)
                 else:
                     task.process_next(topic)
             if commit_all:

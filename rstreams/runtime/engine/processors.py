@@ -31,7 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
-from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.userfn import as_timestamp
 
@@ -450,9 +450,13 @@ class _SinkBase(Processor):
         self.send(batch)
 
     def send(self, batch: Batch) -> None:
-        if not batch.values:
+        n = len(batch.values)
+        if n == 1:
+            self._send_one(batch)
             return
-        self.records_out += len(batch.values)
+        if not n:
+            return
+        self.records_out += n
         try:
             kbs = self._column(self.key_serde, batch.keys, self.round_robin_none_keys)
             vbs = self._column(self.value_serde, batch.values, True)
@@ -493,6 +497,28 @@ class _SinkBase(Processor):
                     topic, q, gather(timestamps, idx), gather(kbs, idx), gather(vbs, idx),
                     gather(headers, idx),
                 )  # fmt: skip
+
+    def _send_one(self, batch: Batch) -> None:
+        """:meth:`send` of a batch of one record (the test driver sends one at a time):
+        the same bytes to the same queue, without building columns."""
+        self.records_out += 1
+        k, v = batch.keys[0], batch.values[0]
+        try:
+            kb = None if k is None and self.round_robin_none_keys else self.key_serde.serialize(k)
+            vb = None if v is None else self.value_serde.serialize(v)
+        except Exception:
+            self._send_one_by_one(batch)  # applies on_error
+            return
+        nq = self.queues
+        rr = next(self._round_robin) % nq
+        q = 0 if nq == 1 else rr if kb is None else self.queue_of(kb, nq)
+        ts = batch.timestamps[0]
+        h = batch.headers[0] if batch.headers else ()
+        producer = self.ctx.producer
+        if producer.records_order:
+            producer.send(self.topic, q, kb, vb, ts, h)
+        else:
+            producer.send_columns(self.topic, q, [ts], [kb], [vb], [h])
 
     @staticmethod
     def _column(serde: Serde, column: list[Any], keep_none: bool) -> list[Any]:
@@ -696,6 +722,27 @@ class SourceProcessor(Processor):
             keys, values, batch = self._one_by_one(raw)
             timestamps, offsets, headers = batch.timestamps, batch.offsets, batch.headers
         self.forward(Batch(self.topic, queue, keys, values, timestamps, offsets, headers))
+
+    def process_one(
+        self,
+        queue: int,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+    ) -> None:
+        """:meth:`process_log` of one stored record (the test driver's path)."""
+        try:
+            k = None if key is None else self.key_serde.deserialize(key)
+            v = None if value is None else self.value_serde.deserialize(value)
+        except Exception:  # process_log applies the on_error policy
+            one = range(offset, offset + 1)
+            self.process_log(queue, RecordColumns(one, (timestamp,), (key,), (value,), (headers,)))
+            return
+        self.records_in += 1
+        hs = [headers] if headers else None
+        self.forward(Batch(self.topic, queue, [k], [v], [timestamp], [offset], hs))
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize

@@ -83,7 +83,7 @@ from rstreams.runtime.engine.watermarks import (
     encode_control,
     producers_of,
 )
-from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
@@ -405,6 +405,34 @@ class Task:
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
             self._send_watermark()
+        except BaseException:
+            self.failed = True
+            raise
+
+    def process_one(
+        self,
+        topic: str,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+    ) -> None:
+        """:meth:`_process` of the one record at ``offset`` of ``topic``, given as it is
+        stored (the test driver's path: no columns built for one record). The caller
+        has moved the position past it."""
+        try:
+            if topic not in self.marked_inputs:
+                if self.idle or self.config.source_idle_ms is not None:
+                    self._last_input = self.clock()
+                    self.idle = False
+                self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
+            elif key is not None:
+                self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
+            else:
+                self._on_control(value)
+            if self.marked_outputs:
+                self._send_watermark()
         except BaseException:
             self.failed = True
             raise
