@@ -221,7 +221,11 @@ class TopologyTestDriver:
         q = mapper.queue_for(kb, nq) if kb is not None else next(self._round_robin) % nq
         ts = self._time if timestamp is None else timestamp
         self._producer.send(topic, q, kb, vb, ts, headers)
-        self._drain()
+        try:
+            self._drain()
+        except BaseException:
+            self._settle()
+            raise
 
     def pipe_all(self, topic: str, values: Iterable[Any], timestamp: int | None = None) -> None:
         """Pipe each value of ``values`` (keyless) in order."""
@@ -285,6 +289,15 @@ class TopologyTestDriver:
         if self._pipes >= COMMIT_EVERY:
             self._commit()
 
+    def _settle(self) -> None:
+        """Something failed: a task that failed commits nothing more, and what the
+        commits prepared for it by earlier pipes took is written now, as those commits
+        would have written it."""
+        for task in list(self._prepared):
+            if task.failed:
+                del self._prepared[task]
+                task.write_prepared()
+
     def _commit(self, also: Iterable[Any] = ()) -> None:
         """Commit the tasks prepared since the last commit (and ``also``)."""
         self._prepared.update(dict.fromkeys(also))
@@ -297,11 +310,15 @@ class TopologyTestDriver:
         """Declare the input finished: open windows close (``closed="end-of-input"``)
         and unmatched join records of left/outer joins are emitted, as at the end of a
         bounded run."""
-        for sub in self.topology.subtopologies:
-            for task in self._engine.tasks:
-                if task.sub is sub:
-                    task.end_of_input()
-            self._drain(commit_all=True)
+        try:
+            for sub in self.topology.subtopologies:
+                for task in self._engine.tasks:
+                    if task.sub is sub:
+                        task.end_of_input()
+                self._drain(commit_all=True)
+        except BaseException:
+            self._settle()
+            raise
 
     def advance_time(self, ms: int) -> None:
         """Move the driver's wall clock forward by ``ms`` milliseconds (and run the
@@ -311,9 +328,13 @@ class TopologyTestDriver:
         self._time += ms
         # Wall-clock work (windows closing after idling) happens now, and what it emits
         # is processed like any other record.
-        for task in self._engine.tasks:
-            task.punctuate(self._time)
-        self._drain(commit_all=True)
+        try:
+            for task in self._engine.tasks:
+                task.punctuate(self._time)
+            self._drain(commit_all=True)
+        except BaseException:
+            self._settle()
+            raise
 
     # -- output ------------------------------------------------------------------------
 

@@ -454,9 +454,11 @@ class _SinkBase(Processor):
         if n == 1:
             self._send_one(batch)
             return
-        if not n:
-            return
-        self.records_out += n
+        if n:
+            self._send_columns(batch)
+
+    def _send_columns(self, batch: Batch) -> None:
+        self.records_out += len(batch.values)
         try:
             kbs = self._column(self.key_serde, batch.keys, self.round_robin_none_keys)
             vbs = self._column(self.value_serde, batch.values, True)

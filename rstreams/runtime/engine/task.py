@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from rstreams.errors import RStreamsError, SerdeError, StateStoreError
+from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.commit import Commit, Committer
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
@@ -525,6 +525,8 @@ class Task:
         cost more than the record)."""
         if self.failed:
             return
+        if self.committer.exactly_once:
+            raise ConfigError(f"task {self.id}: a commit is prepared only at least once")
         for p in self._flushing:
             p.flush()
         self._send_watermark()
@@ -536,6 +538,15 @@ class Task:
         except (SerdeError, StateStoreError):
             self.failed = True  # nothing more of this task is committed
             raise
+
+    def write_prepared(self) -> None:
+        """Write the changes prepared commits took and no commit has written (at least
+        once): for a task that failed since, as those commits would have written them
+        before the failure (a failed task commits nothing more)."""
+        for store in self.stores.values():
+            if store.pending:
+                store.send()
+                store.write()
 
     def _commit_begin(self) -> Commit | None:
         """First phase of a commit: flush processors, then the committer's first phase
