@@ -278,7 +278,7 @@ class Task:
         for p in self.processors:
             p.init(self.ctx)
         # The processors with something to do at a commit (most have nothing).
-        self._flushing = [p for p in self.processors if type(p).flush is not Processor.flush]
+        self._flushing = [p for p in self.processors if p.holds]
 
     def _init_watermarks(self) -> None:
         """Which of this task's inputs carry watermarks (shuffles with several
@@ -529,7 +529,8 @@ class Task:
             raise ConfigError(f"task {self.id}: a commit is prepared only at least once")
         for p in self._flushing:
             p.flush()
-        self._send_watermark()
+        if self.marked_outputs:
+            self._send_watermark()
         now = self.clock()
         try:
             for store in self.stores.values():
