@@ -1,13 +1,14 @@
 """TopologyTestDriver throughput on the word count (record at a time, every update).
 
-    python bench/driver.py [--lines 6217] [--runs 3]
+    python bench/driver.py [--lines 6217 | --mb 2] [--runs 3]
 
 Pipes the lines of two corpora, one ``pipe`` per line, through examples/wordcount.py in
 a :class:`~rstreams.testing.TopologyTestDriver`:
 
-- ``corpus``: the first --lines lines of examples/data/corpus.txt (all of it by default);
+- ``corpus``: the first --lines lines of examples/data/corpus.txt (all of it by default;
+  with --mb, the file repeated up to that many megabytes);
 - ``zipf``: as many lines of bench/corpora.py's Zipf corpus (12 words a line, 50,000
-  distinct words).
+  distinct words), or that many megabytes of it.
 
 For each it prints records/s (records = words entering the count), the median of --runs
 runs, a ``Counter`` over the same lines measured in the same run (median too) and the
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import re
 import runpy
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,16 +80,37 @@ def main() -> None:
     ap.add_argument(
         "--lines", type=int, default=0, help="lines per corpus (default: all of corpus.txt)"
     )
+    ap.add_argument(
+        "--mb", type=float, default=0, help="megabytes per corpus instead of --lines (e.g. 2)"
+    )
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (median; default 3)")
     args = ap.parse_args()
     corpus = (ROOT / "examples" / "data" / "corpus.txt").read_text(encoding="utf-8").splitlines()
-    n = args.lines or len(corpus)
-    bench("corpus.txt", corpus[:n], args.runs)
+    if args.mb:
+        lines = first_megabytes(itertools.cycle(corpus), args.mb)
+        bench(f"corpus.txt repeated to {args.mb:g} MB", lines, args.runs)
+    else:
+        n = args.lines or len(corpus)
+        bench("corpus.txt", corpus[:n], args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "zipf.txt"
-        make_zipf(path, mb=max(0.05, n * 80 / 1e6))
-        zipf = path.read_text(encoding="utf-8").splitlines()[:n]
-    bench("zipf", zipf, args.runs)
+        make_zipf(path, mb=args.mb or max(0.05, n * 80 / 1e6))
+        zipf = path.read_text(encoding="utf-8").splitlines()
+    if args.mb:
+        bench(f"zipf, {args.mb:g} MB", first_megabytes(iter(zipf), args.mb), args.runs)
+    else:
+        bench("zipf", zipf[:n], args.runs)
+
+
+def first_megabytes(lines: Iterator[str], mb: float) -> list[str]:
+    """Lines from ``lines`` until they make ``mb`` megabytes (UTF-8, newlines counted)."""
+    out, size = [], 0
+    for line in lines:
+        if size >= mb * 1e6:
+            break
+        out.append(line)
+        size += len(line.encode("utf-8")) + 1
+    return out
 
 
 if __name__ == "__main__":
