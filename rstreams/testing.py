@@ -82,6 +82,9 @@ class _RecordingProducer(Producer):
     def __init__(self, broker: MemoryBroker) -> None:
         super().__init__(broker)
         self.unprocessed: deque[tuple[Any, ...]] = deque()
+        #: Topics a task reads (the driver sets them): only their records wait to be
+        #: processed.
+        self.read_topics: set[str] = set()
         self.order: dict[str, list[tuple[int, int]]] = {}
         self._append = broker.append_columns
         self._append_one = broker.append_one
@@ -96,7 +99,8 @@ class _RecordingProducer(Producer):
         headers: Headers,
     ) -> None:
         offset = self._append_one(topic, queue, timestamp, key, value, headers)
-        self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
+        if topic in self.read_topics:
+            self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
         order = self.order.get(topic)
         if order is None:
             order = self.order[topic] = []
@@ -121,6 +125,9 @@ class _RecordingProducer(Producer):
         # One append for the lot: the same offsets as one append per record.
         first = self._append(topic, queue, timestamps, keys, values, headers)
         offsets = range(first, first + len(values))
+        self.order.setdefault(topic, []).extend(zip(itertools.repeat(queue), offsets))
+        if topic not in self.read_topics:
+            return
         self.unprocessed.extend(
             zip(
                 itertools.repeat(topic),
@@ -132,7 +139,6 @@ class _RecordingProducer(Producer):
                 headers,
             )
         )
-        self.order.setdefault(topic, []).extend(zip(itertools.repeat(queue), offsets))
 
     def flush(self) -> list[tuple[str, int]]:
         return []
@@ -184,6 +190,7 @@ class TopologyTestDriver:
             producer=self._producer,
             clock=lambda: self._time,
         )
+        self._producer.read_topics = {topic for topic, _ in self._engine.readers}
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._uncommitted: dict[Any, None] = {}
