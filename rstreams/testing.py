@@ -3,9 +3,12 @@
 :class:`TopologyTestDriver` runs the compiled topology through the same processors,
 shuffle topics, state stores and commit path as the embedded runtime, over in-memory
 queues. Records are processed one at a time in the order they were produced (so the
-output is as if every topic had a single queue), state is committed after each piped
-record (by the tasks that processed something: the others have nothing to commit), and
-every update of every aggregation is emitted. Event time is Kafka Streams'
+output is as if every topic had a single queue), and every update of every aggregation
+is emitted. After each piped record, the tasks that processed something prepare their
+commit: processors flush and stores serialize their changes, so whatever a commit would
+raise (a state value that can not be stored) is raised by that ``pipe()``. The writes
+(changelogs, stores, offsets) follow together every 1,000 pipes and whenever
+:meth:`~TopologyTestDriver.state` reads the stores; nothing else can see them. Event time is Kafka Streams'
 stream time, the largest timestamp a windowed step has seen (no watermarks: the order
 records are piped in is the order they are processed in).
 
