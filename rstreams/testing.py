@@ -8,9 +8,9 @@ is emitted. After each piped record, the tasks that processed something prepare 
 commit: processors flush and stores serialize their changes, so whatever a commit would
 raise (a state value that can not be stored) is raised by that ``pipe()``. The writes
 (changelogs, stores, offsets) follow together every 1,000 pipes and whenever
-:meth:`~TopologyTestDriver.state` reads the stores; nothing else can see them. Event time is Kafka Streams'
-stream time, the largest timestamp a windowed step has seen (no watermarks: the order
-records are piped in is the order they are processed in).
+:meth:`~TopologyTestDriver.state` reads the stores; nothing else can see them. Event
+time is Kafka Streams' stream time, the largest timestamp a windowed step has seen (no
+watermarks: the order records are piped in is the order they are processed in).
 
     >>> import re
     >>> from rstreams import StreamBuilder
