@@ -119,6 +119,10 @@ def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
         before = wait_for("records counted by the source step", processing)
         write_corpus(data, 2, mode="a")  # --follow: more input while it runs
 
+        # The count behind the shuffle counts too (its worker publishes on its own
+        # schedule: wait for it as for the rest).
+        count_step = topology.subtopologies[1].factories[1].name
+
         def grown() -> dict[str, list[Any]] | None:
             m = scrape(f"{base}/metrics")
             ok = all(
@@ -127,12 +131,10 @@ def test_metrics_and_health_over_http_during_a_run(tmp_path: Path) -> None:
                 for step in first_steps
                 for d in ("in", "out")
             )
-            return m if ok else None
+            counted = total(m, "rstreams_step_records_in_total", step=count_step) > 0
+            return m if ok and counted else None
 
-        after = wait_for("every step of the first sub-topology to count more records", grown)
-        # The count behind the shuffle counts too.
-        count_step = topology.subtopologies[1].factories[1].name
-        assert total(after, "rstreams_step_records_in_total", step=count_step) > 0
+        after = wait_for("every step of the first sub-topology and the count to count", grown)
         # Lag per input queue, by topic and queue: the source's and the shuffle's.
         lag_topics = {s.labels["topic"] for s in after["rstreams_queue_lag"]}
         assert lag_topics == {t for sub in topology.subtopologies for t in sub.source_topics}
