@@ -276,8 +276,7 @@ class TopologyTestDriver:
                 else:
                     task.process_next(topic)
             if commit_all:
-                self._engine.commit()
-                self._prepared.clear()
+                self._commit(all_tasks=True)
             elif touched:
                 self._commit_later(touched)
             touched.clear()
@@ -308,13 +307,16 @@ class TopologyTestDriver:
                 del self._prepared[task]
                 task.write_prepared()
 
-    def _commit(self, also: Iterable[Any] = ()) -> None:
-        """Commit the tasks prepared since the last commit (and ``also``)."""
-        self._prepared.update(dict.fromkeys(also))
+    def _commit(self, all_tasks: bool = False) -> None:
+        """Commit the tasks prepared since the last commit, or every task (wall-clock
+        work and the end of input reach them all). Should it fail, the prepared tasks
+        stay for :meth:`_settle`."""
+        if all_tasks:
+            self._engine.commit()
+        elif self._prepared:
+            self._engine.commit(self._prepared)
+        self._prepared.clear()
         self._pipes = 0
-        if self._prepared:
-            tasks, self._prepared = self._prepared, {}
-            self._engine.commit(tasks)
 
     def end_of_input(self) -> None:
         """Declare the input finished: open windows close (``closed="end-of-input"``)

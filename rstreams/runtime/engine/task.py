@@ -422,15 +422,14 @@ class Task:
         stored (the test driver's path: no columns built for one record). The caller
         has moved the position past it."""
         try:
-            if topic not in self.marked_inputs:
-                if self.idle or self.config.source_idle_ms is not None:
+            marked = topic in self.marked_inputs
+            if marked and key is None:
+                self._on_control(value)  # a watermark: a control record has no key
+            else:
+                if not marked and (self.idle or self.config.source_idle_ms is not None):
                     self._last_input = self.clock()
                     self.idle = False
                 self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
-            elif key is not None:
-                self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
-            else:
-                self._on_control(value)
             if self.marked_outputs:
                 self._send_watermark()
         except BaseException:
