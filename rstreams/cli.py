@@ -404,7 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="S",
         help="durable runtime: a source queue with no new record for S seconds stops holding "
-        "back event time (watermarks) after a shuffle; for --follow (default: never)",
+        "back event time (watermarks) after a shuffle, even where its input has records "
+        "still to come (default: never). Input files need none: a queue that has read all "
+        "the ingest gave it holds nothing back, and a file read to its end (for now, with "
+        "--follow) holds nothing back at all, so a followed run closes its windows",
     )
     run.add_argument(
         "--in-memory",

@@ -245,7 +245,7 @@ def test_watermarks_are_committed_with_the_data_and_survive_a_restart(tmp_path) 
     for q in range(3):
         records = broker.read(shuffle, q, 0, 1000)
         controls = [decode_control(r.value) for r in records if r.key is None]
-        assert controls[-1] == ((0, 1), 140, False, 140)
+        assert controls[-1] == ((0, 1), 140, False, 140, None)
         # Written by the tasks' transactions (every frame's first record is marked).
         assert any(h[0] == TXN_HEADER for h in records[0].headers)
     assert sorted(t.ctx.watermark for t in engine.tasks if t.sub.id == 1) == [140] * 3
@@ -394,18 +394,14 @@ def follow_until_committed(
     records: int,
     sink: tuple[str, int] | None = None,
 ) -> None:
-    """``rstreams run --follow`` until ``records`` of the inputs are committed, then
-    stop it (SIGTERM: the workers commit and leave; no end of input is declared).
-
-    With ``sink`` (windows must close before the stop), source queues the input did not
-    reach stop holding time back after 1 s (``--idle-timeout``). Without, no timeout: on
-    a loaded machine one input may lag the other by more than a second, and an input
-    left out of the watermark meanwhile has its later records judged late, by design."""
+    """``rstreams run --follow`` until ``records`` of the inputs are committed (and, with
+    ``sink``, that sink topic holds that many records), then stop it (SIGTERM: the
+    workers commit and leave; no end of input is declared). No idle timeout: input files
+    hold event time back only where they have records not yet read."""
     binds = [a for topic, path in topics.items() for a in ("--bind", f"{topic}={path}")]
-    idle = ["--idle-timeout", "1"] if sink is not None else []
     p = subprocess.Popen(
         [sys.executable, "-m", "rstreams", "run", str(pipeline), *binds, "--follow",
-         *idle, "--workers", "2", "--data-dir", str(data),
+         "--workers", "2", "--data-dir", str(data),
          "--output", str(data / "partial.jsonl")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -420,7 +416,8 @@ def follow_until_committed(
             ):
                 break
             assert p.poll() is None, p.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"{done} of {records} records committed"
+            out = f", {sink_records(data, job, sink[0])} of {sink[1]} out" if sink else ""
+            assert time.monotonic() < deadline, f"{done} of {records} records committed{out}"
             time.sleep(0.5)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=120)
@@ -428,6 +425,148 @@ def follow_until_committed(
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err[-3000:]
+
+
+SESSIONS = """
+import json
+
+from rstreams import SessionWindow, StreamBuilder
+
+
+def build():
+    b = StreamBuilder("clicks")
+    (
+        b.source("clicks")
+        .map(json.loads)
+        .selectTimestamp(lambda c: c["ts"])
+        .keyBy(lambda c: c["user"])
+        .window(SessionWindow(gap=30 * 60_000), emit="close")
+        .count(name="sessions", queues=QUEUES)
+        .toRStream()
+        .sink("sessions")
+    )
+    return b
+"""
+
+LEFT_JOIN = """
+import json
+
+from rstreams import JoinWindow, StreamBuilder
+
+
+def build():
+    b = StreamBuilder("unpaid")
+    orders = b.source("orders").map(json.loads).selectTimestamp(lambda o: o["t"])
+    payments = b.source("payments").map(json.loads).selectTimestamp(lambda p: p["t"])
+    (
+        orders.leftJoin(payments)
+        .where(lambda o: o["id"])
+        .equalTo(lambda p: p["order"])
+        .window(JoinWindow(before=0, after=10 * 60_000))
+        .apply(lambda o, p: p["id"] if p else "unpaid", name="paid", queues=QUEUES)
+        .sink("paid")
+    )
+    return b
+"""
+
+
+def clicks(path: Path) -> None:
+    """Four hours of clicks by 8 users, in time order, in bursts 10 to 90 minutes apart."""
+    rnd = random.Random(11)
+    rows = []
+    for u in range(8):
+        t = rnd.randint(0, 3_600_000)
+        while t < 4 * 3_600_000:
+            for _ in range(rnd.randint(1, 12)):
+                rows.append((t, f"u{u}"))
+                t += rnd.randint(1_000, 120_000)
+            t += rnd.randint(10, 90) * 60_000
+    with path.open("w") as f:
+        for t, user in sorted(rows):
+            f.write(json.dumps({"user": user, "ts": t}) + "\n")
+
+
+def shop(orders: Path, payments: Path) -> None:
+    """An order every 2 minutes for 4 hours; two in three paid 1 to 15 minutes later,
+    but the last 10 (still in their window when the last payment comes)."""
+    rnd = random.Random(5)
+    pays = []
+    with orders.open("w") as f:
+        for i in range(130):
+            f.write(json.dumps({"id": i, "t": i * 120_000}) + "\n")
+            if i % 3 and i < 120:
+                pays.append((i * 120_000 + rnd.randint(1, 15) * 60_000, i))
+    with payments.open("w") as f:
+        for k, (t, i) in enumerate(sorted(pays)):
+            f.write(json.dumps({"id": f"p{k}", "order": i, "t": t}) + "\n")
+
+
+def driver_table(pipeline: Path, inputs: dict[str, Path], sink: str) -> dict[str, object]:
+    """The sink's table as the test driver gives it, the inputs piped in time order and
+    no end of input, with the number of records the sink got; keys as `--output` writes
+    them. (With one queue after the shuffle: the driver judges time per task, by what
+    each task has seen, so this is time over the whole input, one partition's.)"""
+    rows = sorted(
+        (json.loads(line).get("ts", json.loads(line).get("t")), topic, line)
+        for topic, path in inputs.items()
+        for line in path.read_text().splitlines()
+    )
+    with TopologyTestDriver(load_topology(str(pipeline))) as d:
+        for _, topic, line in rows:
+            d.pipe(topic, line)
+        records = d.read(sink)
+    table: dict[str, object] = {}
+    for r in records:
+        k = r.key
+        key = (
+            json.dumps({"@windowed": [k.key, k.start, k.end], "closed": k.closed})
+            if hasattr(k, "start")
+            else str(k)
+        )
+        table[key] = r.value
+    return {"records": len(records), "table": table}
+
+
+@pytest.mark.slow
+def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeout(
+    tmp_path,
+) -> None:
+    # Inputs under one ingest chunk land in one source queue of 8: the 7 others never
+    # get a record, and must not hold event time back. A followed run then gives what
+    # one partition gives with the same lines and no end of input: the sessions that
+    # time closed, and the orders whose payment window passed unpaid.
+    clicks(tmp_path / "clicks.jsonl")
+    one = write(tmp_path, "s1.py", SESSIONS.replace("QUEUES", "1"))
+    want = driver_table(one, {"clicks": tmp_path / "clicks.jsonl"}, "sessions")
+    assert 10 < want["records"] < 30  # some sessions closed by time, not all
+    sessions = write(tmp_path, "s.py", SESSIONS.replace("QUEUES", "4"))
+    data = tmp_path / "s-data"
+    inputs = {"clicks": tmp_path / "clicks.jsonl"}
+    lines = len((tmp_path / "clicks.jsonl").read_text().splitlines())
+    follow_until_committed(sessions, data, "clicks", inputs, lines, ("sessions", want["records"]))
+    assert read_table(data / "partial.jsonl") == want["table"]
+    assert sink_records(data, "clicks", "sessions") == want["records"]  # nothing more
+
+    shop(tmp_path / "orders.jsonl", tmp_path / "payments.jsonl")
+    inputs = {"orders": tmp_path / "orders.jsonl", "payments": tmp_path / "payments.jsonl"}
+    one = write(tmp_path, "j1.py", LEFT_JOIN.replace("QUEUES", "1"))
+    want = driver_table(one, inputs, "paid")
+    unpaid = [k for k, v in want["table"].items() if v == "unpaid"]
+    assert len(unpaid) > 40 and len(want["table"]) < 130  # the last orders still wait
+    join = write(tmp_path, "j.py", LEFT_JOIN.replace("QUEUES", "4"))
+    data = tmp_path / "j-data"
+    records = sum(len(p.read_text().splitlines()) for p in inputs.values())
+    follow_until_committed(join, data, "unpaid", inputs, records, ("paid", want["records"]))
+    assert read_table(data / "partial.jsonl") == want["table"]
+    assert sink_records(data, "unpaid", "paid") == want["records"]
+
+
+def read_table(path: Path) -> dict[str, object]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {
+        json.dumps(r["key"]) if isinstance(r["key"], dict) else str(r["key"]): r["value"]
+        for r in rows
+    }
 
 
 @pytest.mark.slow

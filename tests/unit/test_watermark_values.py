@@ -53,8 +53,8 @@ def test_end_of_input_and_idle_producers_stop_holding_it_back() -> None:
 
 
 def test_control_records_round_trip() -> None:
-    assert decode_control(encode_control((2, 7), END, True, 5)) == ((2, 7), END, True, 5)
-    assert decode_control(encode_control((0, 0), 3, False)) == ((0, 0), 3, False, NO_TIME)
+    assert decode_control(encode_control((2, 7), END, True, 5)) == ((2, 7), END, True, 5, None)
+    assert decode_control(encode_control((0, 0), 3, False)) == ((0, 0), 3, False, NO_TIME, None)
 
 
 def test_a_consumer_that_lost_the_watermarks_learns_where_time_got_from_an_end() -> None:
@@ -116,7 +116,7 @@ def test_a_shuffle_with_several_producers_carries_their_minimum() -> None:
         controls = [
             decode_control(r.value) for r in broker.read(shuffle, q, 0, 100) if r.key is None
         ]
-        assert controls[-1] == ((0, 1), 260, False, 260)
+        assert controls[-1] == ((0, 1), 260, False, 260, None)
     engine.end_of_input()
     # All producers ended: the largest watermark any sent (the input's last timestamp).
     assert [t.ctx.watermark for t in downstream(engine)] == [260] * 3
@@ -203,3 +203,122 @@ def test_in_order_input_gives_the_same_windows_whatever_the_queues(
     }
     assert got == expected
     assert engine.metrics().get("late", 0) == 0
+
+
+class QueuesProbe:
+    """Source queues' ends and the ingest's records of them, as a consumer sees them."""
+
+    def __init__(self) -> None:
+        self.ends: dict[tuple[str, int], int] = {}
+        self.ingest: dict[tuple[str, int], int] = {}
+
+    def at_end(self, queue: int, positions: tuple[tuple[str, int], ...]) -> bool:
+        return all(self.ends.get((t, queue), 0) == pos for t, pos in positions)
+
+    def ingest_ended(self, caught_up) -> bool:  # type: ignore[no-untyped-def]
+        return all(self.ingest.get((t, q)) == pos for q, ps in caught_up for t, pos in ps)
+
+
+def test_a_caught_up_producer_holds_nothing_back_while_its_queue_ends_there() -> None:
+    probe = QueuesProbe()
+    marks = InputWatermarks([(0, 0), (0, 1), (0, 2)], probe)
+    probe.ends[("in", 0)] = 5
+    marks.update((0, 0), 100, False)
+    marks.update((0, 1), 80, False)
+    assert marks.value == NO_TIME  # queue 2 has said nothing yet
+    # Queue 2 read all it holds (nothing): out of the minimum, at once.
+    assert marks.update((0, 2), NO_TIME, True, caught_up=(("in", 0),))
+    assert marks.value == 80
+    # Its queue grew: it holds time back again (where it got; never backwards) ...
+    probe.ends[("in", 2)] = 3
+    marks.update((0, 1), 90, False)
+    assert marks.value == 80
+    marks.update((0, 1), 120, False)
+    assert marks.value == 80
+    # ... until it has read that too.
+    marks.update((0, 2), 95, False)
+    assert marks.value == 95
+    # Read to the end again: the others' minimum.
+    marks.update((0, 2), 95, True, caught_up=(("in", 3),))
+    assert marks.value == 100
+
+
+def test_an_input_read_to_its_end_stops_holding_time_back() -> None:
+    probe = QueuesProbe()
+    # Two inputs: sub-topology 0 reads "a" (2 queues), sub-topology 1 reads "b" (1 queue).
+    marks = InputWatermarks([(0, 0), (0, 1), (1, 0)], probe)
+    probe.ends.update({("a", 0): 10, ("a", 1): 0, ("b", 0): 4})
+    marks.update((1, 0), 500, False)
+    marks.update((0, 0), 300, True, caught_up=(("a", 10),))
+    marks.update((0, 1), NO_TIME, True, caught_up=(("a", 0),))
+    # Every queue of "a" read, but its file not yet read to its end: "a" got to 300.
+    assert marks.value == 300
+    # The ingest reached the end of "a"'s file where the queues end: "a" holds nothing.
+    probe.ingest.update({("a", 0): 10, ("a", 1): 0})
+    assert marks.refresh() and marks.value == 500
+    # Both inputs read to their ends: the largest watermark any producer sent.
+    probe.ingest[("b", 0)] = 4
+    marks.update((1, 0), 600, True, caught_up=(("b", 4),))
+    assert marks.value == 600
+    # More of "a" ingested (its file grew): it is not at its end any more, but time
+    # does not go back.
+    probe.ends[("a", 1)] = 2
+    assert not marks.refresh() and marks.value == 600
+
+
+def test_an_end_of_queue_never_recorded_by_the_ingest_is_not_an_end() -> None:
+    probe = QueuesProbe()
+    marks = InputWatermarks([(0, 0), (1, 0)], probe)
+    marks.update((1, 0), 500, False)
+    # Queue 0 of "a" is empty and the ingest has recorded nothing: it may not have
+    # started reading that file, so "a" still holds time back.
+    marks.update((0, 0), NO_TIME, True, caught_up=(("a", 0),))
+    assert marks.value == NO_TIME
+    probe.ingest[("a", 0)] = 0
+    assert marks.refresh() and marks.value == 500
+
+
+def test_a_producer_of_two_inputs_is_never_left_out_for_being_caught_up() -> None:
+    # Two files are not read in one order: a queue of one may get older lines later.
+    probe = QueuesProbe()
+    marks = InputWatermarks([(0, 0), (0, 1)], probe)
+    probe.ends.update({("a", 0): 3, ("b", 0): 2})
+    marks.update((0, 0), 70, False)
+    marks.update((0, 1), 20, True, caught_up=(("a", 0), ("b", 0)))
+    assert marks.value == 20
+    marks.update((0, 0), 70, True, caught_up=(("a", 3), ("b", 2)))
+    assert marks.value == 20  # all read, the files not: the smallest still counts
+    probe.ingest.update({("a", 0): 3, ("b", 0): 2, ("a", 1): 0, ("b", 1): 0})
+    assert marks.refresh() and marks.value == 70
+
+
+def test_a_followed_input_on_some_queues_closes_windows_without_a_timeout() -> None:
+    # A durable run's first sub-topology reads input files: a queue the input did not
+    # reach does not hold the windows back, and once the ingest recorded the end of the
+    # file, the last records' time closes what it closes (as one queue would).
+    now = [0]
+    broker = MemoryBroker()
+    engine = LocalEngine(
+        window_count(source_queues=4, queues=2),
+        broker,
+        EngineConfig(caught_up_idle=True),
+        clock=lambda: now[0],
+    )
+
+    def punctuate() -> None:
+        now[0] += 1000
+        for t in engine.tasks:
+            t.punctuate(now[0])
+        engine.run_until_idle()
+
+    feed(engine, 1, ("a", 10), ("b", 120), ("a", 230))
+    punctuate()
+    # Queues 0, 2 and 3 hold nothing: queue 1's watermark is everyone's.
+    assert [t.ctx.watermark for t in downstream(engine)] == [230, 230]
+    assert sorted(r.key for r in broker.read("out", 0, 0, 100)) == [
+        b'{"@windowed":["a",0,100],"closed":"event-time"}',
+        b'{"@windowed":["b",100,200],"closed":"event-time"}',
+    ]
+    feed(engine, 2, ("c", 240))
+    punctuate()
+    assert [t.ctx.watermark for t in downstream(engine)] == [240, 240]

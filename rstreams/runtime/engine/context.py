@@ -78,6 +78,12 @@ class EngineConfig:
     #: holding back the watermark of the shuffles it writes (None: never, the default:
     #: a bounded run then gives the same results however slow a queue is).
     source_idle_ms: int | None = None
+    #: Sources are input files, each read once and in order by one ingest that records
+    #: where every queue ended when it reached the file's end (the durable runtime): a
+    #: task that has read all its source queues then stops holding event time back at
+    #: once, and an input read to its end stops holding it back at all (see the
+    #: watermarks module).
+    caught_up_idle: bool = False
     #: Judge event time by watermarks carried through shuffles with several producers.
     #: Off, each windowed step judges it by the largest timestamp it has seen (Kafka
     #: Streams' stream time): the test driver, which processes every record in the

@@ -45,6 +45,7 @@ from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.engine.topology_guard import check_topology
+from rstreams.runtime.engine.watermarks import ingest_group
 from rstreams.runtime.engine.worker import (
     EXIT_FATAL,
     EXIT_PROCESSING_ERROR,
@@ -115,6 +116,8 @@ class _Input:
         self.queues = queues
         self.position = start
         self.lines = 0
+        #: Each queue's end when the ingest last reached the end of the file, recorded.
+        self.ended_at: dict[int, int] = {}
         self._chunks: Iterator[tuple[list[bytes], int]] | None = None
         self.size = os.path.getsize(path)
 
@@ -420,6 +423,7 @@ class Supervisor:
                     item = next(chunks, None)
                     if item is None:
                         pending.remove((inp, chunks))
+                        self._record_input_end(inp)
                         continue
                     lines, pos = item
                     ts = wall_clock_ms()
@@ -459,6 +463,17 @@ class Supervisor:
             self._stop_workers()
             self._publish_stats(start, state)
         return self.status(start)
+
+    def _record_input_end(self, inp: _Input) -> None:
+        """The ingest reached the end of ``inp``'s file (for now, if following it): record
+        where each of its queues ends, so that tasks that have read that far stop holding
+        event time back (see the watermarks module)."""
+        group = ingest_group(self.topology.job_id)
+        for q in range(inp.queues):
+            end = self.broker.end_offset(inp.topic, q)
+            if inp.ended_at.get(q) != end:
+                self.broker.commit(group, inp.topic, q, end)
+                inp.ended_at[q] = end
 
     def _publish_stats(self, start: float, state: str = "running") -> None:
         assert self.stats is not None

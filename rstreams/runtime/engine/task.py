@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
@@ -79,8 +79,10 @@ from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
     InputWatermarks,
+    Positions,
     decode_control,
     encode_control,
+    ingest_group,
     producers_of,
 )
 from rstreams.runtime.queues.base import Headers, RecordColumns
@@ -104,6 +106,9 @@ Fetch = Callable[[str, int, int, int], RecordColumns]
 
 #: How often (wall ms) a task tells its consumers an unchanged watermark again.
 RESEND_WATERMARK_MS = 10_000
+#: How often a consumer looks again at the queues of producers that said they were
+#: caught up (their input may have ended, or grown, since).
+REFRESH_CAUGHT_UP_MS = 200
 
 
 def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int]]:
@@ -294,10 +299,17 @@ class Task:
                 if len(ps) > 1:
                     self.marked_inputs.add(topic)
                     producers += ps
-        self.input_marks = InputWatermarks(producers)
+        probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
+        self.input_marks = InputWatermarks(producers, probe)
         self.ctx.watermark = self.input_marks.value
+        self._refreshed_at = self.clock()
         #: Inputs without watermarks: then what this task sends bounds its own watermark.
         self.unmarked_input = len(self.marked_inputs) < len(self.sources)
+        #: Reads input files only (see EngineConfig.caught_up_idle): says it is caught up
+        #: when it has read all its queues hold.
+        self.reads_inputs = self.config.caught_up_idle and all(
+            topology.topics[t].role != "shuffle" for t in self.sources
+        )
         #: (shuffle topic, queue count) this task must send its watermark to.
         self.marked_outputs: list[tuple[str, int]] = []
         for f in self.sub.factories:
@@ -308,8 +320,10 @@ class Task:
                 self.marked_outputs.append(entry)
         self.ended = False
         self.idle = False
+        #: The positions this task was idle at because it had read all its input.
+        self.caught_up: Positions | None = None
         self._last_input = self.clock()
-        self._sent_mark: tuple[int, bool] = (NO_TIME, False)
+        self._sent_mark: tuple[int, bool, Positions | None] = (NO_TIME, False, None)
         self._sent_at = self._last_input
         # The largest watermark sent short of END (and the largest timestamp sent), as of
         # the last commit of an earlier owner.
@@ -335,7 +349,7 @@ class Task:
         at commit."""
         if not self.marked_outputs:
             return
-        mark = (self.watermark, self.idle)
+        mark = (self.watermark, self.idle, self.caught_up)
         if (mark == self._sent_mark and not again) or (
             not self.ended and any(p.held() for p in self.processors)
         ):
@@ -344,17 +358,20 @@ class Task:
         self._sent_at = self.clock()
         if mark[0] < END and mark[0] > self._high:
             self._high = mark[0]
-        value = encode_control((self.sub.id, self.queue), *mark, self._high)
+        value = encode_control((self.sub.id, self.queue), mark[0], mark[1], self._high, mark[2])
         for topic, n in self.marked_outputs:
             for q in range(n):
                 self.producer.send(topic, q, None, value, 0, ())
 
     def _on_control(self, value: bytes | None) -> None:
-        producer, wm, idle, high = decode_control(value)
-        if self.input_marks.update(producer, wm, idle, high):
-            self.ctx.watermark = self.input_marks.value
-            for p in self.processors:
-                p.on_watermark()
+        c = decode_control(value)
+        if self.input_marks.update(c.producer, c.watermark, c.idle, c.high, c.caught_up):
+            self._watermark_moved()
+
+    def _watermark_moved(self) -> None:
+        self.ctx.watermark = self.input_marks.value
+        for p in self.processors:
+            p.on_watermark()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -391,6 +408,7 @@ class Task:
                 if self.idle or self.config.source_idle_ms is not None:
                     self._last_input = self.clock()
                     self.idle = False
+                    self.caught_up = None
                 source.process_log(self.queue, records)
             elif None not in records.keys:  # no control record among them
                 source.process_log(self.queue, records)
@@ -429,6 +447,7 @@ class Task:
                 if not marked and (self.idle or self.config.source_idle_ms is not None):
                     self._last_input = self.clock()
                     self.idle = False
+                    self.caught_up = None
                 self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
             if self.marked_outputs:
                 self._send_watermark()
@@ -450,14 +469,24 @@ class Task:
             for p in self.processors:
                 p.punctuate(now)
             idle_ms = self.config.source_idle_ms
-            if (
+            if self.reads_inputs and not self.idle and not self.ended and not self.lag():
+                # Read all it was given: hold nothing back while the queues end there.
+                self.idle = True
+                self.caught_up = tuple(sorted(self.positions.items()))
+            elif (
                 idle_ms is not None
                 and self.unmarked_input
-                and not self.idle
+                and (not self.idle or self.caught_up is not None)
                 and now - self._last_input >= idle_ms
                 and not self.lag()
             ):
                 self.idle = True  # stop holding the watermark back until input comes
+                self.caught_up = None
+            if self.input_marks.caught_up and now - self._refreshed_at >= REFRESH_CAUGHT_UP_MS:
+                # A caught-up producer's queue may have grown, or its input ended.
+                self._refreshed_at = now
+                if self.input_marks.refresh():
+                    self._watermark_moved()
             # Now and then again, unchanged: a consumer restarted since has lost it
             # (what it had read before its last commit is not read again).
             again = self._sent_mark[0] != NO_TIME and now - self._sent_at >= RESEND_WATERMARK_MS
@@ -588,3 +617,21 @@ class Task:
             return
         for s in self.stores.values():
             s.close()
+
+
+class _BrokerProbe:
+    """Answers a consumer's questions about caught-up producers' source queues (see
+    :class:`~rstreams.runtime.engine.watermarks.SourceProbe`) from the broker."""
+
+    def __init__(self, broker: Broker, job_id: str) -> None:
+        self.broker = broker
+        self.group = ingest_group(job_id)
+
+    def at_end(self, queue: int, positions: Positions) -> bool:
+        return all(self.broker.end_offset(t, queue) == pos for t, pos in positions)
+
+    def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
+        # Only what the ingest recorded counts: a queue it never recorded is not ended,
+        # even at position 0 (the ingest may not have started).
+        ends = self.broker.group_offsets(self.group)
+        return all(ends.get((t, q)) == pos for q, positions in caught_up for t, pos in positions)

@@ -13,9 +13,29 @@ A task's own watermark is the minimum of its inputs: the watermarks received fro
 producers of the shuffles it reads (:class:`InputWatermarks`) and, for inputs that do not
 carry one (a user topic, or a shuffle with a single producer), the largest timestamp it
 has sent through its shuffle sinks (input in order per queue, as Kafka Streams' stream
-time assumes). The end of bounded input raises it to :data:`END`. A task whose user
-source queues gave no record for ``EngineConfig.source_idle_ms`` says it is idle, and
-its consumers leave it out of the minimum until it sends again.
+time assumes). The end of bounded input raises it to :data:`END`.
+
+Inputs that are all read (``EngineConfig.caught_up_idle``, the durable runtime's input
+files): a file is read by one ingest, in order, into every queue of its topic, round
+robin. A task of the first sub-topology that has read everything its queues hold and
+holds nothing back says it is *caught up*, with the positions it reached (the ``idle``
+field of its control record is then those positions). A consumer leaves such a producer
+out of the minimum while the queues still end there, which it checks against the broker
+each time it computes its watermark: a chunk the ingest appended to that queue came
+before every chunk that moved the other producers' watermarks, so nothing it holds can
+have been overtaken. A producer of a sub-topology that reads two inputs never stays out
+on that ground alone (two files are not read in one order). When every producer of a
+sub-topology is caught up at the positions the ingest recorded when it last reached the
+end of the input files (:func:`ingest_group`), that input is idle: it no longer holds
+time back, so a followed file closes its windows as the test driver would with the same
+lines, whichever queues the lines landed in, without waiting for a timeout.
+
+``EngineConfig.source_idle_ms``: a task whose user source queues gave no record for that
+long says it is idle unconditionally, and its consumers leave it out of the minimum until
+it sends again (for sources whose writers pause; files need no timeout).
+
+A consumer's watermark never goes back: a producer that comes back from idle with older
+data holds time where it got, it does not reopen what has closed.
 
 A shuffle with a single producer carries no control records: its consumers judge time
 by the largest timestamp they have seen, exactly as before watermarks existed.
@@ -23,7 +43,8 @@ by the largest timestamp they have seen, exactly as before watermarks existed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 import msgpack
 
@@ -33,17 +54,58 @@ NO_TIME = -(2**62)
 END = 2**62
 
 Producer = tuple[int, int]  # (sub-topology id, queue)
+#: The end positions a caught-up producer reached, per user source topic it reads.
+Positions = tuple[tuple[str, int], ...]
 
 
-def encode_control(producer: Producer, watermark: int, idle: bool, high: int = NO_TIME) -> bytes:
+def ingest_group(job_id: str) -> str:
+    """The group under which the durable runtime's ingest records, for every queue of an
+    input's topic, the queue's end when it last reached the end of the input file.
+    (Recorded as a consumer group's offsets: every broker keeps those, durably.)"""
+    return f"{job_id}.ingest-end"
+
+
+class Control(NamedTuple):
+    """A watermark control record. ``caught_up``: the positions, when the producer is
+    idle because it read all its input (``idle`` is then true too)."""
+
+    producer: Producer
+    watermark: int
+    idle: bool
+    high: int = NO_TIME
+    caught_up: Positions | None = None
+
+
+def encode_control(
+    producer: Producer,
+    watermark: int,
+    idle: bool,
+    high: int = NO_TIME,
+    caught_up: Positions | None = None,
+) -> bytes:
     """``high``: the largest watermark short of END the producer has sent, so that a
     consumer restarted after the end of input still knows where its input's time got."""
-    return msgpack.packb([producer[0], producer[1], watermark, idle, high])
+    fields: list[object] = [producer[0], producer[1], watermark, idle, high]
+    if caught_up is not None:
+        fields.append([list(p) for p in caught_up])
+    return msgpack.packb(fields)
 
 
-def decode_control(value: bytes | None) -> tuple[Producer, int, bool, int]:
-    sub, queue, watermark, idle, high = msgpack.unpackb(value or b"", use_list=False)
-    return (int(sub), int(queue)), int(watermark), bool(idle), int(high)
+def decode_control(value: bytes | None) -> Control:
+    sub, queue, watermark, idle, high, *rest = msgpack.unpackb(value or b"", use_list=False)
+    caught_up = tuple((str(t), int(p)) for t, p in rest[0]) if rest else None
+    return Control((int(sub), int(queue)), int(watermark), bool(idle), int(high), caught_up)
+
+
+class SourceProbe(Protocol):
+    """What a consumer asks the broker about a caught-up producer's source queues."""
+
+    def at_end(self, queue: int, positions: Positions) -> bool:
+        """Queue ``queue`` of each topic still ends at the position given."""
+
+    def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
+        """For each (queue, positions): the ingest recorded that it reached the end of
+        each topic's input file when the queue ended at the position given."""
 
 
 def task_count(topology: Any, sub: Any, queue_count: Any) -> int:
@@ -63,21 +125,32 @@ def producers_of(topology: Any, topic: str, queue_count: Any) -> list[Producer]:
 class InputWatermarks:
     """The watermarks a task has received, per producer.
 
-    :attr:`value` is their minimum over the producers not idle. Once every producer has
-    ended (or is idle), it is the largest watermark any of them sent before that: the
-    largest timestamp of the input, which is where one queue's stream time would be.
-    Without producers it is :data:`END`: nothing bounds the task's time from outside.
+    :attr:`value` is their minimum over the producers not idle (and not caught up, see
+    the module docstring). Once every producer has ended (or is idle), it is the largest
+    watermark any of them sent before that: the largest timestamp of the input, which is
+    where one queue's stream time would be. Without producers it is :data:`END`: nothing
+    bounds the task's time from outside. It never goes back.
     """
 
-    __slots__ = ("idle", "marks", "top", "value")
+    __slots__ = ("caught_up", "idle", "marks", "probe", "top", "value")
 
-    def __init__(self, producers: list[Producer]) -> None:
+    def __init__(self, producers: list[Producer], probe: SourceProbe | None = None) -> None:
         self.marks: dict[Producer, int] = dict.fromkeys(producers, NO_TIME)
         self.idle: set[Producer] = set()
+        #: Producers idle because they read all their input, with the positions.
+        self.caught_up: dict[Producer, Positions] = {}
+        self.probe = probe
         self.top = NO_TIME  # the largest watermark received short of END
         self.value = NO_TIME if producers else END
 
-    def update(self, producer: Producer, watermark: int, idle: bool, high: int = NO_TIME) -> bool:
+    def update(
+        self,
+        producer: Producer,
+        watermark: int,
+        idle: bool,
+        high: int = NO_TIME,
+        caught_up: Positions | None = None,
+    ) -> bool:
         """Note a control record; True if :attr:`value` changed. A producer's watermark
         never goes back (a restarted producer may resend an older one)."""
         if producer not in self.marks:
@@ -88,13 +161,56 @@ class InputWatermarks:
             self.marks[producer] = watermark
             if watermark < END and watermark > self.top:
                 self.top = watermark
-        if idle:
+        self.caught_up.pop(producer, None)
+        self.idle.discard(producer)
+        if caught_up is not None and self.probe is not None:
+            self.caught_up[producer] = caught_up
+        elif idle:
             self.idle.add(producer)
-        else:
-            self.idle.discard(producer)
-        value = min((w for p, w in self.marks.items() if p not in self.idle), default=END)
+        return self.refresh()
+
+    def refresh(self) -> bool:
+        """Compute :attr:`value` again (caught-up producers' queues may have grown or
+        their input ended since); True if it changed."""
+        value = self._minimum()
         if value >= END:
             value = self.top
-        changed = value != self.value
+        if value <= self.value:
+            return False
         self.value = value
-        return changed
+        return True
+
+    def _minimum(self) -> int:
+        if not self.caught_up:
+            return min((w for p, w in self.marks.items() if p not in self.idle), default=END)
+        probe = self.probe
+        assert probe is not None
+        groups: dict[int, list[Producer]] = {}
+        for p in self.marks:
+            groups.setdefault(p[0], []).append(p)
+        value = END
+        for members in groups.values():
+            held: list[int] = []  # the watermarks of members that hold time back
+            at_end: list[Producer] = []  # caught up, and their queues still end there
+            awake = 0
+            for p in members:
+                if p in self.idle:
+                    continue
+                awake += 1
+                positions = self.caught_up.get(p)
+                if positions is not None and probe.at_end(p[1], positions):
+                    at_end.append(p)
+                    if len(positions) == 1:
+                        continue  # one input, read in order: nothing of it is behind
+                held.append(self.marks[p])
+            if at_end and len(at_end) == awake:
+                if probe.ingest_ended([(p[1], self.caught_up[p]) for p in at_end]):
+                    continue  # all of this input is read: it holds nothing back
+                if not held:
+                    # Every queue read, but the ingest has not reached the end of the
+                    # input yet: time is where the input got.
+                    value = min(value, max(self.marks[p] for p in at_end))
+                    continue
+            if held:
+                value = min(value, *held)
+        return value

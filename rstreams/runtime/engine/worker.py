@@ -655,6 +655,7 @@ def _make_worker(args: argparse.Namespace) -> Worker:
             state=args.state,
             state_dir=str(Path(args.data_dir) / "state"),
             source_idle_ms=args.source_idle_ms,
+            caught_up_idle=True,  # its sources are input files, read by the ingest
         ),
         config=WorkerConfig(
             session_timeout=args.session_timeout,
