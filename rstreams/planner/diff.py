@@ -828,6 +828,17 @@ def _describe(d: TopologyDiff) -> str:
     _section("Steps", d.steps, out)
     _section("Topics", d.topics, out)
     _section("Stores", d.stores, out)
+    if d.stale:
+        parts = [
+            f"{count} {what}(s)"
+            for what, changes in (("store", d.stores), ("topic", d.topics))
+            if (count := sum(c.effect == STALE for c in changes))
+        ]
+        out.append(
+            f"  New input only: {' and '.join(parts)} keep what the earlier version computed; "
+            "--fresh recomputes from all input"
+        )
+    # The verdict comes last.
     if d.loses_state:
         parts = [
             f"{count} {what}(s) {effect}"
@@ -840,14 +851,4 @@ def _describe(d: TopologyDiff) -> str:
         kept = sum(c.status == "kept" for c in d.stores)
         but = ", but the change applies to new input only" if d.stale else ""
         out.append(f"  State: nothing lost ({kept} store(s) kept){but}")
-    if d.stale:
-        parts = [
-            f"{count} {what}(s)"
-            for what, changes in (("store", d.stores), ("topic", d.topics))
-            if (count := sum(c.effect == STALE for c in changes))
-        ]
-        out.append(
-            f"  New input only: {' and '.join(parts)} keep what the earlier version computed; "
-            "--fresh recomputes from all input"
-        )
     return "\n".join(out) + "\n"
