@@ -190,6 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         skipped = result.metrics.get("skipped", 0)
         extra = f", {skipped:,} skipped" if skipped else ""
         where = f"; wrote {args.output}" if args.output not in (None, "-") else ""
+        if result.stale:  # (the warning above says why)
+            where += f"; from the earlier pipeline: {', '.join(result.stale)} (see above)"
         print(
             f"done: {result.records_in:,} records in, {result.records_out:,} out{extra} "
             f"in {result.elapsed:.2f}s ({rate:,.0f} records/s){where}",

@@ -353,7 +353,8 @@ class Change:
     the old name), ``misread`` (read with other settings), ``stale`` (kept and read
     right, but computed by the earlier version of a step upstream: the change applies to
     new input only), ``dropped`` (no longer used) or ``new``. ``notes`` say what
-    changed; ``hint`` what to do about it.
+    changed; ``hint`` what to do about it; ``causes``, for a stale one, the step changes
+    that make it so (``"lines-filter-2 [filter] added"``).
     """
 
     kind: str
@@ -363,6 +364,7 @@ class Change:
     effect: str = "none"
     notes: tuple[str, ...] = ()
     hint: str | None = None
+    causes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -391,7 +393,12 @@ class TopologyDiff:
         """True when a kept store or sink topic holds what the earlier version computed:
         the change is compatible, but applies to new input only (``--fresh`` recomputes).
         """
-        return any(c.effect == STALE for c in (*self.topics, *self.stores))
+        return bool(self.stale_changes)
+
+    @property
+    def stale_changes(self) -> tuple[Change, ...]:
+        """The sink topics and stores that keep what the earlier version computed."""
+        return tuple(c for c in (*self.topics, *self.stores) if c.effect == STALE)
 
     @property
     def unchanged(self) -> bool:
@@ -588,6 +595,7 @@ def _stale(change: Change, causes: Iterable[str]) -> Change:
         change,
         effect=STALE,
         notes=(*change.notes, note),
+        causes=tuple(causes),
         hint="to recompute it from all input with this version, start the job over with --fresh",
     )
 
