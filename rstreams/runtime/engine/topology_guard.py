@@ -126,7 +126,15 @@ def _what(d: TopologyDiff) -> tuple[str, str]:
     stale = d.stale_changes
     names = [f"{'topic' if c.kind == 'sink' else 'store'} {c.new}" for c in stale]
     causes = dict.fromkeys(cause for c in stale for cause in c.causes)
-    return " and ".join(names), ", ".join(causes)
+    return _and(names), ", ".join(causes)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _s(verb: str, d: TopologyDiff) -> str:
+    return verb if len(d.stale_changes) > 1 else f"{verb}s"
 
 
 def stale_at_start(job: str, d: TopologyDiff, inputs: list[str], unread: list[str]) -> str:
@@ -136,16 +144,17 @@ def stale_at_start(job: str, d: TopologyDiff, inputs: list[str], unread: list[st
     if not unread:
         return (
             f"job {job!r} resumes with a changed pipeline ({causes}) and no new input: "
-            f"{', '.join(inputs)} was consumed by an earlier run and is not read again, so "
-            f"no record will go through the changed steps; {held} keep what the earlier "
-            "version computed. Run with --fresh to recompute them from all input with this "
-            "version"
+            f"{_and(inputs)} {'was' if len(inputs) == 1 else 'were'} consumed by an earlier "
+            "run and not read again, so no record will go through the changed steps; "
+            f"{held} {_s('keep', d)} what the "
+            "earlier version computed. Run with --fresh to recompute from all input with "
+            "this version"
         )
     return (
         f"job {job!r} resumes with a changed pipeline ({causes}): the change applies to "
-        f"new input only (the rest of {', '.join(unread)}); input consumed by earlier runs "
-        f"is not read again, and what {held} hold from it is what the earlier version "
-        "computed. Run with --fresh to recompute them from all input with this version"
+        f"new input only (the rest of {_and(unread)}); input consumed by earlier runs "
+        f"is not read again, and what {held} {_s('hold', d)} from it is what the earlier "
+        "version computed. Run with --fresh to recompute from all input with this version"
     )
 
 
@@ -155,13 +164,14 @@ def stale_at_end(d: TopologyDiff, records_in: int, inputs: list[str]) -> str:
     held, causes = _what(d)
     if not records_in:
         return (
-            f"no new input: {', '.join(inputs)} was already consumed by an earlier run, so "
+            f"no new input: {_and(inputs)} {'was' if len(inputs) == 1 else 'were'} already "
+            "consumed by an earlier run, so "
             f"the output is the table the earlier version of the pipeline computed ({held}), "
             f"not what this version computes ({causes}). Run with --fresh to recompute it "
             "from all input"
         )
     return (
         f"only the {records_in:,} new input record(s) went through the changed pipeline "
-        f"({causes}): {held} also hold what the earlier version computed from the input "
-        "consumed before. Run with --fresh to recompute all of it with this version"
+        f"({causes}): {held} also {_s('hold', d)} what the earlier version computed from the "
+        "input consumed before. Run with --fresh to recompute all of it with this version"
     )
