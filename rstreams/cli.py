@@ -190,6 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         skipped = result.metrics.get("skipped", 0)
         extra = f", {skipped:,} skipped" if skipped else ""
         where = f"; wrote {args.output}" if args.output not in (None, "-") else ""
+        if result.stale:  # (the warning above says why)
+            where += f"; from the earlier pipeline: {', '.join(result.stale)} (see above)"
         print(
             f"done: {result.records_in:,} records in, {result.records_out:,} out{extra} "
             f"in {result.elapsed:.2f}s ({rate:,.0f} records/s){where}",
@@ -475,10 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
 Compare two versions of a pipeline: steps added, removed or renamed (a step
 moved in its chain gets another generated name), internal topics and stores
 whose name, serde, window or queue count changed, and which state would be
-lost (orphaned under its old name) or misread.
+lost (orphaned under its old name) or misread. A kept store or sink topic
+with a changed step before it (added, removed, moved, other code) is STALE:
+a resumed job does not read the input it already consumed again, so the
+change applies to new input only; --fresh recomputes from all input.
 
 exit codes: 0 no state lost, 1 some state would be lost or misread,
-2 bad usage or a pipeline file that does not load""",
+2 bad usage or a pipeline file that does not load (stale alone is 0:
+the change is compatible)""",
         epilog="""\
 example:
   rstreams diff wordcount.py wordcount_v2.py
@@ -489,7 +495,12 @@ keeps that name whatever you change around it.""",
     )
     diff.add_argument("old", metavar="OLD.py", help="the pipeline the job ran with")
     diff.add_argument("new", metavar="NEW.py", help="the changed pipeline")
-    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+    diff.add_argument(
+        "--json",
+        action="store_true",
+        help='print the diff as JSON (format 2: "loses_state", "stale", and each step, topic '
+        'and store with its "status" and "effect")',
+    )
     _common(diff)
     diff.set_defaults(func=cmd_diff)
 

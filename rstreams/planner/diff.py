@@ -12,7 +12,12 @@ and says so before a run does it:
   store starts empty, the old state is orphaned), *misread* (same name, but another
   serde, window, queue count, aggregation or input: the old state is read wrongly),
   *added* or *removed*;
-- **topics** are matched by name, internal ones also through their step's rename.
+- **topics** are matched by name, internal ones also through their step's rename;
+- a kept store or sink topic is *stale* when a step that shapes its records was added,
+  removed, moved or changed (another function body, other parameters) upstream of it, or
+  is its own step: it keeps what the earlier version computed, and a resumed job does not
+  read the input it already consumed again, so the change applies to new input only.
+  Nothing is lost (the run is allowed), but only ``--fresh`` recomputes it.
 
 A diff compares :class:`TopologyIdentity` values: the facts of a topology that decide
 where its state lives and how it is read, as plain data that survives a trip through
@@ -31,8 +36,11 @@ JSON (the embedded runtime keeps the last one a job ran with in its directory).
     True
     >>> [(s.old, s.new, s.effect) for s in d.stores]
     [('wc-lines-count-3-store', 'wc-lines-count-4-store', 'lost')]
-    >>> wordcount(False, pin=True).diff(wordcount(True, pin=True)).loses_state
-    False
+    >>> pinned = wordcount(False, pin=True).diff(wordcount(True, pin=True))
+    >>> pinned.loses_state, pinned.stale
+    (False, True)
+    >>> [(s.name, s.effect) for s in pinned.stores]
+    [('wc-counts-store', 'stale')]
 """
 
 from __future__ import annotations
@@ -69,8 +77,23 @@ __all__ = [
 #: Version of the JSON written by :meth:`TopologyIdentity.to_json`.
 FORMAT = 1
 
+#: Version of the JSON written by :meth:`TopologyDiff.to_json` (1 had no ``format`` and
+#: no ``stale``).
+DIFF_FORMAT = 2
+
 #: Effects that make a diff lose state: the old state is orphaned or read wrongly.
 LOSSES = ("lost", "misread")
+
+#: The effect on a kept store or sink topic whose content the earlier version computed
+#: (a step upstream changed): readable, but the change applies to new input only.
+STALE = "stale"
+
+#: Steps that do not change the records after them (a change there leaves state as is).
+_PASS_THROUGH = frozenset({"foreach", "peek", "print"})
+
+#: Step parameters that say where records go, not what they are (their changes are
+#: reported as losses where they matter).
+_PLACEMENT = frozenset({"queues", "repartition"})
 
 _NODE_IDENTITY = {"id", "name", "parents", "user_named", "chain", "depth"}
 
@@ -327,8 +350,11 @@ class Change:
 
     ``status`` is ``kept``, ``changed``, ``renamed``, ``added`` or ``removed``;
     ``effect`` is what happens to the data it holds: ``none``, ``lost`` (orphaned under
-    the old name), ``misread`` (read with other settings), ``dropped`` (no longer used)
-    or ``new``. ``notes`` say what changed; ``hint`` what to do about a loss.
+    the old name), ``misread`` (read with other settings), ``stale`` (kept and read
+    right, but computed by the earlier version of a step upstream: the change applies to
+    new input only), ``dropped`` (no longer used) or ``new``. ``notes`` say what
+    changed; ``hint`` what to do about it; ``causes``, for a stale one, the step changes
+    that make it so (``"lines-filter-2 [filter] added"``).
     """
 
     kind: str
@@ -338,6 +364,7 @@ class Change:
     effect: str = "none"
     notes: tuple[str, ...] = ()
     hint: str | None = None
+    causes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -362,6 +389,18 @@ class TopologyDiff:
         return any(c.effect in LOSSES for c in (*self.topics, *self.stores))
 
     @property
+    def stale(self) -> bool:
+        """True when a kept store or sink topic holds what the earlier version computed:
+        the change is compatible, but applies to new input only (``--fresh`` recomputes).
+        """
+        return bool(self.stale_changes)
+
+    @property
+    def stale_changes(self) -> tuple[Change, ...]:
+        """The sink topics and stores that keep what the earlier version computed."""
+        return tuple(c for c in (*self.topics, *self.stores) if c.effect == STALE)
+
+    @property
     def unchanged(self) -> bool:
         """True when nothing but function locations (file:line) differ."""
         return all(c.status == "kept" for c in (*self.steps, *self.topics, *self.stores))
@@ -373,9 +412,11 @@ class TopologyDiff:
     def to_dict(self) -> dict[str, Any]:
         """The diff as plain data (what ``rstreams diff --json`` prints)."""
         return {
+            "format": DIFF_FORMAT,
             "old_job": self.old_job,
             "new_job": self.new_job,
             "loses_state": self.loses_state,
+            "stale": self.stale,
             "steps": [attrs.asdict(c) for c in self.steps],
             "topics": [attrs.asdict(c) for c in self.topics],
             "stores": [attrs.asdict(c) for c in self.stores],
@@ -386,7 +427,8 @@ class TopologyDiff:
 
 
 def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> TopologyDiff:
-    """What changes from ``old`` to ``new``, and which state that loses or misreads."""
+    """What changes from ``old`` to ``new``, and which state that loses or misreads, or
+    keeps as the old version computed it (stale)."""
     a = old if isinstance(old, TopologyIdentity) else identity(old)
     b = new if isinstance(new, TopologyIdentity) else identity(new)
     step_map = match_steps(a.steps, b.steps)
@@ -394,6 +436,22 @@ def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> 
     topic_map = _match_topics(a, b, step_map)
     topics = _topic_changes(a, b, topic_map)
     stores = _store_changes(a, b, step_map, topic_map)
+    # A kept store or sink topic is stale when something before it computes differently.
+    causes = upstream_changes(a, b, step_map)
+    producers: dict[str, list[str]] = {}
+    for s in b.steps:
+        if s.kind == "sink":
+            producers.setdefault(str(s.params.get("topic")), []).append(s.name)
+    new_stores = {s.name: s for s in b.stores}
+    topics = tuple(
+        _stale(c, [w for p in producers.get(c.new, ()) for w in causes[p]])
+        if c.kind == "sink" and c.new is not None
+        else c
+        for c in topics
+    )
+    stores = tuple(
+        _stale(c, causes[new_stores[c.new].step]) if c.new is not None else c for c in stores
+    )
     return TopologyDiff(a.job_id, b.job_id, steps, topics, stores)
 
 
@@ -452,6 +510,94 @@ def match_steps(old: Iterable[StepFacts], new: Iterable[StepFacts]) -> dict[str,
         if len(candidates) == 1:
             pair(candidates[0], n)
     return matched
+
+
+def upstream_changes(
+    a: TopologyIdentity, b: TopologyIdentity, step_map: dict[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """New step name -> the changes at it or upstream of it that change its records:
+    steps added, removed, moved to other inputs, or doing something else (other code or
+    parameters), e.g. ``('lines-filter-2 [filter] added',)``.
+
+    A step that only got another generated name (because one was inserted before it)
+    is not a change of its own: its inputs are compared through the added and removed
+    steps. Steps that pass records through unchanged (peek, foreach, print) count for
+    nothing.
+    """
+    old_by_name = {s.name: s for s in a.steps}
+    new_by_name = {s.name: s for s in b.steps}
+    back = {new: old for old, new in step_map.items()}
+
+    def shapes(s: StepFacts) -> bool:
+        return s.kind not in _PASS_THROUGH
+
+    def old_inputs(parents: Iterable[str]) -> list[str]:
+        # Through removed steps, as new names: what the step read, edits aside.
+        out: list[str] = []
+        for p in parents:
+            if p in step_map:
+                out.append(step_map[p])
+            elif p in old_by_name:
+                out.extend(old_inputs(old_by_name[p].parents))
+        return out
+
+    def new_inputs(parents: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for p in parents:
+            out.extend(new_inputs(new_by_name[p].parents) if p not in back else [p])
+        return out
+
+    def removed_before(parents: Iterable[str]) -> list[str]:
+        out: list[str] = []
+        for p in parents:
+            if p not in step_map and p in old_by_name:
+                o = old_by_name[p]
+                out.extend(removed_before(o.parents))
+                if shapes(o):
+                    out.append(f"{o.name} [{o.kind}] removed")
+        return out
+
+    causes: dict[str, tuple[str, ...]] = {}
+    for n in b.steps:  # (in pipeline order: parents first)
+        found = [c for p in n.parents for c in causes.get(p, ())]
+        o = old_by_name.get(back.get(n.name, ""))
+        if o is not None:
+            found.extend(removed_before(o.parents))
+        if shapes(n):
+            if o is None:
+                found.append(f"{n.name} [{n.kind}] added")
+            elif _meaning(o) != _meaning(n):
+                found.append(f"{n.name} [{n.kind}] changed")
+            elif old_inputs(o.parents) != new_inputs(n.parents):
+                found.append(f"{n.name} [{n.kind}] moved")
+        causes[n.name] = tuple(dict.fromkeys(found))
+    return causes
+
+
+def _meaning(s: StepFacts) -> str:
+    """What a step does to its records: its signature without where they go."""
+    params = {k: v for k, v in s.params.items() if k not in _PLACEMENT}
+    code = {k: v["code"] for k, v in s.fns.items()}
+    return json.dumps([s.kind, params, code], sort_keys=True, default=str)
+
+
+def _stale(change: Change, causes: Iterable[str]) -> Change:
+    """``change`` marked stale when ``causes`` changed what it holds (unless it is lost,
+    misread or new already)."""
+    causes = list(dict.fromkeys(causes))
+    if not causes or change.effect != "none":
+        return change
+    note = (
+        f"holds what the earlier version computed (what changed: {', '.join(causes)}); "
+        "this version applies to new input only: input already consumed is not read again"
+    )
+    return attrs.evolve(
+        change,
+        effect=STALE,
+        notes=(*change.notes, note),
+        causes=tuple(causes),
+        hint="to recompute it from all input with this version, start the job over with --fresh",
+    )
 
 
 def _step_changes(
@@ -663,11 +809,11 @@ def _show(value: Any) -> str:
 
 # -- text ----------------------------------------------------------------------------------
 
-_LABEL = {"lost": "LOST", "misread": "MISREAD"}
+_LABEL = {"lost": "LOST", "misread": "MISREAD", STALE: "STALE"}
 
 
 def _section(title: str, changes: tuple[Change, ...], out: list[str]) -> None:
-    shown = [c for c in changes if c.status != "kept"]
+    shown = [c for c in changes if c.status != "kept" or c.effect != "none"]
     kept = len(changes) - len(shown)
     if not shown and not kept:
         return
@@ -690,6 +836,17 @@ def _describe(d: TopologyDiff) -> str:
     _section("Steps", d.steps, out)
     _section("Topics", d.topics, out)
     _section("Stores", d.stores, out)
+    if d.stale:
+        parts = [
+            f"{count} {what}(s)"
+            for what, changes in (("store", d.stores), ("topic", d.topics))
+            if (count := sum(c.effect == STALE for c in changes))
+        ]
+        out.append(
+            f"  New input only: {' and '.join(parts)} keep what the earlier version computed; "
+            "--fresh recomputes from all input"
+        )
+    # The verdict comes last.
     if d.loses_state:
         parts = [
             f"{count} {what}(s) {effect}"
@@ -700,5 +857,6 @@ def _describe(d: TopologyDiff) -> str:
         out.append(f"  State: would be lost or misread: {', '.join(parts)}")
     else:
         kept = sum(c.status == "kept" for c in d.stores)
-        out.append(f"  State: nothing lost ({kept} store(s) kept)")
+        but = ", but the change applies to new input only" if d.stale else ""
+        out.append(f"  State: nothing lost ({kept} store(s) kept){but}")
     return "\n".join(out) + "\n"

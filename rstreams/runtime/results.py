@@ -49,6 +49,9 @@ class RunResult:
     of a table's keys is not specified: it follows the sink topic's queues and commits,
     not the input, and may differ between backends and runs; sort it to compare.
     ``records_in`` counts input lines, ``records_out`` records written to sink topics.
+    ``stale`` names the stores and sink topics that keep what an earlier version of the
+    pipeline computed: a resumed job (``data_dir``) whose pipeline changed before them
+    does not read the input it already consumed again (``fresh=True`` recomputes).
     """
 
     tables: dict[str, dict[Any, Any]]
@@ -56,6 +59,7 @@ class RunResult:
     records_out: int
     elapsed: float
     metrics: dict[str, int]
+    stale: tuple[str, ...] = ()
 
 
 def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:

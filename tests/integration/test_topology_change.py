@@ -171,3 +171,72 @@ def test_an_unreadable_record_is_refused_unless_allowed(tmp_path: Path) -> None:
     r = job.run("--allow-topology-change")
     assert r.returncode == 0, r.stderr
     assert json.loads(job.recorded)["job_id"] == "wc"
+
+
+# -- a change that applies to new input only -----------------------------------------------
+
+
+def test_a_rerun_without_new_input_says_its_table_is_the_earlier_versions(
+    tmp_path: Path,
+) -> None:
+    job = Job(tmp_path)
+    job.write(V1, count_args='name="lines-count-3"')
+    job.append("a b a\nzzz\n")
+    assert job.run().returncode == 0
+    job.write(V2, count_args='name="lines-count-3"')  # a filter before the kept count
+    r = job.run()
+    assert r.returncode == 0, r.stderr  # nothing is lost: the run goes on
+    err = r.stderr
+    start = err.index("job 'wc' resumes with a changed pipeline (lines-filter-2 [filter] added)")
+    assert "and no new input" in err[start:]
+    end = err.index("no new input: ")
+    assert start < end < err.index("done: 0 records in")
+    ending = err[end:]
+    assert "was already consumed by an earlier run" in ending
+    assert "the table the earlier version of the pipeline computed" in ending
+    assert "topic counts and store wc-lines-count-3-store" in ending
+    assert "Run with --fresh to recompute it from all input" in ending
+    assert "from the earlier pipeline: counts, wc-lines-count-3-store" in ending
+    assert job.table() == counts("a b a zzz")  # the old table, zzz and all
+
+    fresh = job.run("--fresh")
+    assert fresh.returncode == 0, fresh.stderr
+    assert "earlier version" not in fresh.stderr
+    assert job.table() == counts("a b a")  # the filter applied to all input
+
+
+def test_a_rerun_with_new_input_says_only_that_went_through_the_change(tmp_path: Path) -> None:
+    job = Job(tmp_path)
+    job.write(V1, count_args='name="lines-count-3"')
+    job.append("a zzz\n")
+    assert job.run().returncode == 0
+    job.write(V2, count_args='name="lines-count-3"')
+    job.append("zzz a\n")
+    r = job.run()
+    assert r.returncode == 0, r.stderr
+    assert "the change applies to new input only" in r.stderr
+    assert "only the 1 new input record(s) went through the changed pipeline" in r.stderr
+    assert job.table() == {"a": 2, "zzz": 1}  # the old zzz stays; the new one is filtered
+    again = job.run()  # the changed pipeline is the job's now: nothing more to say
+    assert again.returncode == 0, again.stderr
+    assert "earlier version" not in again.stderr
+
+
+def test_the_python_api_reports_stale_output_of_a_resumed_job(tmp_path: Path) -> None:
+    from rstreams import run
+    from rstreams.loader import load_topology
+
+    job = Job(tmp_path)
+    job.write(V1, count_args='name="lines-count-3"')
+    job.append("a zzz\n")
+    options = {"data_dir": str(job.data), "pipeline": str(job.pipeline), "workers": 1}
+    first = run(load_topology(str(job.pipeline)), {"lines": str(job.input)}, **options)
+    assert first.stale == ()
+    job.write(V2, count_args='name="lines-count-3"')
+    second = run(load_topology(str(job.pipeline)), {"lines": str(job.input)}, **options)
+    assert second.records_in == 0
+    assert second.stale == ("counts", "wc-lines-count-3-store")
+    assert second.tables["counts"] == {"a": 1, "zzz": 1}
+    # The in-memory runtime starts from nothing every time: nothing stale there.
+    memory = run(load_topology(str(job.pipeline)), {"lines": str(job.input)})
+    assert (memory.stale, memory.tables["counts"]) == ((), {"a": 1})

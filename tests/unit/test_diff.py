@@ -167,9 +167,114 @@ def test_pinned_names_keep_their_stores_whatever_moves_around_them() -> None:
     d = wordcount(name="count").diff(
         wordcount(name="count", upstream=lambda s: s.map(str.lower).filter(bool))
     )
-    assert [(s.status, s.effect) for s in d.stores] == [("kept", "none")]
+    assert [(s.status, s.effect) for s in d.stores] == [("kept", "stale")]
     assert not d.loses_state
     assert {c.status for c in d.topics} == {"kept"}
+
+
+# -- changes that apply to new input only ----------------------------------------------------
+
+
+def stale(d: TopologyDiff) -> list[tuple[str, str]]:
+    """(store or topic, the first note) of what the diff calls stale."""
+    return [(c.name, c.notes[-1]) for c in (*d.stores, *d.topics) if c.effect == "stale"]
+
+
+def test_a_filter_inserted_before_a_kept_store_applies_to_new_input_only() -> None:
+    d = wordcount(name="count").diff(
+        wordcount(name="count", upstream=lambda s: s.filter(lambda w: len(w) > 3))
+    )
+    assert not d.loses_state and d.stale and not d.unchanged
+    assert [name for name, _ in stale(d)] == ["wc-count-store", "counts"]
+    (store_note, _) = [note for _, note in stale(d)]
+    assert "lines-filter-2 [filter] added" in store_note
+    assert "applies to new input only" in store_note
+    assert store(d, "wc-count-store").hint == (
+        "to recompute it from all input with this version, start the job over with --fresh"
+    )
+    text = d.describe()
+    assert "STALE  wc-count-store [count]" in text
+    assert text.endswith(
+        "  New input only: 1 store(s) and 1 topic(s) keep what the earlier version computed; "
+        "--fresh recomputes from all input\n"
+        "  State: nothing lost (1 store(s) kept), but the change applies to new input only\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "cause"),
+    [
+        # a step removed before the store
+        (lambda s: s.filter(bool), None, "lines-filter-2 [filter] removed"),
+        # a function body changed (the steps keep their names)
+        (lambda s: s.map(str.lower), lambda s: s.map(str.upper), "lines-map-2 [map] changed"),
+        # the same steps in another order
+        (
+            lambda s: s.map(str.lower).filter(bool),
+            lambda s: s.filter(bool).map(str.lower),
+            "moved",
+        ),
+        # a value captured by the function changed
+        (
+            lambda s: s.filter(lambda w, n=2: len(w) > n),
+            lambda s: s.filter(lambda w, n=3: len(w) > n),
+            "lines-filter-2 [filter] changed",
+        ),
+    ],
+)
+def test_what_changes_the_records_upstream_of_a_store_makes_it_stale(
+    old: Any, new: Any, cause: str
+) -> None:
+    d = wordcount(name="count", upstream=old).diff(wordcount(name="count", upstream=new))
+    assert not d.loses_state
+    s = store(d, "wc-count-store")
+    assert s.effect == "stale"
+    assert cause in s.notes[-1]
+
+
+def test_a_changed_key_function_makes_the_store_stale() -> None:
+    d = wordcount(name="count", key=lambda w: w).diff(wordcount(name="count", key=str.upper))
+    assert store(d, "wc-count-store").effect == "stale"
+    assert "lines-keyBy-2 [keyBy] changed" in store(d, "wc-count-store").notes[-1]
+
+
+def test_a_changed_aggregation_function_makes_its_own_store_stale() -> None:
+    def build(fn: Callable[[int, int], int]) -> Topology:
+        b = StreamBuilder("r")
+        b.source("in").map(int).keyBy(lambda n: n % 2).reduce(fn, name="total").sink("out")
+        return b.build()
+
+    d = build(lambda a, b: a + b).diff(build(lambda a, b: max(a, b)))
+    assert store(d, "r-total-store").effect == "stale"
+    assert "total [reduce] changed" in store(d, "r-total-store").notes[-1]
+
+
+def test_what_does_not_change_the_records_keeps_state_current() -> None:
+    # A step that only moved (renamed, same code), a peek, a lambda moved in its file, a
+    # new branch after the store, another queue count: nothing before a store or sink
+    # computes anything else.
+    base = wordcount(name="count")
+    for new in (
+        wordcount(name="count", upstream=lambda s: s.peek(print)),
+        wordcount(name="count", key=lambda w: w),  # another lambda object, same code
+    ):
+        d = base.diff(new)
+        assert not d.stale, d.describe()
+    d = wordcount().diff(wordcount(upstream=lambda s: s.filter(bool)))
+    assert store(d, "wc-lines-count-3-store").effect == "lost"  # lost, not stale
+
+
+def test_a_stateless_pipeline_changed_upstream_of_its_sink_keeps_old_records() -> None:
+    def build(fn: Callable[[str], str]) -> Topology:
+        b = StreamBuilder("s")
+        b.source("in").map(fn).sink("out")
+        return b.build()
+
+    d = build(str.upper).diff(build(str.lower))
+    (out,) = [t for t in d.topics if t.new == "out"]
+    assert (out.status, out.effect) == ("kept", "stale")
+    assert d.stale and not d.loses_state
+    assert not build(str.upper).diff(build(str.upper)).stale
 
 
 @pytest.mark.parametrize(
@@ -334,7 +439,14 @@ def test_describe_and_json_tell_the_same_story() -> None:
     text = d.describe()
     assert text.startswith("Topology diff: wc\n  Steps:\n")
     assert "LOST  wc-lines-count-3-store -> wc-lines-count-4-store [count]" in text
-    assert text.endswith("State: would be lost or misread: 1 store(s) lost\n")
+    assert text.endswith(
+        "New input only: 1 topic(s) keep what the earlier version computed; "
+        "--fresh recomputes from all input\n"
+        "  State: would be lost or misread: 1 store(s) lost\n"
+    )
     doc = json.loads(d.to_json())
+    assert doc["format"] == 2
     assert doc["loses_state"] is True
+    assert doc["stale"] is True  # the sink topic keeps what the old count wrote
     assert [s["effect"] for s in doc["stores"]] == ["lost"]
+    assert [t["effect"] for t in doc["topics"] if t["new"] == "counts"] == ["stale"]

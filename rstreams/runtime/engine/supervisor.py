@@ -38,13 +38,14 @@ from typing import Any
 
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
+from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.topology_guard import check_topology
+from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
 from rstreams.runtime.engine.watermarks import ingest_group
 from rstreams.runtime.engine.worker import (
     EXIT_FATAL,
@@ -191,7 +192,7 @@ class Supervisor:
             refuse_if_repaired(self.root)  # a repair removed records this job consumed
             self.root.mkdir(parents=True, exist_ok=True)
             # Refuse a topology that would orphan or misread this job's state; record it.
-            check_topology(
+            self.topology_change = check_topology(
                 self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
             )
             (self.root / "logs").mkdir(exist_ok=True)
@@ -233,9 +234,20 @@ class Supervisor:
                     log.warning("%s is shorter than what was ingested: reading it again", path)
                     pos = 0
                 self.inputs.append(_Input(topic, path, qn, pos))
+            if self.stale is not None:
+                paths = [i.path for i in self.inputs]
+                unread = [i.path for i in self.inputs if i.position < i.size]
+                log.warning("%s", stale_at_start(topology.job_id, self.stale, paths, unread))
         except BaseException:  # (a failed start must not keep the job locked)
             self.lock.release()
             raise
+
+    @property
+    def stale(self) -> TopologyDiff | None:
+        """The change since the job's last run when it left state or output stale (what
+        the earlier version computed, kept: the change applies to new input only)."""
+        d = self.topology_change
+        return d if d is not None and d.stale else None
 
     # -- workers -------------------------------------------------------------------------
 
@@ -580,8 +592,13 @@ def run_durable(
                 config.on_error,
                 sup.root / "logs",
             )
+        stale: tuple[str, ...] = ()
+        if sup.stale is not None:
+            stale = tuple(str(c.new) for c in sup.stale.stale_changes)
+            paths = [i.path for i in sup.inputs]
+            log.warning("%s", stale_at_end(sup.stale, status["records_in"], paths))
     finally:
         sup.close()
     return RunResult(
-        tables, status["records_in"], status["records_out"], status["elapsed"], metrics
+        tables, status["records_in"], status["records_out"], status["elapsed"], metrics, stale
     )

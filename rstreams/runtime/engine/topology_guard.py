@@ -9,6 +9,13 @@ recorded (``<data dir>/<job id>/topology.json``) and raises
 :class:`~rstreams.planner.diff.TopologyChangeError`, with the diff, when the change
 would lose or misread state, unless the run allows it; then it records the new one.
 
+A change that loses nothing may still leave state *stale* (see
+:mod:`rstreams.planner.diff`): a step before a kept store or sink topic computes
+differently now, but a resumed job does not read the input it already consumed again,
+so the change applies to new input only. :func:`stale_at_start` and
+:func:`stale_at_end` say so when such a run starts and when it ends (the end matters
+most when the run had no new input: its table is wholly the earlier version's).
+
     >>> import tempfile
     >>> from pathlib import Path
     >>> from rstreams import StreamBuilder
@@ -46,7 +53,7 @@ from rstreams.planner.diff import (
 from rstreams.planner.topology import Topology
 from rstreams.runtime.queues._files import _atomic_write
 
-__all__ = ["TOPOLOGY_FILE", "check_topology"]
+__all__ = ["TOPOLOGY_FILE", "check_topology", "stale_at_end", "stale_at_start"]
 
 log = logging.getLogger("rstreams.supervisor")
 
@@ -111,4 +118,60 @@ def _refusal(job: str, path: Path, d: TopologyDiff) -> str:
         "Keep the state by giving the renamed steps their old names with name= (as the "
         "hints above say; docs/concepts.md#step-names), start the job over with --fresh, "
         "or run anyway with --allow-topology-change (orphaned state stays unused)"
+    )
+
+
+def _what(d: TopologyDiff) -> tuple[str, str]:
+    """(``topic T and store S``, ``A added, B changed``) of a stale diff."""
+    stale = d.stale_changes
+    names = [f"{'topic' if c.kind == 'sink' else 'store'} {c.new}" for c in stale]
+    causes = dict.fromkeys(cause for c in stale for cause in c.causes)
+    return _and(names), ", ".join(causes)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _s(verb: str, d: TopologyDiff) -> str:
+    return verb if len(d.stale_changes) > 1 else f"{verb}s"
+
+
+def stale_at_start(job: str, d: TopologyDiff, inputs: list[str], unread: list[str]) -> str:
+    """What a resumed run with a stale change says at its start; ``unread`` are the
+    ``inputs`` that still have lines the job has not read."""
+    held, causes = _what(d)
+    if not unread:
+        return (
+            f"job {job!r} resumes with a changed pipeline ({causes}) and no new input: "
+            f"{_and(inputs)} {'was' if len(inputs) == 1 else 'were'} consumed by an earlier "
+            "run and not read again, so no record will go through the changed steps; "
+            f"{held} {_s('keep', d)} what the "
+            "earlier version computed. Run with --fresh to recompute from all input with "
+            "this version"
+        )
+    return (
+        f"job {job!r} resumes with a changed pipeline ({causes}): the change applies to "
+        f"new input only (the rest of {_and(unread)}); input consumed by earlier runs "
+        f"is not read again, and what {held} {_s('hold', d)} from it is what the earlier "
+        "version computed. Run with --fresh to recompute from all input with this version"
+    )
+
+
+def stale_at_end(d: TopologyDiff, records_in: int, inputs: list[str]) -> str:
+    """What a run with a stale change says at its end, after ``records_in`` new input
+    records from ``inputs``."""
+    held, causes = _what(d)
+    if not records_in:
+        return (
+            f"no new input: {_and(inputs)} {'was' if len(inputs) == 1 else 'were'} already "
+            "consumed by an earlier run, so "
+            f"the output is the table the earlier version of the pipeline computed ({held}), "
+            f"not what this version computes ({causes}). Run with --fresh to recompute it "
+            "from all input"
+        )
+    return (
+        f"only the {records_in:,} new input record(s) went through the changed pipeline "
+        f"({causes}): {held} also {_s('hold', d)} what the earlier version computed from the "
+        "input consumed before. Run with --fresh to recompute all of it with this version"
     )
