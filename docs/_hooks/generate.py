@@ -36,6 +36,7 @@ EXAMPLE_INPUTS: dict[str, dict[str, str]] = {
     "windowed_wordcount": {"timed-sentences": "timed_sentences.txt"},
     "sessions": {"clicks": "clicks.jsonl"},
     "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
+    "access_log": {"access-log": "access.log"},
 }
 
 ROWS = 8
