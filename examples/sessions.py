@@ -1,6 +1,9 @@
 """Sessionized clicks: clicks per user session (sessions end after 30 min without clicks).
 
-Input: JSON lines ``{"user": ..., "page": ..., "ts": <epoch ms>}``.
+Input: JSON lines ``{"user": ..., "page": ..., "ts": <epoch ms>}``, as several web
+servers log them: up to 2 minutes out of order, which the 10 minutes of grace absorb.
+One final count per session, once event time has passed its last click by 30 minutes
+plus grace, or at the end of the input.
 
     rstreams run examples/sessions.py --input examples/data/clicks.jsonl
 """

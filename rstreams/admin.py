@@ -387,8 +387,14 @@ def add_parsers(sub: Any, common: Any) -> None:
             "See docs/state.md#recovering-from-damage."
         ),
     )
-    p.add_argument("action", choices=("list", "create", "describe", "check", "repair"))
-    p.add_argument("name", nargs="?", metavar="TOPIC")
+    p.add_argument(
+        "action",
+        choices=("list", "create", "describe", "check", "repair"),
+        help="what to do (see the description above)",
+    )
+    p.add_argument(
+        "name", nargs="?", metavar="TOPIC", help="the topic (check: default every topic)"
+    )
     p.add_argument("--queues", type=int, default=1, help="queues of a new topic (default 1)")
     p.add_argument("--compacted", action="store_true", help="create a compacted topic")
     p.add_argument("--queue", type=int, metavar="Q", help="repair: the queue to cut")
@@ -399,38 +405,52 @@ def add_parsers(sub: Any, common: Any) -> None:
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("produce", help="append stdin lines to a topic (one record per line)")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to append to (created if new)")
     p.add_argument("--key-separator", metavar="SEP", help="split each line into KEY SEP VALUE")
     p.add_argument("--queues", type=int, default=1, help="queues if the topic is new")
     base(p)
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("consume", help="print records of a topic")
-    p.add_argument("topic")
-    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("topic", help="the topic to read")
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the first record (default: at the end, printing only what arrives)",
+    )
     p.add_argument("--group", help="start at the group's committed offsets and commit after")
     p.add_argument("--offset", type=int, help="start at this offset (of each queue read)")
     p.add_argument("--queue", type=int, help="read only this queue")
     p.add_argument("--max", type=int, default=None, metavar="N", help="stop after N records")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: the value (or key<TAB>value); json: one object per record "
+        "(default: %(default)s)",
+    )
     base(p)
     p.set_defaults(func=cmd_consume)
 
     p = sub.add_parser("offsets", help="committed offsets and lag of a consumer group")
-    p.add_argument("group")
+    p.add_argument("group", help="the consumer group (a job's group is named after the job)")
     base(p)
     p.set_defaults(func=cmd_offsets)
 
     p = sub.add_parser("state", help="list, read or dump a job's state stores")
-    p.add_argument("action", choices=("list", "get", "dump"))
-    p.add_argument("store", nargs="?")
+    p.add_argument(
+        "action",
+        choices=("list", "get", "dump"),
+        help="list the stores, get one key's value, or dump a store",
+    )
+    p.add_argument("store", nargs="?", help="for get and dump: the state store")
     p.add_argument("key", nargs="?", help="for get: the key (JSON, or plain text)")
     p.add_argument("--queue", type=int, help="only this queue")
     base(p)
     p.set_defaults(func=cmd_state)
 
     p = sub.add_parser("group", help="members and tasks of a job's consumer group")
-    p.add_argument("action", choices=("describe",))
+    p.add_argument("action", choices=("describe",), help="show live members and task locks")
     p.add_argument("group", nargs="?", help="default: the job id")
     base(p)
     p.set_defaults(func=cmd_group)

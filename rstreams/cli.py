@@ -283,6 +283,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+PIPELINE_HELP = "a Python file whose build() returns a Topology or a StreamBuilder"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rstreams",
@@ -297,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a pipeline over input files",
         description="Run a pipeline over bounded input and print or write its final table.",
     )
-    run.add_argument("pipeline", metavar="PIPELINE.py")
+    run.add_argument("pipeline", metavar="PIPELINE.py", help=PIPELINE_HELP)
     run.add_argument(
         "--input", metavar="PATH", help="text file for the only source topic (- for stdin)"
     )
@@ -314,7 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the final table of the only sink topic as JSON lines "
         '{"key": ..., "value": ...} (- for stdout)',
     )
-    run.add_argument("--backend", choices=BACKENDS, default=DEFAULTS.backend)
+    run.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=DEFAULTS.backend,
+        help="embedded: rstreams' own runtime (durable, or --in-memory); spark: Apache Spark "
+        "through PySpark (default: %(default)s)",
+    )
     run.add_argument(
         "--workers",
         type=int,
@@ -423,7 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="what to do with a record a user function throws on (default: %(default)s)",
     )
     run.add_argument(
-        "--top", type=int, default=20, metavar="N", help="rows to print without --output"
+        "--top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="rows of each table to print without --output (default: %(default)s)",
     )
     run.add_argument(
         "--max-restarts",
@@ -450,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw a pipeline's topology",
         description="Render the topology as SVG, PNG, PDF or DOT (format from the extension).",
     )
-    graph.add_argument("pipeline", metavar="PIPELINE.py")
+    graph.add_argument("pipeline", metavar="PIPELINE.py", help=PIPELINE_HELP)
     graph.add_argument(
         "-o", "--output", required=True, metavar="OUT", help="OUT.svg|.png|.pdf|.dot"
     )
@@ -465,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a pipeline's topology as text",
         description="Print sub-topologies, processors, topics and state stores.",
     )
-    describe.add_argument("pipeline", metavar="PIPELINE.py")
+    describe.add_argument("pipeline", metavar="PIPELINE.py", help=PIPELINE_HELP)
     _common(describe)
     describe.set_defaults(func=cmd_describe)
 

@@ -10,7 +10,10 @@ raise (a state value that can not be stored) is raised by that ``pipe()``. The w
 (changelogs, stores, offsets) follow together every 1,000 pipes and whenever
 :meth:`~TopologyTestDriver.state` reads the stores; nothing else can see them. Event
 time is Kafka Streams' stream time, the largest timestamp a windowed step has seen (no
-watermarks: the order records are piped in is the order they are processed in).
+watermarks: the order records are piped in is the order they are processed in). Only
+event time closes windows and expires join records, and only up to the last record
+piped: call :meth:`~TopologyTestDriver.end_of_input` to get the final results of
+close-mode windows and left/outer joins, as a bounded run gives them.
 
     >>> import re
     >>> from rstreams import StreamBuilder
@@ -319,9 +322,37 @@ class TopologyTestDriver:
         self._pipes = 0
 
     def end_of_input(self) -> None:
-        """Declare the input finished: open windows close (``closed="end-of-input"``)
-        and unmatched join records of left/outer joins are emitted, as at the end of a
-        bounded run."""
+        """Declare the input finished, as a bounded ``rstreams run`` does at its end:
+        every window still open closes (``emit="close"`` results with
+        ``closed="end-of-input"``) and left/outer joins emit the records still waiting
+        for a match, joined with ``None``. Call it before reading the final results of
+        close-mode windows and left/outer joins: without it, the last windows and the
+        unmatched records of the last ``before + after + grace`` of event time never
+        come out, since no later record moves stream time past them.
+
+        >>> from datetime import timedelta
+        >>> from rstreams import SessionWindow, StreamBuilder
+        >>> from rstreams.testing import TopologyTestDriver
+        >>> b = StreamBuilder("sessions")
+        >>> (b.source("clicks")
+        ...    .keyBy(lambda user: user)
+        ...    .window(SessionWindow(timedelta(minutes=30)), emit="close")
+        ...    .count()
+        ...    .sink("session-clicks"))
+        >>> with TopologyTestDriver(b.build()) as driver:
+        ...     for user, minute in [("ann", 0), ("ann", 10), ("ann", 50)]:
+        ...         driver.pipe("clicks", user, timestamp=minute * 60_000)
+        ...     before = driver.read("session-clicks")
+        ...     driver.end_of_input()
+        ...     after = driver.read("session-clicks")
+        >>> [(r.key.start // 60_000, r.value, r.key.closed) for r in before]
+        [(0, 2, 'event-time')]
+        >>> [(r.key.start // 60_000, r.value, r.key.closed) for r in after]
+        [(50, 1, 'end-of-input')]
+
+        The driver's end of input, like a run's, is final: records piped after it are
+        processed, but the windows and joins it closed stay closed.
+        """
         try:
             for sub in self.topology.subtopologies:
                 for task in self._engine.tasks:

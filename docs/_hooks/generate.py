@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import html
 import os
+import re
 import runpy
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +36,7 @@ EXAMPLE_INPUTS: dict[str, dict[str, str]] = {
     "windowed_wordcount": {"timed-sentences": "timed_sentences.txt"},
     "sessions": {"clicks": "clicks.jsonl"},
     "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
+    "access_log": {"access-log": "access.log"},
 }
 
 ROWS = 8
@@ -71,6 +75,100 @@ def cli_reference() -> str:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = old
+
+
+@contextlib.contextmanager
+def _columns(width: int) -> Iterator[None]:
+    """argparse wraps its help text to the terminal's width: make it the page's."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+
+
+def cli_synopsis() -> str:
+    """A ```text block with the usage line of every command that runs something."""
+    from rstreams.cli import build_parser
+
+    lines = []
+    with _columns(100):
+        for _, parser in commands(build_parser()):
+            if _subcommands(parser):
+                continue  # a group of commands: its commands have their own lines
+            usage = parser.format_usage().rstrip().replace(" [-h]", "", 1).splitlines()
+            indent = len("usage: ")
+            lines.append(usage[0][indent:])
+            lines += [line[indent:] for line in usage[1:]]
+    lines.append("rstreams --version")
+    return "```text\n" + "\n".join(lines) + "\n```\n"
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _md_text(text: str) -> str:
+    """``text`` for a Markdown table cell: its `code` spans as they are, the rest with
+    the characters Markdown would take for markup escaped."""
+    out = []
+    for i, part in enumerate(text.split("`")):
+        if i % 2 == 0:
+            part = html.escape(part, quote=False)
+            for ch in "\\*_|[]":
+                part = part.replace(ch, "\\" + ch)
+        out.append(part)
+    return "`".join(out)
+
+
+def cli_options(path: str) -> str:
+    """The Markdown table of the arguments and options of ``rstreams PATH`` (e.g.
+    ``"run"``, ``"spark pack-env"``), with the help text its parser prints."""
+    from rstreams.cli import build_parser
+
+    parser = build_parser()
+    for name in path.split():
+        sub = _subcommands(parser).get(name)
+        if sub is None:
+            raise SystemExit(f"docs/_hooks/generate.py: no command `rstreams {path}`")
+        parser = sub
+    formatter = parser._get_formatter()
+    rows = ["| argument or option | meaning |", "| --- | --- |"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        invocation = formatter._format_action_invocation(action).replace("|", "\\|")
+        meaning = formatter._expand_help(action) if action.help else ""
+        rows.append(f"| `{invocation}` | {_md_text(' '.join(meaning.split()))} |")
+    return "\n".join(rows) + "\n"
+
+
+#: In docs/cli.md, where the generated parts go.
+CLI_MARKER = re.compile(r"^<!--\s*cli:\s*(synopsis|options\s+(?P<path>[\w -]+?))\s*-->$", re.M)
+
+
+def cli_page(markdown: str) -> str:
+    """docs/cli.md with its markers replaced: ``<!-- cli: synopsis -->`` by the usage of
+    every command, ``<!-- cli: options COMMAND -->`` by the options table of a command."""
+
+    def generated(m: re.Match[str]) -> str:
+        return cli_options(m["path"]) if m["path"] else cli_synopsis()
+
+    with _columns(100):
+        return CLI_MARKER.sub(generated, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if page.file.src_uri == "cli.md":
+        return cli_page(markdown)
+    return markdown
 
 
 def _show(value: Any) -> str:

@@ -84,6 +84,18 @@ def test_cli_reference_lists_every_command(site: Path) -> None:
                 assert option in page, f"rstreams {name} {option} missing from the CLI reference"
 
 
+def test_cli_guide_shows_the_generated_synopsis_and_options(site: Path) -> None:
+    page = html.unescape((site / "cli" / "index.html").read_text())
+    assert "<!-- cli:" not in page and "rstreams run [--input PATH]" in page
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue  # "Every command takes --help"
+            for option in action.option_strings:
+                assert f"<code>{option}" in page or f", {option}" in page, (name, option)
+
+
 def test_gallery_has_every_example_with_picture_and_output(site: Path) -> None:
     examples = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
     index = (site / "gallery" / "index.html").read_text()

@@ -1,9 +1,14 @@
 """Every example gives the same final tables on the test driver, the in-process engine
-and the durable runtime (2 workers, file log, RocksDB, exactly-once)."""
+and the durable runtime (2 workers, file log, RocksDB, exactly-once), and for the
+examples of event time, the tables worked out from their data by hand."""
 
 from __future__ import annotations
 
+import collections
+import itertools
+import json
 import runpy
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,14 +26,22 @@ CASES = {
     "windowed_wordcount": {"timed-sentences": DATA / "timed_sentences.txt"},
     "sessions": {"clicks": DATA / "clicks.jsonl"},
     "order_payment_join": {"orders": DATA / "orders.jsonl", "payments": DATA / "payments.jsonl"},
+    "access_log": {"access-log": DATA / "access.log"},
 }
 
 
 def driver_tables(topology, inputs: dict[str, Path]) -> dict[str, dict]:
+    """The final tables on the test driver. The driver keeps one stream time for both
+    sides of a join, as one partition would: the records of several inputs are piped in
+    the order their events happened (the runtimes track each input's time apart)."""
+    records = [
+        (json.loads(line)["ts"] if len(inputs) > 1 else 0, i, topic, line)
+        for topic, path in inputs.items()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines())
+    ]
     with TopologyTestDriver(topology) as d:
-        for topic, path in inputs.items():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                d.pipe(topic, line.encode("utf-8"), timestamp=0)  # the raw line, as a file gives it
+        for _, _, topic, line in sorted(records, key=lambda r: r[:2]):
+            d.pipe(topic, line.encode("utf-8"), timestamp=0)  # the raw line, as a file gives it
         d.end_of_input()
         return {t: d.read_table(t) for t in topology.sink_topics}
 
@@ -45,3 +58,68 @@ def test_same_final_tables_everywhere(example, tmp_path) -> None:
     durable = run(topology, inputs, data_dir=str(tmp_path / "d"), workers=2, pipeline=path).tables
     assert in_memory == expected
     assert durable == expected
+
+
+# -- the examples of event time, worked out from their data ---------------------------------
+
+
+def jsonl(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / name).read_text(encoding="utf-8").splitlines()]
+
+
+def example_topology(name: str):
+    return runpy.run_path(str(ROOT / "examples" / f"{name}.py"))["build"]().build()
+
+
+def test_sessions_are_the_clicks_at_most_30_minutes_apart() -> None:
+    clicks = jsonl("clicks.jsonl")
+    assert len(clicks) >= 300 and any(a["ts"] > b["ts"] for a, b in itertools.pairwise(clicks))
+    by_user = collections.defaultdict(list)
+    for c in clicks:
+        by_user[c["user"]].append(c["ts"])
+    expected = {}
+    for user, times in by_user.items():
+        times.sort()
+        start = prev = times[0]
+        n = 0
+        for t in times:
+            if t - prev > 30 * 60_000:
+                expected[(user, start, prev)] = n
+                start, n = t, 0
+            prev, n = t, n + 1
+        expected[(user, start, prev)] = n
+    tables = driver_tables(example_topology("sessions"), CASES["sessions"])
+    got = {(w.key, w.start, w.end): n for w, n in tables["session-clicks"].items()}
+    assert got == expected
+    assert sum(got.values()) == len(clicks)
+
+
+def test_orders_are_paid_within_5_minutes_or_unmatched() -> None:
+    orders, payments = jsonl("orders.jsonl"), jsonl("payments.jsonl")
+    paid_at = {p["order"]: p for p in payments}
+    expected = {}
+    for o in orders:
+        p = paid_at.get(o["order"])
+        on_time = p is not None and 0 <= p["ts"] - o["ts"] <= 5 * 60_000
+        expected[o["order"]] = {"amount": o["amount"], "paid": p["paid"] if on_time else None}
+    late = sum(1 for o in orders if o["order"] in paid_at and expected[o["order"]]["paid"] is None)
+    assert late > 0 and len(paid_at) < len(orders)  # late payments and unpaid orders
+    tables = driver_tables(example_topology("order_payment_join"), CASES["order_payment_join"])
+    assert tables["order-payments"] == expected
+
+
+def test_access_log_hits_and_server_errors_per_hour() -> None:
+    hits: collections.Counter[str] = collections.Counter()
+    errors: collections.Counter[tuple[str, int]] = collections.Counter()
+    for line in (DATA / "access.log").read_text(encoding="utf-8").splitlines():
+        time = line.split("[", 1)[1].split("]", 1)[0]
+        path, status = line.split('"')[1].split()[1], int(line.split('"')[2].split()[0])
+        hits[path] += 1
+        if status >= 500:
+            ts = int(datetime.strptime(time, "%d/%b/%Y:%H:%M:%S %z").timestamp() * 1000)
+            errors[(path, ts - ts % 3_600_000)] += 1
+    tables = driver_tables(example_topology("access_log"), CASES["access_log"])
+    assert tables["hits-per-path"] == hits
+    got = {(w.key, w.start): n for w, n in tables["server-errors-per-hour"].items()}
+    assert got == errors
+    assert max(got, key=got.get)[0] == "/api/stock"  # the outage stands out

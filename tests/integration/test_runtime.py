@@ -317,7 +317,8 @@ def _wait_committed(data: Path, job: str, topic: str, records: int, timeout: flo
 def test_a_followed_join_stopped_and_resumed_keeps_its_joins(tmp_path) -> None:
     """examples/order_payment_join.py, --follow --state memory: the orders are processed
     and the run is stopped; the payments arrive while it is down. The resumed run knows
-    the buffered orders only from the join's changelog, and must join all 15 payments."""
+    the buffered orders only from the join's changelog, and must join every payment made
+    within 5 minutes of its order."""
     from rstreams.testing import TopologyTestDriver
 
     example = ROOT / "examples" / "order_payment_join.py"
@@ -344,16 +345,26 @@ def test_a_followed_join_stopped_and_resumed_keeps_its_joins(tmp_path) -> None:
         assert p.returncode == 0, err
         return err
 
-    follow("orders", 20)
+    follow("orders", len(orders.read_text().splitlines()))
     payments.write_text((data_files / "payments.jsonl").read_text())
-    follow("payments", 15)
+    follow("payments", len(payments.read_text().splitlines()))
 
-    # The same input, uninterrupted: orders then payments, no end of input.
+    # The same input, uninterrupted and in event order (the driver keeps one stream
+    # time), no end of input. Unpaid orders come out as time passes them, which
+    # differs at the end between the two; the matches may not.
     topology = load_topology(str(example))
+    records = [
+        (json.loads(line)["ts"], topic, line)
+        for topic, path in (("orders", orders), ("payments", payments))
+        for line in path.read_text().splitlines()
+    ]
     with TopologyTestDriver(topology) as driver:
-        for topic, path in (("orders", orders), ("payments", payments)):
-            for line in path.read_text().splitlines():
-                driver.pipe(topic, line.encode(), timestamp=0)
+        for _, topic, line in sorted(records):
+            driver.pipe(topic, line.encode(), timestamp=0)
         expected = driver.read_table("order-payments")
-    assert len(expected) == 15 and all(v["paid"] is not None for v in expected.values())
-    assert read_jsonl(out) == expected
+
+    def paid(table: dict) -> dict:
+        return {k: v for k, v in table.items() if v["paid"] is not None}
+
+    assert len(paid(expected)) > 100
+    assert paid(read_jsonl(out)) == paid(expected)

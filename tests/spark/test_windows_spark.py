@@ -4,6 +4,7 @@ count (more streaming cases: tests/spark/test_streaming_windows_joins.py)."""
 
 from __future__ import annotations
 
+import json
 import runpy
 from datetime import timedelta
 from pathlib import Path
@@ -32,10 +33,17 @@ EXAMPLES = {
 
 
 def driver_tables(topology: Topology, inputs: dict[str, Path]) -> dict[str, dict[Any, Any]]:
+    # The driver keeps one stream time for both sides of a join: the lines of several
+    # inputs go in the order their events happened, as one partition would hold them
+    # (the embedded runtime tracks each input's time apart; batch has no stream time).
+    records = [
+        (json.loads(line)["ts"] if len(inputs) > 1 else 0, i, topic, line)
+        for topic, path in inputs.items()
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines())
+    ]
     with TopologyTestDriver(topology) as d:
-        for topic, path in inputs.items():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                d.pipe(topic, line.encode("utf-8"), timestamp=0)  # the raw line
+        for _, _, topic, line in sorted(records, key=lambda r: r[:2]):
+            d.pipe(topic, line.encode("utf-8"), timestamp=0)  # the raw line
         d.end_of_input()
         return {t: d.read_table(t) for t in topology.sink_topics}
 

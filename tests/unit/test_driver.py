@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rstreams import ConfigError, SerdeError, StreamBuilder, Topology
+from rstreams import ConfigError, SerdeError, StreamBuilder, Topology, Windowed
 from rstreams.testing import OutputRecord, TopologyTestDriver
 
 WORD = re.compile(r"\w+")
@@ -396,3 +396,69 @@ def test_driver_queue_count_must_match_the_declared_one() -> None:
     b.source("in", queues=2).sink("out")
     with pytest.raises(ConfigError, match="'in' has 3 queues but the topology declares 2"):
         TopologyTestDriver(b.build(), queues={"in": 3})
+
+
+# -- end of input ------------------------------------------------------------------------
+
+
+def sessions_and_left_join() -> Topology:
+    """Clicks counted per 30-minute session (emit on close) and orders left-joined with
+    payments within 5 minutes: both give their last results only when time moves on."""
+    from rstreams import JoinWindow, SessionWindow
+
+    b = StreamBuilder("eoi")
+    (
+        b.source("clicks", deserializer="json")
+        .selectTimestamp(lambda c: c["ts"])
+        .keyBy(lambda c: c["user"])
+        .window(SessionWindow(30 * 60_000), emit="close")
+        .count(name="sessions")
+        .sink("session-clicks")
+    )
+    orders = b.source("orders", deserializer="json").selectTimestamp(lambda o: o["ts"])
+    payments = b.source("payments", deserializer="json").selectTimestamp(lambda p: p["ts"])
+    (
+        orders.leftJoin(payments)
+        .where(lambda o: o["order"])
+        .equalTo(lambda p: p["order"])
+        .window(JoinWindow(0, 5 * 60_000))
+        .apply(lambda o, p: None if p is None else p["paid"], name="paid")
+        .sink("order-payments")
+    )
+    return b.build()
+
+
+def pipe_sessions_and_orders(driver: TopologyTestDriver) -> None:
+    minute = 60_000
+    for user, t in [("ann", 0), ("bob", 1), ("ann", 10), ("ann", 50), ("bob", 55), ("ann", 60)]:
+        driver.pipe("clicks", {"user": user, "ts": t * minute})
+    # In event order, as one partition would hold them: order 2 is never paid.
+    driver.pipe("orders", {"order": 1, "ts": 0})
+    driver.pipe("orders", {"order": 2, "ts": minute})
+    driver.pipe("payments", {"order": 1, "paid": 30, "ts": 2 * minute})
+    driver.pipe("orders", {"order": 3, "ts": 3 * minute})
+
+
+def test_end_of_input_closes_the_last_sessions_and_emits_unmatched_left_records() -> None:
+    minute = 60_000
+    with TopologyTestDriver(sessions_and_left_join()) as driver:
+        pipe_sessions_and_orders(driver)
+        # Stream time is the last click's (60 min): only the sessions whose gap has
+        # passed are out, and no order is old enough to be known unpaid.
+        early_sessions = driver.read_table("session-clicks")
+        early_orders = driver.read_table("order-payments")
+        driver.end_of_input()
+        last_sessions = driver.read("session-clicks")
+        last_orders = driver.read_table("order-payments")
+
+    assert early_sessions == {
+        Windowed("ann", 0, 10 * minute): 2,
+        Windowed("bob", minute, minute): 1,
+    }
+    assert early_orders == {1: 30}
+    # What a test that stops before end_of_input() misses:
+    assert {(r.key, r.value, r.key.closed) for r in last_sessions} == {
+        (Windowed("ann", 50 * minute, 60 * minute), 2, "end-of-input"),
+        (Windowed("bob", 55 * minute, 55 * minute), 1, "end-of-input"),
+    }
+    assert last_orders == {2: None, 3: None}
