@@ -268,14 +268,33 @@ def test_an_input_read_to_its_end_stops_holding_time_back() -> None:
 
 def test_an_end_of_queue_never_recorded_by_the_ingest_is_not_an_end() -> None:
     probe = QueuesProbe()
-    marks = InputWatermarks([(0, 0), (1, 0)], probe)
+    marks = InputWatermarks([(0, 0), (0, 1), (1, 0)], probe)
+    probe.ends[("a", 0)] = 3
     marks.update((1, 0), 500, False)
-    # Queue 0 of "a" is empty and the ingest has recorded nothing: it may not have
-    # started reading that file, so "a" still holds time back.
-    marks.update((0, 0), NO_TIME, True, caught_up=(("a", 0),))
-    assert marks.value == NO_TIME
-    probe.ingest[("a", 0)] = 0
+    # Queue 1 of "a" is empty and the ingest has recorded nothing of it (it may still be
+    # reading the file): "a" still holds time back, where it got.
+    marks.update((0, 0), 200, True, caught_up=(("a", 3),))
+    marks.update((0, 1), NO_TIME, True, caught_up=(("a", 0),))
+    assert marks.value == 200
+    probe.ingest[("a", 0)] = 3
+    assert not marks.refresh()
+    probe.ingest[("a", 1)] = 0
     assert marks.refresh() and marks.value == 500
+
+
+def test_an_input_that_never_gave_a_record_holds_time_back_even_at_its_end() -> None:
+    # An empty file, followed: the other side of a join must not expire what it buffered
+    # before this side has started.
+    probe = QueuesProbe()
+    marks = InputWatermarks([(0, 0), (1, 0)], probe)
+    probe.ends[("orders", 0)] = 9
+    probe.ingest.update({("orders", 0): 9, ("payments", 0): 0})
+    marks.update((0, 0), 800, True, caught_up=(("orders", 9),))
+    marks.update((1, 0), NO_TIME, True, caught_up=(("payments", 0),))
+    assert marks.value == NO_TIME
+    probe.ends[("payments", 0)] = 2  # payments come: their time is the join's
+    marks.update((1, 0), 300, False)
+    assert marks.value == 300
 
 
 def test_a_producer_of_two_inputs_is_never_left_out_for_being_caught_up() -> None:

@@ -26,8 +26,8 @@ before every chunk that moved the other producers' watermarks, so nothing it hol
 have been overtaken. A producer of a sub-topology that reads two inputs never stays out
 on that ground alone (two files are not read in one order). When every producer of a
 sub-topology is caught up at the positions the ingest recorded when it last reached the
-end of the input files (:func:`ingest_group`), that input is idle: it no longer holds
-time back, so a followed file closes its windows as the test driver would with the same
+end of the input files (:func:`ingest_group`), that input is idle (once it has given a
+record: an empty input holds time back until it starts): it no longer holds time back, so a followed file closes its windows as the test driver would with the same
 lines, whichever queues the lines landed in, without waiting for a timeout.
 
 ``EngineConfig.source_idle_ms``: a task whose user source queues gave no record for that
@@ -204,8 +204,12 @@ class InputWatermarks:
                         continue  # one input, read in order: nothing of it is behind
                 held.append(self.marks[p])
             if at_end and len(at_end) == awake:
-                if probe.ingest_ended([(p[1], self.caught_up[p]) for p in at_end]):
-                    continue  # all of this input is read: it holds nothing back
+                # All of this input is read: it holds nothing back. Unless it never gave
+                # a record: an input not started yet (an empty file, followed) holds
+                # time back, or a join would drop everything its other side buffered.
+                started = any(self.marks[p] > NO_TIME for p in at_end)
+                if started and probe.ingest_ended([(p[1], self.caught_up[p]) for p in at_end]):
+                    continue
                 if not held:
                     # Every queue read, but the ingest has not reached the end of the
                     # input yet: time is where the input got.
