@@ -26,9 +26,10 @@ before every chunk that moved the other producers' watermarks, so nothing it hol
 have been overtaken. A producer of a sub-topology that reads two inputs never stays out
 on that ground alone (two files are not read in one order). When every producer of a
 sub-topology is caught up at the positions the ingest recorded when it last reached the
-end of the input files (:func:`ingest_group`), that input is idle (once it has given a
-record: an empty input holds time back until it starts): it no longer holds time back, so a followed file closes its windows as the test driver would with the same
-lines, whichever queues the lines landed in, without waiting for a timeout.
+end of the input files (:func:`ingest_group`), that input no longer holds time back (once
+it has given a record: an empty input holds time back until it starts), so a followed
+file closes its windows as one partition would with the same lines, whichever queues
+the lines landed in, without waiting for a timeout.
 
 ``EngineConfig.source_idle_ms``: a task whose user source queues gave no record for that
 long says it is idle unconditionally, and its consumers leave it out of the minimum until
