@@ -406,7 +406,7 @@ def follow_until_committed(
     p = subprocess.Popen(
         [sys.executable, "-m", "rstreams", "run", str(pipeline), *binds, "--follow",
          *idle, "--workers", "2", "--data-dir", str(data),
-         "--output", str(data / "partial.jsonl")],
+         "--output", str(data.with_name(f"{data.name}-partial.jsonl"))],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -446,7 +446,9 @@ def test_a_run_stopped_and_resumed_in_the_middle_gives_the_worked_out_tables(tmp
     # What the stopped run wrote: windows closed by event time, with their final counts
     # (the state and the rest of the input are taken up by the resumed run, not read
     # again: counting the first half twice would double these).
-    partial = [json.loads(line) for line in (data / "partial.jsonl").read_text().splitlines()]
+    # (beside the data directory: an output's directory must exist before the run)
+    partial_path = data.with_name(f"{data.name}-partial.jsonl")
+    partial = [json.loads(line) for line in partial_path.read_text().splitlines()]
     closed = {json.dumps(r["key"]): r["value"] for r in partial if r["key"]["closed"]}
     assert len(closed) >= 60 and all(expected[k] == v for k, v in closed.items())
     with text.open("a") as f:
