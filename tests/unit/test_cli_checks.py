@@ -88,6 +88,12 @@ def test_graph_refuses_an_output_whose_directory_is_missing(capsys, tmp_path):
     assert out.read_text().startswith("digraph")
 
 
+def test_spark_pack_env_refuses_an_output_under_a_regular_file(capsys, tmp_path, words):
+    out = words / "env.tar.gz"
+    err = refused(capsys, ["spark", "pack-env", "-o", out])
+    assert f"-o {str(out)!r}: {str(words)!r} is a file, not a directory" in err
+
+
 def test_a_failed_table_write_leaves_no_temp_file(tmp_path):
     from rstreams.errors import RStreamsError
     from rstreams.runtime.results import write_table
