@@ -44,6 +44,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PIPELINE = 0, 1, 2, 3
 DEFAULTS = RunConfig()
 
 if TYPE_CHECKING:
+    from rstreams.planner.topology import Topology
     from rstreams.runtime.metrics import MetricsServer
 
 log = logging.getLogger("rstreams")
@@ -125,7 +126,7 @@ def _check_dead_letters(args: argparse.Namespace, job_id: str) -> None:
         )
 
 
-def _warn_no_sink(topology: Any, quiet: bool) -> None:
+def _warn_no_sink(topology: Topology, quiet: bool) -> None:
     """A pipeline without a sink keeps nothing; say so (foreach/print pipelines are fine)."""
     if topology.sink_topics or quiet:
         return
@@ -154,7 +155,7 @@ def _report_dead_letters(args: argparse.Namespace, letters: list[dict[str, Any]]
             file=sys.stderr,
         )
         write_dead_letters(letters, sys.stderr)
-    return f", {n:,} dead-lettered"
+    return f", {n:,} dead-lettered" if n else ""
 
 
 def cmd_run(args: argparse.Namespace) -> int:
