@@ -1,6 +1,7 @@
 """Commands that look at and feed the embedded runtime's log: topics, produce, consume,
-offsets and group. They work on the log of one job: ``DATA_DIR/JOB`` (``--job`` may be
-left out when the data directory holds a single job)."""
+offsets, group and state. They work on the log of one job: ``DATA_DIR/JOB``. ``--job``
+may be left out when the data directory holds a single job, or when only one of its
+jobs has what the command names (the topic, group or store)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,17 @@ from rstreams.runtime.queues.base import queue_for_key
 from rstreams.runtime.queues.broker import Broker
 
 
-def job_root(data_dir: str, job: str | None) -> Path:
+def job_root(
+    data_dir: str,
+    job: str | None,
+    *,
+    topic: str | None = None,
+    group: str | None = None,
+    store: str | None = None,
+) -> Path:
+    """``DATA_DIR/JOB`` of ``job``; without one, of the only job in ``data_dir``, or of
+    the only job that has ``topic``, ``group`` or ``store`` (the thing the command
+    names). Several candidates: an error that lists them."""
     base = Path(data_dir)
     if job:
         root = base / job
@@ -29,17 +40,58 @@ def job_root(data_dir: str, job: str | None) -> Path:
         return base / jobs[0]
     if not jobs:
         raise ConfigError(f"no job has run in {data_dir!r}; run one or give --data-dir")
-    raise ConfigError(f"{data_dir!r} holds several jobs ({', '.join(jobs)}); pick one with --job")
+    what, has = _named_thing(topic, group, store)
+    if has is None:
+        raise ConfigError(
+            f"{data_dir!r} holds several jobs ({', '.join(jobs)}); pick one with --job"
+        )
+    having = [j for j in jobs if has(base / j)]
+    if len(having) == 1:
+        return base / having[0]
+    if not having:
+        raise ConfigError(
+            f"no job in {data_dir!r} has {what} (its jobs: {', '.join(jobs)}); pick one with --job"
+        )
+    raise ConfigError(
+        f"several jobs in {data_dir!r} have {what}: {', '.join(having)}; pick one with --job"
+    )
 
 
-def _broker(args: argparse.Namespace, create: bool = False) -> Broker:
+def _named_thing(
+    topic: str | None, group: str | None, store: str | None
+) -> tuple[str, Callable[[Path], bool] | None]:
+    """What a command names, in words, and the test of whether a job's root has it."""
+    from rstreams.runtime.queues.filelog import has_group, has_topic
+
+    if topic is not None:
+        return f"the topic {topic!r}", lambda root: has_topic(root / "log", topic)
+    if store is not None:
+        from rstreams.state.inspect import changelog_of
+
+        changelog = changelog_of(store)
+        return f"the store {store!r}", lambda root: has_topic(root / "log", changelog)
+    if group is not None:
+
+        def has(root: Path) -> bool:
+            return has_group(root / "log", group) or (root / "coordination" / group).is_dir()
+
+        return f"the group {group!r}", has
+    return "", None
+
+
+def _broker(
+    args: argparse.Namespace,
+    create: bool = False,
+    topic: str | None = None,
+    group: str | None = None,
+) -> Broker:
     from rstreams.runtime.engine.worker import open_broker
 
     if create and args.job:
         root = Path(args.data_dir) / args.job
         root.mkdir(parents=True, exist_ok=True)
     else:
-        root = job_root(args.data_dir, args.job)
+        root = job_root(args.data_dir, args.job, topic=topic, group=group)
     return open_broker(root)
 
 
@@ -69,7 +121,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
         return _repair(args)
     if args.action in ("create", "describe"):
         _check_topic_name(args.name)
-    broker = _broker(args, create=args.action == "create")
+    broker = _broker(
+        args, create=args.action == "create", topic=args.name if args.action == "describe" else None
+    )
     try:
         if args.action == "list":
             for name, queues in sorted(broker.topics().items()):
@@ -99,7 +153,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from rstreams.runtime.queues.fsck import check_log
 
-    root = job_root(args.data_dir, args.job)
+    root = job_root(args.data_dir, args.job, topic=args.name)
     checks = check_log(root / "log", [args.name] if args.name else None)
     damaged = 0
     for qc in checks:
@@ -141,7 +195,7 @@ def _repair(args: argparse.Namespace) -> int:
 
     if not args.name or args.queue is None or args.truncate_at is None:
         raise ConfigError("topics repair needs TOPIC, --queue Q and --truncate-at OFFSET")
-    root = job_root(args.data_dir, args.job)
+    root = job_root(args.data_dir, args.job, topic=args.name)
     lock = JobLock(root.parent, root.name).acquire()  # never under a running job
     try:
         r = repair_queue(root / "log", args.name, args.queue, args.truncate_at)
@@ -172,7 +226,7 @@ def _repair(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     _check_topic_name(args.topic)
-    broker = _broker(args, create=True)
+    broker = _broker(args, create=True, topic=args.topic)
     try:
         if broker.queue_count(args.topic) is None:
             broker.create_topic(args.topic, args.queues)
@@ -231,7 +285,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     _check_topic_name(args.topic)
     if args.offset is not None and args.offset < 0:
         raise ConfigError(f"--offset must be >= 0; got {args.offset}")
-    broker = _broker(args)
+    broker = _broker(args, topic=args.topic)
     try:
         n = _known(broker, args.topic)
         queues = [args.queue] if args.queue is not None else list(range(n))
@@ -269,7 +323,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
-    broker = _broker(args)
+    broker = _broker(args, group=args.group)
     try:
         offsets = broker.group_offsets(args.group)
         if not offsets:
@@ -300,11 +354,12 @@ def _print_lag(broker: Broker, offsets: dict[tuple[str, int], int], indent: str 
 
 
 def cmd_group(args: argparse.Namespace) -> int:
+    from rstreams.runtime.engine.worker import open_broker
     from rstreams.runtime.rebalance.membership import FileGroupMembership
 
-    root = job_root(args.data_dir, args.job)
+    root = job_root(args.data_dir, args.job, group=args.group)
     group = args.group or root.name
-    broker = _broker(args)
+    broker = open_broker(root)
     try:
         offsets = broker.group_offsets(group)
     finally:
@@ -328,7 +383,7 @@ def cmd_group(args: argparse.Namespace) -> int:
             f"\ttasks: {', '.join(tasks) or 'none'}"
         )
     if offsets:
-        broker = _broker(args)
+        broker = open_broker(root)
         try:
             _print_lag(broker, offsets, indent="  ")
         finally:
@@ -347,7 +402,7 @@ def _key_arg(text: str) -> Any:
 def cmd_state(args: argparse.Namespace) -> int:
     from rstreams.state import inspect
 
-    root = job_root(args.data_dir, args.job)
+    root = job_root(args.data_dir, args.job, store=args.store)
     data_dir, job = str(root.parent), root.name
     if args.action == "list":
         for store, queues in inspect.list_stores(data_dir, job).items():

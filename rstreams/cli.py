@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rstreams import __version__
@@ -26,6 +27,7 @@ from rstreams.config import (
     ON_ERROR,
     STATE_BACKENDS,
     RunConfig,
+    dead_letter_topic,
 )
 from rstreams.errors import (
     ConfigError,
@@ -42,6 +44,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PIPELINE = 0, 1, 2, 3
 DEFAULTS = RunConfig()
 
 if TYPE_CHECKING:
+    from rstreams.planner.topology import Topology
     from rstreams.runtime.metrics import MetricsServer
 
 log = logging.getLogger("rstreams")
@@ -76,6 +79,85 @@ def _print_top(topic: str, table: dict[Any, Any], top: int) -> None:
         print(f"  {k!s:<{width}}  {json.dumps(v, ensure_ascii=False)}")
 
 
+def _check_dir_option(path: str, option: str) -> None:
+    """Refuse a directory option that names a file (or a path under one)."""
+    p = Path(path)
+    for up in (p, *p.parents):
+        if up.exists():
+            if not up.is_dir():
+                what = "is a file" if up == p else f"is under the file {str(up)!r}"
+                raise ConfigError(f"{option} {path!r} {what}; give a directory")
+            return
+
+
+def _check_run_paths(args: argparse.Namespace) -> None:
+    """Every path the run will write, checked before any work (a run that fails to write
+    its output at the end has done its work for nothing)."""
+    from rstreams.runtime.results import check_output_path
+
+    if args.output:
+        check_output_path(args.output, "--output")
+    if args.dead_letters:
+        check_output_path(args.dead_letters, "--dead-letters")
+        if args.output and os.path.abspath(args.output) == os.path.abspath(args.dead_letters):
+            raise ConfigError(
+                f"--output and --dead-letters both name {args.output!r}; give two files"
+            )
+    if args.backend == "spark":
+        if args.checkpoint:
+            _check_dir_option(args.checkpoint, "--checkpoint")
+    elif not args.in_memory:
+        _check_dir_option(args.data_dir, "--data-dir")
+
+
+def _check_dead_letters(args: argparse.Namespace, job_id: str) -> None:
+    if not args.dead_letters:
+        return
+    if args.on_error != "dead-letter":
+        raise ConfigError(
+            "--dead-letters writes the records that failed: it needs --on-error dead-letter"
+        )
+    if args.backend != "spark" and not args.in_memory:
+        topic = dead_letter_topic(job_id)
+        raise ConfigError(
+            f"the durable runtime keeps dead letters in the topic {topic!r} of the job's log "
+            f"(read them with `rstreams consume {topic} --from-beginning`); --dead-letters is "
+            "for --in-memory and --backend spark runs"
+        )
+
+
+def _warn_no_sink(topology: Topology, quiet: bool) -> None:
+    """A pipeline without a sink keeps nothing; say so (foreach/print pipelines are fine)."""
+    if topology.sink_topics or quiet:
+        return
+    print(
+        f"rstreams: warning: pipeline {topology.job_id!r} has no sink: the run writes no topic "
+        "and no table, only its steps' side effects (foreach, print) remain; add "
+        ".sink(TOPIC) to keep its results",
+        file=sys.stderr,
+    )
+
+
+def _report_dead_letters(args: argparse.Namespace, letters: list[dict[str, Any]]) -> str:
+    """Write or print what an in-memory (or Spark) run dead-lettered; returns the words
+    for the summary line."""
+    from rstreams.runtime.results import write_dead_letters
+
+    n = len(letters)
+    if args.dead_letters:
+        if args.backend != "spark":  # (a Spark run wrote them already)
+            write_dead_letters(letters, args.dead_letters)
+        return f", {n:,} dead-lettered to {args.dead_letters}"
+    if n:
+        print(
+            f"rstreams: {n:,} dead letter(s), as JSON lines (--dead-letters PATH writes "
+            "them to a file):",
+            file=sys.stderr,
+        )
+        write_dead_letters(letters, sys.stderr)
+    return f", {n:,} dead-lettered" if n else ""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rstreams.runner import run, write_table
 
@@ -105,7 +187,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-restarts must be >= 0; got {args.max_restarts}")
     if args.in_memory and args.workers not in (None, 1):
         raise ConfigError("--in-memory runs in this process: it takes no --workers")
+    _check_run_paths(args)
     topology = load_topology(args.pipeline)
+    _check_dead_letters(args, topology.job_id)
     inputs = _parse_binds(args.bind)
     if args.input:
         sources = topology.source_topics
@@ -125,6 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"--output writes the only sink topic, but {topology.job_id!r} writes "
             f"{len(sinks)}: {sinks}"
         )
+    _warn_no_sink(topology, args.quiet)
     # rich's progress bar on stderr (a plain line now and then when it is no terminal),
     # or with --live the dashboard of `rstreams top`.
     from rstreams.live import LiveRunView, RunProgress
@@ -185,10 +270,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         for topic, table in result.tables.items():
             _print_top(topic, table, args.top)
+    durable = not on_spark and not args.in_memory
+    extra = ""
+    if args.on_error == "dead-letter" and not durable:
+        extra = _report_dead_letters(args, result.dead_letters)
     if not args.quiet:
         rate = result.records_in / result.elapsed if result.elapsed > 0 else 0.0
         skipped = result.metrics.get("skipped", 0)
-        extra = f", {skipped:,} skipped" if skipped else ""
+        if skipped and not extra:
+            verb = "dead-lettered" if args.on_error == "dead-letter" else "skipped"
+            extra = f", {skipped:,} {verb}"
         where = f"; wrote {args.output}" if args.output not in (None, "-") else ""
         if result.stale:  # (the warning above says why)
             where += f"; from the earlier pipeline: {', '.join(result.stale)} (see above)"
@@ -235,8 +326,13 @@ def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> d
         conf[key.strip()] = value
     if conf:
         options["conf"] = conf
+    outputs = {}
     if args.output and args.output != "-":
-        options["outputs"] = {sinks[0]: args.output}
+        outputs[sinks[0]] = args.output
+    if args.dead_letters:
+        outputs[dead_letter_topic(job_id)] = args.dead_letters
+    if outputs:
+        options["outputs"] = outputs
     if args.streaming:
         options["streaming"] = True
         options["checkpoint"] = args.checkpoint or os.path.join(
@@ -246,6 +342,9 @@ def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> d
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
+    from rstreams.runtime.results import check_output_path
+
+    check_output_path(args.output, "-o")
     topology = load_topology(args.pipeline)
     path = topology.render(args.output, args.format)
     if not args.quiet:
@@ -429,7 +528,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-error",
         choices=ON_ERROR,
         default=DEFAULTS.on_error,
-        help="what to do with a record a user function throws on (default: %(default)s)",
+        help="what to do with a record a user function throws on: stop the run (fail), "
+        "skip it, or skip it and keep it (dead-letter: the durable runtime appends it to "
+        "the topic <job-id>-dead-letter, read with `rstreams consume`; --in-memory and "
+        "Spark runs print the dead letters on stderr, or write them to --dead-letters "
+        "PATH) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--dead-letters",
+        metavar="PATH",
+        help="with --on-error dead-letter on --in-memory or --backend spark: write the "
+        "records that failed (step, topic, offset, key, value, error) as JSON lines to PATH",
     )
     run.add_argument(
         "--top",
@@ -556,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exception(e.__cause__)
         return _fail(EXIT_PIPELINE, str(e))
     except ProcessingError as e:
-        return _fail(EXIT_FAILED, str(e))
+        return _fail(EXIT_FAILED, e.command_line_message())
     except (ConfigError, UnsupportedOperation, TopologyError) as e:
         return _fail(EXIT_USAGE, str(e))
     except RStreamsError as e:

@@ -44,10 +44,21 @@ class SerdeError(RStreamsError, ValueError):
     """A value could not be serialized or deserialized."""
 
 
+#: How a failed record's message tells a Python API user to keep going past it.
+ON_ERROR_HINT = "(set on_error='skip' or 'dead-letter' to keep going)"
+#: The same hint, as the ``rstreams run`` command spells the option.
+CLI_ON_ERROR_HINT = (
+    "(run with --on-error skip to keep going, or --on-error dead-letter to keep going and "
+    "keep the failed records)"
+)
+
+
 class ProcessingError(RStreamsError, RuntimeError):
     """A record failed inside a step at run time.
 
     Carries where it happened so the message (and a dead-letter record) can name it.
+    Its message ends with :data:`ON_ERROR_HINT`; :meth:`command_line_message` is the
+    message with the command line's spelling of that hint.
     """
 
     def __init__(
@@ -64,6 +75,15 @@ class ProcessingError(RStreamsError, RuntimeError):
         self.topic = topic
         self.queue = queue
         self.offset = offset
+
+    def command_line_message(self) -> str:
+        """The message with the hint to keep going as ``rstreams run`` spells it.
+
+        >>> e = ProcessingError("step 'x' failed " + ON_ERROR_HINT)
+        >>> "on_error=" in e.command_line_message(), "--on-error skip" in e.command_line_message()
+        (False, True)
+        """
+        return str(self).replace(ON_ERROR_HINT, CLI_ON_ERROR_HINT)
 
 
 class PipelineFileError(RStreamsError, RuntimeError):

@@ -888,8 +888,12 @@ class RunProgress:
             now = time.monotonic()
             if now - self._last_line >= self.every:
                 self._last_line = now
+                # (capped: a growing input may have been read past the size it had when
+                # the snapshot's total was taken)
                 pct = (
-                    f", {100 * p.bytes_read / p.bytes_total:.0f}% of input" if p.bytes_total else ""
+                    f", {min(100.0, 100 * p.bytes_read / p.bytes_total):.0f}% of input"
+                    if p.bytes_total
+                    else ""
                 )
                 print(
                     f"  {progress_text(p)}{pct} ({p.elapsed:,.0f}s)",
@@ -914,7 +918,7 @@ class RunProgress:
             self._task = self._bar.add_task("run", total=None, info="", elapsed="")
         self._bar.update(
             self._task,
-            completed=p.bytes_read,
+            completed=min(p.bytes_read, p.bytes_total) if p.bytes_total else p.bytes_read,
             total=p.bytes_total or None,
             info=progress_text(p),
             elapsed=_age(p.elapsed),

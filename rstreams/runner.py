@@ -19,6 +19,7 @@ value per key of a chunk is emitted), which is what a final table needs.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig
+from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
@@ -137,6 +138,8 @@ def _run_embedded(
     tables: dict[str, dict[Any, Any]] = {t: {} for t in sinks}
     read_pos = {(t, q): 0 for t in sinks for q in range(engine.queue_counts[t])}
     records_in = records_out = 0
+    # Nothing of an in-process run outlives it: its dead letters go back to the caller.
+    dead_letters: list[dict[str, Any]] = []
     start = time.monotonic()
     iters = {t: line_chunks(f, chunk_lines) for t, (f, _) in opened.items()}
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
@@ -161,7 +164,7 @@ def _run_embedded(
             commit = time.monotonic() >= next_commit
             engine.run_until_idle(commit=commit)
             if commit:
-                records_out += _collect(engine, sinks, tables, read_pos)
+                records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
                 engine.purge_consumed()
                 next_commit = time.monotonic() + COMMIT_INTERVAL
             if progress is not None:
@@ -176,12 +179,19 @@ def _run_embedded(
                 )
         engine.end_of_input()
         engine.close()
-        records_out += _collect(engine, sinks, tables, read_pos)
+        records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
     finally:
         for f, _ in opened.values():
             if f is not sys.stdin.buffer:
                 f.close()
-    return RunResult(tables, records_in, records_out, time.monotonic() - start, engine.metrics())
+    return RunResult(
+        tables,
+        records_in,
+        records_out,
+        time.monotonic() - start,
+        engine.metrics(),
+        dead_letters=dead_letters,
+    )
 
 
 def _collect(
@@ -189,10 +199,21 @@ def _collect(
     sinks: list[str],
     tables: dict[str, dict[Any, Any]],
     read_pos: dict[tuple[str, int], int],
+    dead_letters: list[dict[str, Any]],
 ) -> int:
-    """Fold new sink records into the final tables; drop them (and changelogs) after."""
+    """Fold new sink records into the final tables and move new dead letters to
+    ``dead_letters``; drop them (and changelogs) after."""
     n = 0
     broker = engine.broker
+    dead = dead_letter_topic(engine.topology.job_id)
+    if broker.queue_count(dead) is not None:
+        end = broker.end_offset(dead, 0)
+        pos = broker.start_offset(dead, 0)
+        while pos < end:
+            batch = broker.read(dead, 0, pos, 10_000)
+            dead_letters.extend(json.loads(r.value or b"null") for r in batch)
+            pos = batch[-1].offset + 1
+        broker.purge(dead, 0, end)
     for topic in sinks:
         spec = engine.topology.topics[topic]
         for q in range(engine.queue_counts[topic]):

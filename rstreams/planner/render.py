@@ -110,6 +110,10 @@ def render(topology: Topology, path: str | Path, format: str | None = None) -> P
     data = dot.encode("utf-8") if fmt == "dot" else _pipe(dot, fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
+        raise
     return path

@@ -15,10 +15,18 @@ from typing import IO, Any
 
 import attrs
 
+from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import _json_default, json_texts
 
-__all__ = ["Progress", "RunResult", "fold_records", "write_table"]
+__all__ = [
+    "Progress",
+    "RunResult",
+    "check_output_path",
+    "fold_records",
+    "write_dead_letters",
+    "write_table",
+]
 
 
 @attrs.frozen
@@ -52,6 +60,10 @@ class RunResult:
     ``stale`` names the stores and sink topics that keep what an earlier version of the
     pipeline computed: a resumed job (``data_dir``) whose pipeline changed before them
     does not read the input it already consumed again (``fresh=True`` recomputes).
+    ``dead_letters`` holds the records that failed under ``on_error="dead-letter"`` in a
+    run that keeps no log (in process, or on Spark), as dicts with ``step``, ``topic``,
+    ``queue``, ``offset``, ``key``, ``value`` and ``error``; the durable runtime keeps
+    them in the topic ``<job>-dead-letter`` of the job's log instead.
     """
 
     tables: dict[str, dict[Any, Any]]
@@ -60,6 +72,7 @@ class RunResult:
     elapsed: float
     metrics: dict[str, int]
     stale: tuple[str, ...] = ()
+    dead_letters: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:
@@ -106,17 +119,80 @@ def _rows(table: dict[Any, Any]) -> list[str]:
     return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
 
 
+def check_output_path(path: str, option: str = "output") -> None:
+    """Refuse an output path that can not be written, before a run does its work.
+
+    ``path`` is where a file will be written (replaced if it exists): its directory
+    must exist and be writable, and the path must not be a directory. ``-`` (stdout)
+    and URLs other than ``file:`` (Spark writes those) are not checked; ``option``
+    names the path in the message.
+
+        >>> check_output_path("/no/such/out.jsonl", "--output")
+        Traceback (most recent call last):
+        ...
+        rstreams.errors.ConfigError: --output '/no/such/out.jsonl': directory '/no/such' does...
+    """
+    if path == "-":
+        return
+    if path.startswith("file:"):
+        from urllib.parse import urlparse
+
+        path = urlparse(path).path or path[5:]
+    elif "://" in path:
+        return
+    target = Path(path)
+    parent = target.parent
+    where = f"{option} {path!r}"
+    if target.is_dir():
+        raise ConfigError(f"{where} is a directory; give a file path (e.g. {path}/out.jsonl)")
+    if not parent.exists():
+        # (exists() is False under a regular file too: tell the two apart)
+        for up in parent.parents:
+            if up.exists():
+                if not up.is_dir():
+                    raise ConfigError(f"{where}: {str(up)!r} is a file, not a directory")
+                break
+        raise ConfigError(f"{where}: directory {str(parent)!r} does not exist; create it first")
+    if not parent.is_dir():
+        raise ConfigError(f"{where}: {str(parent)!r} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: directory {str(parent)!r} is not writable")
+    if target.exists() and not target.is_file():
+        raise ConfigError(f"{where} exists and is not a regular file")
+
+
+def _write_lines(lines: list[str], path: str) -> None:
+    """Write ``lines`` to ``path`` atomically: a temp file beside it, renamed into place,
+    and removed again if anything fails, so a failed write leaves nothing behind."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+        tmp.replace(target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise RStreamsError(f"could not write {path!r}: {e.strerror or e}") from None
+
+
 def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
     """Write a final table as JSON lines ``{"key": ..., "value": ...}``: to a file
-    atomically (a temp file renamed into place), or to an open text stream."""
+    atomically (a temp file renamed into place; the file's directory must exist), or to
+    an open text stream."""
 
     if not isinstance(path, str):
         path.writelines(_rows(table))
         path.flush()
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(_rows(table))
-    tmp.replace(target)
+    _write_lines(_rows(table), path)
+
+
+def write_dead_letters(records: list[dict[str, Any]], path: str | IO[str]) -> None:
+    """Write dead letters (see :attr:`RunResult.dead_letters`) as JSON lines, to a file
+    atomically or to an open text stream."""
+    lines = [json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in records]
+    if not isinstance(path, str):
+        path.writelines(lines)
+        path.flush()
+        return
+    _write_lines(lines, path)

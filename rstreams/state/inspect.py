@@ -17,6 +17,7 @@ from typing import Any
 
 from rstreams.errors import ConfigError
 from rstreams.serde import INTERNAL_SERDE, Serde
+from rstreams.state.stores import STREAM_TIME_KEY
 
 
 def _broker(data_dir: str | Path, job: str) -> Any:
@@ -51,8 +52,12 @@ def iter_store(
     *,
     queue: int | None = None,
     serde: Serde = INTERNAL_SERDE,
+    internal: bool = False,
 ) -> Iterator[tuple[int, Any, Any]]:
-    """(queue, key, value) of every live key of ``store`` (all queues, or one)."""
+    """(queue, key, value) of every live key of ``store`` (all queues, or one).
+
+    The runtime's own entries (the stream time a windowed step keeps beside its
+    windows) are left out unless ``internal``."""
     topic = changelog_of(store)
     with _broker(data_dir, job) as b:
         n = b.queue_count(topic)
@@ -70,8 +75,11 @@ def iter_store(
                         latest[r.key] = r.value
                 pos = records[-1].offset + 1
             for k, v in latest.items():
-                if v is not None:
-                    yield q, INTERNAL_SERDE.deserialize(k), serde.deserialize(v)
+                if v is None:
+                    continue
+                key = INTERNAL_SERDE.deserialize(k)
+                if internal or key != STREAM_TIME_KEY:
+                    yield q, key, serde.deserialize(v)
 
 
 def load_store(data_dir: str | Path, job: str, store: str, **kwargs: Any) -> dict[Any, Any]:

@@ -9,6 +9,10 @@ from pathlib import Path
 
 from rstreams.errors import StateStoreError
 
+#: The key under which a windowed aggregation or a join keeps its task's stream time in
+#: its store, beside the windows: the runtime's bookkeeping, not a user's entry.
+STREAM_TIME_KEY = ("t",)
+
 
 class StoreDamagedError(StateStoreError):
     """A store's local copy is damaged (checksum mismatch, missing or damaged SST, bad

@@ -386,6 +386,12 @@ def sink_records(data: Path, job: str, topic: str) -> int:
     return 0
 
 
+def partial(data: Path) -> Path:
+    """Where a followed run of data dir ``data`` writes its table (beside it: an output
+    path is checked before the run creates its data dir)."""
+    return data.with_name(f"{data.name}-partial.jsonl")
+
+
 def follow_until_committed(
     pipeline: Path,
     data: Path,
@@ -402,7 +408,7 @@ def follow_until_committed(
     p = subprocess.Popen(
         [sys.executable, "-m", "rstreams", "run", str(pipeline), *binds, "--follow",
          "--workers", "2", "--data-dir", str(data),
-         "--output", str(data / "partial.jsonl")],
+         "--output", str(partial(data))],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -544,7 +550,7 @@ def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeo
     inputs = {"clicks": tmp_path / "clicks.jsonl"}
     lines = len((tmp_path / "clicks.jsonl").read_text().splitlines())
     follow_until_committed(sessions, data, "clicks", inputs, lines, ("sessions", want["records"]))
-    assert read_table(data / "partial.jsonl") == want["table"]
+    assert read_table(partial(data)) == want["table"]
     assert sink_records(data, "clicks", "sessions") == want["records"]  # nothing more
 
     shop(tmp_path / "orders.jsonl", tmp_path / "payments.jsonl")
@@ -557,7 +563,7 @@ def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeo
     data = tmp_path / "j-data"
     records = sum(len(p.read_text().splitlines()) for p in inputs.values())
     follow_until_committed(join, data, "unpaid", inputs, records, ("paid", want["records"]))
-    assert read_table(data / "partial.jsonl") == want["table"]
+    assert read_table(partial(data)) == want["table"]
     assert sink_records(data, "unpaid", "paid") == want["records"]
 
 
@@ -585,8 +591,9 @@ def test_a_run_stopped_and_resumed_in_the_middle_gives_the_worked_out_tables(tmp
     # What the stopped run wrote: windows closed by event time, with their final counts
     # (the state and the rest of the input are taken up by the resumed run, not read
     # again: counting the first half twice would double these).
-    partial = [json.loads(line) for line in (data / "partial.jsonl").read_text().splitlines()]
-    closed = {json.dumps(r["key"]): r["value"] for r in partial if r["key"]["closed"]}
+    # (beside the data directory: an output's directory must exist before the run)
+    rows = [json.loads(line) for line in partial(data).read_text().splitlines()]
+    closed = {json.dumps(r["key"]): r["value"] for r in rows if r["key"]["closed"]}
     assert len(closed) >= 60 and all(expected[k] == v for k, v in closed.items())
     with text.open("a") as f:
         f.write("".join(lines[20_000:]))

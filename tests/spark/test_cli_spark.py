@@ -73,4 +73,21 @@ def test_cli_spark_failure_exit_1_names_step_file_and_line(tmp_path: Path) -> No
     assert "step 'numbers-map-1'" in r.stderr
     assert f"{data} line 3" in r.stderr
     assert "ZeroDivisionError" in r.stderr and "parse (p.py:3)" in r.stderr
+    assert "--on-error skip" in r.stderr and "on_error=" not in r.stderr
     assert not out.exists()
+
+
+def test_cli_spark_writes_dead_letters_to_the_given_file(tmp_path: Path) -> None:
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(textwrap.dedent(FAILING))
+    data = tmp_path / "n.txt"
+    data.write_text("1\n2\n0\n5\n")
+    out, dead = tmp_path / "o.jsonl", tmp_path / "dead.jsonl"
+    r = rstreams(
+        "run", pipeline, "--backend", "spark", "--input", data, "--output", out,
+        "--on-error", "dead-letter", "--dead-letters", dead,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (letter,) = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert letter["step"] == "numbers-map-1" and letter["value"] == "'0'"
+    assert f"1 dead-lettered to {dead}" in r.stderr

@@ -94,6 +94,7 @@ def test_on_error_skip_and_dead_letter(spark: Any, numbers: Path, tmp_path: Path
     (letter,) = [json.loads(line) for line in dead.read_text().splitlines()]
     assert letter["step"] == "numbers-map-1" and letter["value"] == "'0'"
     assert letter["error"].startswith("ZeroDivisionError")
+    assert result.dead_letters == [letter]
 
 
 def test_failure_inside_an_aggregation_names_it(spark: Any, tmp_path: Path) -> None:

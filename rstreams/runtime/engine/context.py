@@ -21,7 +21,7 @@ from rstreams.config import (
     check_choice,
     dead_letter_topic,
 )
-from rstreams.errors import ConfigError, ProcessingError, StateStoreError
+from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, StateStoreError
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
@@ -159,7 +159,7 @@ class StreamContext:
         policy = self.config.on_error
         if policy == "fail":
             raise ProcessingError(
-                msg + "\n  (set on_error='skip' or 'dead-letter' to keep going)",
+                msg + "\n  " + ON_ERROR_HINT,
                 step=step,
                 topic=record.topic,
                 queue=record.queue,

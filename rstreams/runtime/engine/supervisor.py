@@ -24,8 +24,10 @@ The supervisor (the ``rstreams run`` process itself):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -36,7 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
+from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
@@ -121,6 +123,12 @@ class _Input:
         self.ended_at: dict[int, int] = {}
         self._chunks: Iterator[tuple[list[bytes], int]] | None = None
         self.size = os.path.getsize(path)
+
+    def current_size(self) -> int:
+        """The file's size now (a followed file grows), never below what was read."""
+        with contextlib.suppress(OSError):  # (moved away: what it had is what it has)
+            self.size = os.path.getsize(self.path)
+        return max(self.size, self.position)
 
     def chunks(self, chunk_lines: int, follow: bool = False) -> Iterator[tuple[list[bytes], int]]:
         """Chunks of whole lines from the current position. A last line without a newline
@@ -516,7 +524,9 @@ class Supervisor:
         return {
             "records_in": sum(i.lines for i in self.inputs),
             "bytes_read": sum(i.position for i in self.inputs),
-            "bytes_total": sum(i.size for i in self.inputs),
+            # A followed file grows: measured against its size at start, progress would
+            # pass 100%.
+            "bytes_total": sum(i.current_size() if self.follow else i.size for i in self.inputs),
             "records_out": self._records_out(),
             "lag": self.lag(),
             "elapsed": time.monotonic() - start,
@@ -585,13 +595,23 @@ def run_durable(
         skipped = sup.skipped() - sup.skipped_before
         if skipped:
             metrics["skipped"] = skipped
-            log.warning(
-                "%d record(s) failed and were %s (on_error=%s); the worker logs name each: %s",
-                skipped,
-                "skipped" if config.on_error == "skip" else "dead-lettered",
-                config.on_error,
-                sup.root / "logs",
-            )
+            if config.on_error == "dead-letter":
+                topic = dead_letter_topic(topology.job_id)
+                log.warning(
+                    "%d record(s) failed and were dead-lettered to the topic %r of the "
+                    "job's log; read them with `rstreams consume %s --from-beginning "
+                    "--data-dir %s`",
+                    skipped,
+                    topic,
+                    topic,
+                    shlex.quote(str(sup.root.parent)),
+                )
+            else:
+                log.warning(
+                    "%d record(s) failed and were skipped; the worker logs name each: %s",
+                    skipped,
+                    sup.root / "logs",
+                )
         stale: tuple[str, ...] = ()
         if sup.stale is not None:
             stale = tuple(str(c.new) for c in sup.stale.stale_changes)

@@ -27,11 +27,11 @@ from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor, _update_rule
 from rstreams.runtime.engine.watermarks import END
+from rstreams.state.stores import STREAM_TIME_KEY as _STREAM_TIME
 from rstreams.windowed import Windowed
 
 log = logging.getLogger("rstreams.windows")
 
-_STREAM_TIME = ("t",)
 _NO_TIME = -(2**62)
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).

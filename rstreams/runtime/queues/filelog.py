@@ -337,6 +337,17 @@ class _Queue:
         return self.dir / f"{base:020d}.log"
 
 
+def has_topic(root: str | Path, name: str) -> bool:
+    """Whether the log at ``root`` has the topic ``name``, looked up without opening
+    the log (which would create its directories)."""
+    return (Path(root) / "topics" / _encode_name(name) / "meta.json").exists()
+
+
+def has_group(root: str | Path, group: str) -> bool:
+    """Whether ``group`` committed offsets in the log at ``root`` (without opening it)."""
+    return (Path(root) / "groups" / _encode_name(group)).is_dir()
+
+
 class FileBroker:
     """Topics, queues and consumer-group offsets in files under ``root``.
 

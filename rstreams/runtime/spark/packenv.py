@@ -665,6 +665,9 @@ def _size(n: int) -> str:
 
 
 def cmd_pack_env(args: argparse.Namespace) -> int:
+    from rstreams.runtime.results import check_output_path
+
+    check_output_path(args.output, "-o")  # (before minutes of packing)
     packed = pack_env(
         args.output,
         python="link" if args.link_python else "bundle",

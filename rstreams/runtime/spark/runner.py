@@ -26,10 +26,10 @@ from pyspark.sql import functions as F
 
 from rstreams.config import ON_ERROR, RunConfig, check_choice, dead_letter_topic
 from rstreams.dsl import nodes as n
-from rstreams.errors import ConfigError, ProcessingError, RStreamsError
+from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
-from rstreams.runtime.results import Progress, RunResult
+from rstreams.runtime.results import Progress, RunResult, check_output_path, write_dead_letters
 from rstreams.runtime.spark import encoding as enc
 
 # The translation rules of windowed aggregations and joins, which add themselves to the
@@ -250,7 +250,9 @@ def run_spark(
         if on_error == "dead-letter" and dead_letter_topic(topology.job_id) in outputs:
             _write_dead_letters(failures, outputs[dead_letter_topic(topology.job_id)])
         metrics = {"records_in": records_in, **failures.metrics()}
-        return RunResult(tables, records_in, records_out, time.monotonic() - start, metrics)
+        dead = failures.dead_letters() if on_error == "dead-letter" else []
+        elapsed = time.monotonic() - start
+        return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
         for module in by_value:
@@ -313,6 +315,8 @@ def _check_bindings(topology: Topology, inputs: dict[str, str], outputs: dict[st
             f"topic(s) {wrong} are not sinks of {topology.job_id!r}; "
             f"its sinks are {topology.sink_topics}"
         )
+    for topic, path in outputs.items():
+        check_output_path(path, f"output of {topic!r}")
 
 
 def _resolve_input(topic: str, path: str, streaming: bool) -> tuple[str, ...]:
@@ -355,13 +359,7 @@ def _check_readable(path: str) -> None:
 
 
 def _write_dead_letters(failures: Failures, path: str) -> None:
-    target = Path(local_path(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in failures.dead_letters():
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    tmp.replace(target)
+    write_dead_letters(failures.dead_letters(), local_path(path))
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -398,8 +396,7 @@ def translate_error(
     what = f" in {info['fn']}" if info.get("fn") else ""
     message = (
         f"step {info['step']!r} failed on the record at {where} (key={info.get('key', 'None')}, "
-        f"value={info.get('value')}){what}: {info.get('error')}\n"
-        "  (set on_error='skip' or 'dead-letter' to keep going)"
+        f"value={info.get('value')}){what}: {info.get('error')}\n  {ON_ERROR_HINT}"
     )
     return ProcessingError(
         message,
