@@ -74,8 +74,12 @@ def _merge_rule(node: n.WindowAggregateNode) -> Callable[[Any, Any], Any]:
     return node.merger
 
 
-class _TimedProcessor(Processor):
-    """Keeps stream time in the store and routes late records to ``late`` children."""
+class TimedProcessor(Processor):
+    """Keeps stream time in the store and routes late records to ``late`` children.
+
+    ``max_time`` is the largest timestamp seen; without an input watermark it is stream
+    time. (The test driver keeps one for all tasks of a step: one partition's.)
+    """
 
     store_name: str
 
@@ -133,7 +137,7 @@ class _TimedProcessor(Processor):
 
 
 @register_processor("window-aggregate", BUILDERS)
-class WindowAggregateProcessor(_TimedProcessor):
+class WindowAggregateProcessor(TimedProcessor):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
         node = factory.node
@@ -337,7 +341,7 @@ class JoinTagProcessor(FnProcessor):
 
 
 @register_processor("join", BUILDERS)
-class JoinProcessor(_TimedProcessor):
+class JoinProcessor(TimedProcessor):
     """Windowed join (buffers both sides within the window) or table join (latest value
     per key and side, expired after ``ttl`` of stream time)."""
 
