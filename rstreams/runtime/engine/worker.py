@@ -618,17 +618,22 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
     )
     stopped_on: list[str] = []
+    worker: Worker | None = None
 
     def on_signal(signum: int, frame: Any) -> None:
         stopped_on.append(signal.Signals(signum).name)
-        worker.stop()
+        if worker is not None:
+            worker.stop()
 
+    # Before loading the pipeline: a worker asked to stop while it starts exits 0 without
+    # joining (it holds nothing yet), as one asked later does after leaving.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         worker = _make_worker(args)
         gctune.tune()
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        worker.run()
+        if not stopped_on:
+            worker.run()
         if stopped_on:
             # Named for the supervisor, which tells a stop it asked for from another one.
             log.warning(
