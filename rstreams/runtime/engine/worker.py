@@ -636,9 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             worker.run()
         if stopped_on:
             # Named for the supervisor, which tells a stop it asked for from another one.
-            log.warning(
-                "%s: %s %s; left the group", worker.member_id, STOPPED_ON_TEXT, stopped_on[0]
-            )
+            log.warning("%s: %s %s", worker.member_id, STOPPED_ON_TEXT, stopped_on[0])
     except ProcessingError as e:
         print(f"{WORKER_ERROR_PREFIX}{e}", file=sys.stderr)
         return EXIT_PROCESSING_ERROR
