@@ -653,10 +653,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.verbose:
         level = logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # SIGTERM stops any command like Ctrl-C does (exit code 130; `run` stops its workers).
-    previous = None
+    # SIGINT and SIGTERM stop any command as Ctrl-C does (exit code 130; `run` stops its
+    # workers), also where they were inherited ignored (a background job of a script).
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
     try:
         code: int = args.func(args)
         return code
@@ -678,8 +679,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

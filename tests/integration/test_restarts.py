@@ -138,21 +138,32 @@ def test_a_worker_error_keeps_its_kind():
 
 
 def test_killed_worker_is_restarted_and_the_result_is_exact(tmp_path):
+    """Workers killed (SIGKILL) over and over while data flows: each is replaced and the
+    table is exact. A kill comes only once the job committed something since the last
+    replacement started, so that however slow the machine, every kill is a restart after
+    progress (a crash loop without progress is the next test's)."""
     pipeline = write(tmp_path, WORDS)
     lines = [f"w{i % 97} x{i % 13} common" for i in range(150_000)]
     data = tmp_path / "in.txt"
     data.write_text("\n".join(lines) + "\n")
     kills = collections.Counter()
-    state = {"next": time.monotonic() + 0.5}
+    # What the job had committed when the last replacement was started (or at the start).
+    chaos_state: dict = {"spawned": 2, "committed": None}
+
+    def committed() -> int:
+        return sum(sup.broker.group_offsets("words").values())
 
     def chaos(status: dict) -> None:
-        now = time.monotonic()
-        if now >= state["next"] and kills["n"] < 6:
-            slot = kills["n"] % 2
-            if sup.procs[slot].poll() is None:
-                sup.kill_worker(slot, signal.SIGKILL)
-                kills["n"] += 1
-            state["next"] = now + 0.6
+        if chaos_state["committed"] is None or sup.spawned > chaos_state["spawned"]:
+            chaos_state["spawned"] = sup.spawned  # a replacement started: progress anew
+            chaos_state["committed"] = committed()
+            return
+        if kills["n"] >= 6 or committed() <= chaos_state["committed"]:
+            return
+        slot = kills["n"] % 2
+        if sup.procs[slot].poll() is None and sup.spawned == 2 + kills["n"]:
+            sup.kill_worker(slot, signal.SIGKILL)
+            kills["n"] += 1
 
     sup = supervisor(
         pipeline, {"lines": str(data)}, tmp_path, workers=2, chunk_lines=500,
@@ -166,6 +177,53 @@ def test_killed_worker_is_restarted_and_the_result_is_exact(tmp_path):
         sup.close()
     assert kills["n"] >= 3
     assert sup.spawned >= 2 + kills["n"]
+    expected = collections.Counter(w for line in lines for w in re.findall(r"\w+", line.lower()))
+    assert table == dict(expected)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_worker_stopped_from_outside_the_run_is_replaced_and_the_warning_says_why(
+    tmp_path, caplog, sig
+):
+    """A worker that exits 0 because something other than the supervisor signalled it
+    (it commits and leaves, as when the supervisor asks) is replaced, and the warning
+    names the signal instead of a bare exit code; the table is exact."""
+    pipeline = write(tmp_path, WORDS)
+    lines = [f"w{i % 31} common" for i in range(20_000)]
+    data = tmp_path / "in.txt"
+    data.write_text("\n".join(lines) + "\n")
+    signalled: list[int] = []
+
+    def outsider(status: dict) -> None:
+        if signalled:
+            return
+        # Called first after one chunk: ingest waits (the run can not end) until the
+        # worker committed, so it runs its loop and has its signal handlers.
+        deadline = time.monotonic() + 120
+        while not sum(sup.broker.group_offsets("words").values()):
+            assert time.monotonic() < deadline, "the worker committed nothing in 120 s"
+            time.sleep(0.05)
+        sup.kill_worker(0, sig)
+        signalled.append(sup.procs[0].pid)
+
+    sup = supervisor(
+        pipeline, {"lines": str(data)}, tmp_path, workers=1, chunk_lines=500,
+        max_ingest_rate=10_000, progress=outsider,
+        worker_args=["--commit-interval", "0.2"],
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="rstreams.supervisor"):
+        try:
+            sup.run()
+            table = sup.tables()["counts"]
+        finally:
+            sup.close()
+    assert signalled and sup.spawned == 2
+    name = signal.Signals(sig).name
+    warned = [r.getMessage() for r in caplog.records if "replacement" in r.getMessage()]
+    assert warned == [
+        f"worker 0 exited 0 after a {name} the supervisor did not send; "
+        "starting a replacement in 0.1s"
+    ]
     expected = collections.Counter(w for line in lines for w in re.findall(r"\w+", line.lower()))
     assert table == dict(expected)
 

@@ -13,9 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,34 +109,31 @@ def test_top_in_tmux_shows_steps_workers_and_rates_of_a_live_run(running_job, tm
         return sorted(members) if len(members) == 2 else []
 
     members = wait_for("two workers publishing their statistics", two_workers_publishing)
-    socket = f"rstreams-top-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmux = ["tmux", "-L", socket]
     # (Python takes the terminal's size from COLUMNS and LINES when they are set; under
     # pytest the session's shell gets COLUMNS=80.)
     top = shlex.join(
         ["env", "-u", "COLUMNS", "-u", "LINES", *rstreams_command(), "top",
          "--data-dir", str(running_job), "--refresh", "0.5"]
     )  # fmt: skip
-    # (`; sleep` keeps the pane, and any error top printed, readable if it exits)
-    subprocess.run(
-        [*tmux, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "50",
-         "-c", str(tmp_path), f"{top}; sleep 120"],
-        check=True, timeout=30,
-    )  # fmt: skip
+    tmux = Tmux()
     try:
+        # (`; sleep` keeps the pane, and any error top printed, readable if it exits)
+        tmux.start("-d", "-x", "160", "-y", "50", "-c", str(tmp_path), f"{top}; sleep 120")
 
         def pane() -> str:
-            r = subprocess.run(
-                [*tmux, "capture-pane", "-p", "-t", "0"], capture_output=True, text=True, timeout=30
-            )
-            return r.stdout
+            return tmux("capture-pane", "-p", "-t", "0").stdout
+
+        last = [""]
 
         def dashboard_with_rates() -> str:
-            text = pane()
+            text = last[0] = pane()
             rates = [int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+)/s\)", text)]
             return text if "topology of wordcount" in text and any(rates) else ""
 
-        text = wait_for("the dashboard with non-zero rates", dashboard_with_rates, timeout=60)
+        try:
+            text = wait_for("the dashboard with non-zero rates", dashboard_with_rates, timeout=90)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the pane shows:\n{last[0]}") from None
         print(text)  # (shown when the test fails, and with -s)
         assert f"job {JOB}  running" in text
         # The job's steps, in the tree, with records per second.
@@ -161,7 +158,70 @@ def test_top_in_tmux_shows_steps_workers_and_rates_of_a_live_run(running_job, tm
         assert any(worker_rates), text
         assert "wordcount-sentences-count-3-store" in text  # state store sizes
     finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        tmux.close()
+
+
+class Tmux:
+    """A tmux server of the test's own, set up so that it starts wherever the tests run:
+    its socket in a new short directory (``-S``: the default one depends on TMUX_TMPDIR
+    and must be private, and a socket's path is limited to about 100 bytes), a TERM it
+    knows, not nested in a tmux the tests may run in, and no user configuration. A
+    command that fails raises with tmux's output; a server that does not start is
+    started once more with its log on (``-v``), and the message ends with that log."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="rst-tmux-"))
+        self.socket = self.dir / "socket"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        self.env["TERM"] = "xterm-256color"
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        r = self._run(args)
+        if r.returncode != 0:
+            raise AssertionError(self._failed(args, r))
+        return r
+
+    def start(self, *args: str) -> None:
+        """``new-session`` with ``args``: starts the server."""
+        first = self._run(("new-session", *args))
+        if first.returncode == 0:
+            return
+        message = self._failed(("new-session", *args), first)
+        self.close()
+        self.dir.mkdir()
+        # -v: the server logs to tmux-server-<pid>.log in the client's working directory.
+        again = self._run(("new-session", *args), "-v")
+        logs = sorted(self.dir.glob("tmux-server-*.log"))
+        tail = logs[-1].read_text(errors="replace").splitlines()[-30:] if logs else []
+        raise AssertionError(
+            f"{message}\nstarted again with -v, tmux exited {again.returncode}"
+            + (f" ({(again.stderr + again.stdout).strip()})" if again.returncode else "")
+            + ("; the end of its server log:\n" + "\n".join(tail) if tail else "; no server log")
+        )
+
+    def _run(self, args: tuple[str, ...], *flags: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["tmux", *flags, "-S", str(self.socket), "-f", "/dev/null", *args]
+        try:
+            return subprocess.run(
+                cmd, capture_output=True, text=True, timeout=30, env=self.env, cwd=self.dir
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"`{shlex.join(cmd)}` did not return in 30 s") from None
+
+    def _failed(self, args: tuple[str, ...], r: subprocess.CompletedProcess[str]) -> str:
+        said = (r.stderr + r.stdout).strip() or "nothing"
+        return (
+            f"`tmux -S {self.socket} {shlex.join(args)}` exited {r.returncode}; tmux said: "
+            f"{said} (TERM={self.env['TERM']})"
+        )
+
+    def close(self) -> None:
+        if self.socket.exists():
+            subprocess.run(
+                ["tmux", "-S", str(self.socket), "kill-server"],
+                capture_output=True, timeout=30, env=self.env, cwd=self.dir,
+            )  # fmt: skip
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def test_run_live_without_a_terminal_prints_plain_lines(tmp_path):

@@ -20,6 +20,14 @@ The supervisor (the ``rstreams run`` process itself):
 5. when everything is ingested and every input queue of every sub-topology is committed
    up to its end (checked upstream first), stops the workers (they commit and leave)
    and reads the final table of each sink topic (last value per key).
+
+SIGINT and SIGTERM stop a run, whatever dispositions the process inherited (a shell
+starts a background job with SIGINT ignored): the supervisor tells its workers to
+commit and leave, then a bounded run raises KeyboardInterrupt and a ``follow`` run
+returns what it committed. Workers run in their own session, so a signal meant for the
+run (Ctrl-C reaches the terminal's whole process group) reaches them only through the
+supervisor; a worker that stops without being asked is restarted, and the warning says
+why it stopped.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from rstreams.runtime.engine.watermarks import ingest_group
 from rstreams.runtime.engine.worker import (
     EXIT_FATAL,
     EXIT_PROCESSING_ERROR,
+    STOPPED_ON,
     WORKER_ERROR_PREFIX,
     open_broker,
     restore_progress,
@@ -105,8 +114,8 @@ def _worker_error(code: int, text: str) -> RStreamsError:
     return RStreamsError(rest)  # e.g. a CorruptLogError: its message says what it is
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+#: Signals that stop a run as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Input:
@@ -269,7 +278,13 @@ class Supervisor:
             "--parent-pid", str(os.getpid()),
             *self.worker_args,
         ]  # fmt: skip
-        self.procs[slot] = subprocess.Popen(cmd, stderr=logfile, stdout=logfile)
+        # A session of its own: a signal sent to the run's process group (Ctrl-C) is the
+        # supervisor's to handle; a worker that got it too would stop, exit 0 and be
+        # restarted while the supervisor stops the others. A supervisor that dies without
+        # stopping them is noticed through --parent-pid.
+        self.procs[slot] = subprocess.Popen(
+            cmd, stderr=logfile, stdout=logfile, start_new_session=True
+        )
         logfile.close()
         if self.stats is not None:
             self.stats.spawned(slot)
@@ -297,7 +312,7 @@ class Supervisor:
             if self._progressed():
                 self.failures = []
                 self.backoff = RESTART_BACKOFF
-            self.failures.append(describe_exit(code))
+            self.failures.append(self._why_exited(slot, code))
             if len(self.failures) > self.max_restarts:
                 raise RStreamsError(
                     f"worker {slot} {describe_exit(code)}; giving up after "
@@ -307,11 +322,20 @@ class Supervisor:
                     f"({self.root / 'logs' / f'worker-{slot}.log'}):\n{self._log_tail(slot)}"
                 )
             log.warning(
-                "worker %d %s; starting a replacement in %.1fs", slot, describe_exit(code),
+                "worker %d %s; starting a replacement in %.1fs", slot, self.failures[-1],
                 self.backoff,
             )  # fmt: skip
             self._respawn[slot] = now + self.backoff
             self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MAX)
+
+    def _why_exited(self, slot: int, code: int) -> str:
+        """How a worker the supervisor did not stop ended: a clean exit (0) is a worker
+        stopped by a signal from outside the run, which its log names."""
+        if code != 0:
+            return describe_exit(code)
+        found = STOPPED_ON.findall(self._log_tail(slot, 50))
+        by = found[-1] if found else "SIGINT or SIGTERM"
+        return f"exited 0 after a {by} the supervisor did not send"
 
     def _log_tail(self, slot: int, lines: int = 15) -> str:
         try:
@@ -401,14 +425,26 @@ class Supervisor:
     # -- run -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        # SIGTERM stops a run like Ctrl-C: the workers are told to commit and leave.
+        """Run until bounded input is processed and committed (or, following input, until
+        SIGINT or SIGTERM); returns the run's counts. A bounded run stopped by SIGINT or
+        SIGTERM raises KeyboardInterrupt once its workers committed and left."""
+        self.stop_signal = None
         if threading.current_thread() is not threading.main_thread():
             return self._run()  # signals can only be handled on the main thread
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        # Set whatever was inherited (SIG_IGN in a background job of a script). The handler
+        # only takes note: the loop stops between steps, never in the middle of an append.
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
         try:
             return self._run()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    #: The signal that asked the run to stop (its name), once one did.
+    stop_signal: str | None = None
+
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        self.stop_signal = signal.Signals(signum).name
 
     def _run(self) -> dict[str, Any]:
         start = time.monotonic()
@@ -433,6 +469,8 @@ class Supervisor:
         state = "failed"  # unless the loop ends as it should
         try:
             while True:
+                if self.stop_signal is not None:
+                    raise KeyboardInterrupt
                 if self.follow and not pending and time.monotonic() >= next_look:
                     # Unbounded input: look for lines appended since (Ctrl-C ends the run).
                     pending = [(i, i.chunks(self.chunk_lines, True)) for i in self.inputs]
@@ -478,7 +516,10 @@ class Supervisor:
             if not self.follow:
                 raise
             state = "done"  # following input, this is how a run ends
-            log.info("interrupted: stopping the workers, which commit what they processed")
+            log.info(
+                "%s: stopping the workers, which commit what they processed",
+                self.stop_signal or "interrupted",
+            )
         finally:
             self._stop_workers()
             self._publish_stats(start, state)

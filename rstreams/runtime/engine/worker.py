@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -616,12 +617,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
     )
+    stopped_on: list[str] = []
+    worker: Worker | None = None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stopped_on.append(signal.Signals(signum).name)
+        if worker is not None:
+            worker.stop()
+
+    # Before loading the pipeline: a worker asked to stop while it starts exits 0 without
+    # joining (it holds nothing yet), as one asked later does after leaving.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         worker = _make_worker(args)
         gctune.tune()
-        signal.signal(signal.SIGTERM, worker.stop)
-        signal.signal(signal.SIGINT, worker.stop)
-        worker.run()
+        if not stopped_on:
+            worker.run()
+        if stopped_on:
+            # Named for the supervisor, which tells a stop it asked for from another one.
+            log.warning("%s: %s %s", worker.member_id, STOPPED_ON_TEXT, stopped_on[0])
     except ProcessingError as e:
         print(f"{WORKER_ERROR_PREFIX}{e}", file=sys.stderr)
         return EXIT_PROCESSING_ERROR
@@ -634,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
 
 #: How a worker's last line, its error, starts (the supervisor looks for it in the log).
 WORKER_ERROR_PREFIX = "rstreams worker: "
+#: What a worker stopped by a signal logs before the signal's name, and how the
+#: supervisor finds that name again.
+STOPPED_ON_TEXT = "stopped on"
+STOPPED_ON = re.compile(rf"{STOPPED_ON_TEXT} (SIG[A-Z0-9]+)")
 
 
 def _make_worker(args: argparse.Namespace) -> Worker:
