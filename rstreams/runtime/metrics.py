@@ -145,6 +145,11 @@ def families(stats: JobStats, job: str) -> list[Metric]:
     per_worker("rstreams_late_records", "Records too late for their window or join", "late")
     per_worker("rstreams_skipped_records", "Records that failed and were skipped", "skipped")
     per_worker(
+        "rstreams_null_key_records",
+        "Records whose join or grouping key was None: dropped, or joined with nothing",
+        "null_keys",
+    )
+    per_worker(
         "rstreams_dead_lettered_records",
         "Records that failed and went to the dead-letter topic",
         "dead_lettered",

@@ -296,22 +296,16 @@ def test_keys_piped_with_key_are_grouped(capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out.splitlines() == ["u1: a", "u2: b", "u1: c", "u3: d", "u1: e"]
 
 
-def test_none_keys_from_key_by_are_one_key_whatever_the_queue_count() -> None:
-    # Regression: the shuffle spread None-keyed records round-robin over its 8 queues,
-    # so each queue's store counted its own share of "None".
+def test_none_keys_from_key_by_are_skipped_whatever_the_queue_count() -> None:
+    # Null keys never aggregate (as in Kafka Streams): none reaches any of the 8 queues'
+    # stores, and each is counted.
     b = StreamBuilder("nulls")
     b.source("in").keyBy(lambda v: None if v == "-" else v).count().sink("out")
     with TopologyTestDriver(b.build()) as driver:
         driver.pipe_all("in", ["-", "x", "-", "-", "x", "-"])
-        assert [(r.key, r.value) for r in driver.read("out")] == [
-            (None, 1),
-            ("x", 1),
-            (None, 2),
-            (None, 3),
-            ("x", 2),
-            (None, 4),
-        ]
-        assert driver.state("nulls-in-count-2-store") == {None: 4, "x": 2}
+        assert [(r.key, r.value) for r in driver.read("out")] == [("x", 1), ("x", 2)]
+        assert driver.state("nulls-in-count-2-store") == {"x": 2}
+        assert driver.metrics["null_keys"] == 4
 
 
 def test_json_source_and_sink_with_serializers() -> None:

@@ -197,3 +197,29 @@ def test_run_refuses_metrics_it_can_not_serve(
     r = rstreams_run("--data-dir", str(tmp_path), "--metrics-port", "0", *args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
+
+
+def test_records_with_a_null_key_are_counted_per_worker(tmp_path: Path) -> None:
+    coord = tmp_path / "coordination" / "nk"
+    b = StreamBuilder("nk")
+    (
+        b.source("lines")
+        .keyBy(lambda line: line or None)  # an empty line has no key
+        .count(name="counts", queues=2)
+        .toRStream()
+        .sink("out")
+    )
+    engine = LocalEngine(b.build(), config=EngineConfig())
+    lines = [b"a", b"", b"b", b"", b""]
+    engine.producer.send_many("lines", 0, [(0, None, line, ()) for line in lines])
+    engine.producer.flush()
+    engine.run_until_idle()
+    pub = StatsPublisher(coord, "w0-1", capture_errors=False)
+    pub.publish({t.id: t for t in engine.tasks}, engine.broker, processed=5, generation=1)
+    (worker,) = read_stats(coord).workers
+    assert worker["null_keys"] == 3
+    family = scrape(coord)["rstreams_null_key_records"]
+    assert family.type == "counter"
+    assert samples(family, "rstreams_null_key_records_total") == {
+        (("job", "nk"), ("worker", "w0-1")): 3
+    }

@@ -31,6 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.nullkeys import NULL_KEYS
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.userfn import as_timestamp
@@ -81,6 +82,16 @@ class Processor:
         for child in children:
             child.records_in += n
             child.process(batch)
+
+    def without_null_keys(self, batch: Batch) -> Batch:
+        """``batch`` less its records whose key is None, counted under ``null_keys`` in
+        the task's metrics: aggregations skip them (see ``rstreams.runtime.nullkeys``)."""
+        keys = batch.keys
+        if None not in keys:
+            return batch
+        keep = [i for i, k in enumerate(keys) if k is not None]
+        self.ctx.metrics[NULL_KEYS] += len(keys) - len(keep)
+        return batch.take(keep)
 
     def flush(self) -> None:
         """Called at commit, parents before children."""
@@ -361,6 +372,9 @@ class AggregateProcessor(Processor):
         self.coalesce = ctx.config.coalesce
 
     def process(self, batch: Batch) -> None:
+        batch = self.without_null_keys(batch)
+        if not batch.values:
+            return
         if self.coalesce:
             if self.partials and self._merge_batch(batch):
                 return
@@ -451,8 +465,8 @@ class _SinkBase(Processor):
 
     key_serde: Serde
     value_serde: Serde
-    #: Spread records with a None key over the queues (user sinks). A shuffle must not:
-    #: None is a key like any other for the aggregation behind it.
+    #: Spread records with a None key over the queues (user sinks). A shuffle does not:
+    #: a join behind it still sees its records with a None key (to emit them unmatched).
     round_robin_none_keys = True
 
     def __init__(self, factory: ProcessorFactory) -> None:
@@ -587,14 +601,17 @@ class ShuffleSinkProcessor(_SinkBase):
 
     key_serde = INTERNAL_SERDE
     value_serde = INTERNAL_SERDE
-    # A None key is serialized (msgpack b"\xc0") and hashed like any other key, so all
-    # its records meet the same state store whatever the queue count.
+    # A None key is serialized (msgpack b"\xc0") and hashed like any other key; only a
+    # join receives such records (in front of an aggregation they are dropped here).
     round_robin_none_keys = False
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
         node = factory.node
         self.partials = bool(factory.options.get("partials"))
+        # In front of an aggregation, a None key is dropped here rather than behind the
+        # shuffle: a combined partial would count many skipped records as one.
+        self.skip_null_keys = isinstance(node, (n.AggregateNode, n.WindowAggregateNode))
         # The partial is computed here with the aggregation's function: report its
         # failures under the aggregation's step name, which is what the user wrote.
         self.fn_step = node.name
@@ -616,6 +633,10 @@ class ShuffleSinkProcessor(_SinkBase):
         self._origin: tuple[str, int, int] = ("", 0, 0)
 
     def process(self, batch: Batch) -> None:
+        if self.skip_null_keys:
+            batch = self.without_null_keys(batch)
+            if not batch.values:
+                return
         if not self.partials:
             self.send(batch)
             return

@@ -27,6 +27,7 @@ worker starts a new file (under a new member id) from zero::
      "commits": {"count": int, "seconds_sum": float,
                  "buckets": [[upper bound (s), cumulative count], ..., ["+Inf", count]]},
      "late": int, "skipped": int, "dead_lettered": int, "restored_records": int,
+     "null_keys": int,         # records a join or aggregation matched not: key None
      "errors": [{"time": float, "message": str}, ...]}      # at most 5, newest last
 
 A step's ``in`` counts the records handed to it and ``out`` those it passed on (a sink:
@@ -62,6 +63,7 @@ import attrs
 
 from rstreams.errors import StateStoreError
 from rstreams.runtime.engine.watermarks import END, NO_TIME
+from rstreams.runtime.nullkeys import NULL_KEYS
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task
@@ -78,6 +80,8 @@ COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.
 MAX_ERRORS = 5
 
 _SUPERVISOR = "supervisor.json"
+#: The task metrics a worker adds up (``StreamContext.metrics``).
+_COUNTS = ("late", "skipped", "dead_lettered", NULL_KEYS)
 
 
 def coordination_dir(data_dir: str | os.PathLike[str], job_id: str) -> Path:
@@ -184,11 +188,12 @@ def _store_stats(store: MeteredStore) -> tuple[int, int | None, int]:
 
 
 def _task_counts(task: Task) -> tuple[dict[str, tuple[int, int]], dict[str, int], int]:
-    """A task's (per step: (in, out)), (late, skipped, dead_lettered) and restored records."""
+    """A task's (per step: (in, out)), (late, skipped, dead_lettered, null_keys) and
+    restored records."""
     steps = {p.name: (p.records_in, p.records_out) for p in getattr(task, "processors", ())}
     ctx = getattr(task, "ctx", None)
     metrics = ctx.metrics if ctx is not None else {}
-    counts = {k: int(metrics.get(k, 0)) for k in ("late", "skipped", "dead_lettered")}
+    counts = {k: int(metrics.get(k, 0)) for k in _COUNTS}
     return steps, counts, int(getattr(task, "restored", 0))
 
 
@@ -200,8 +205,8 @@ class StatsPublisher:
     while a task restores (when the loop does not run) and :meth:`close` when it leaves.
     Counting itself is done where the work is, a batch at a time: processors count
     their records (``records_in``/``records_out``), tasks their late, skipped and
-    dead-lettered records; the publisher only adds them up. Counts of tasks the worker
-    gave up are kept, so every count only grows.
+    dead-lettered records and those with a None key; the publisher only adds them up.
+    Counts of tasks the worker gave up are kept, so every count only grows.
     """
 
     def __init__(
@@ -222,7 +227,7 @@ class StatsPublisher:
         #: the totals below (held until then so that nothing it counted is lost).
         self._seen: dict[Any, Task] = {}  # by the worker's task key
         self._gone_steps: dict[str, list[int]] = {}
-        self._gone_counts = {"late": 0, "skipped": 0, "dead_lettered": 0, "restored": 0}
+        self._gone_counts = dict.fromkeys((*_COUNTS, "restored"), 0)
         self._next = 0.0
         self._doc: dict[str, Any] | None = None
         self._capture_errors = capture_errors
@@ -325,6 +330,7 @@ class StatsPublisher:
             "skipped": totals["skipped"],
             "dead_lettered": totals["dead_lettered"],
             "restored_records": totals["restored"],
+            NULL_KEYS: totals[NULL_KEYS],
             "errors": list(self._errors.recent) if self._errors is not None else [],
         }
 

@@ -27,6 +27,7 @@ from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor, _update_rule
 from rstreams.runtime.engine.watermarks import END
+from rstreams.runtime.nullkeys import NULL_KEYS, null_key_pair
 from rstreams.state.stores import STREAM_TIME_KEY as _STREAM_TIME
 from rstreams.windowed import Windowed
 
@@ -182,6 +183,10 @@ class WindowAggregateProcessor(TimedProcessor):
             self.touched[(key, start)] = now
 
     def process(self, batch: Batch) -> None:
+        # Skipped before stream time moves, as in Kafka Streams.
+        batch = self.without_null_keys(batch)
+        if not batch.values:
+            return
         out = _Out()
         late: list[int] = []
         now = self.ctx.clock() if self.idle is not None else 0
@@ -397,7 +402,9 @@ class JoinProcessor(TimedProcessor):
                 self.max_time = ts
                 self.advance()
             try:
-                if self.window is None:
+                if k is None:
+                    self._null_key(side, v, ts, off, out)
+                elif self.window is None:
                     self._table(side, k, v, ts, off, out)
                 elif not self._windowed(side, k, v, ts, off, out):
                     late.append(i)
@@ -408,6 +415,14 @@ class JoinProcessor(TimedProcessor):
         self.save_time()
         self.emit(out, batch)
         self.emit_late(batch, late)
+
+    def _null_key(self, side: str, v: Any, ts: int, off: int, out: _Out) -> None:
+        """A None join key matches nothing: never buffered; unmatched at once on a
+        left/outer side, else dropped."""
+        self.ctx.metrics[NULL_KEYS] += 1
+        pair = null_key_pair(self.node.join_type, side, v)
+        if pair is not None:
+            out.add(None, self.joiner(*pair), ts, off)
 
     def _windowed(self, side: str, k: Any, v: Any, ts: int, off: int, out: _Out) -> bool:
         """Join one record; False if it is late (joined all the same, not buffered)."""

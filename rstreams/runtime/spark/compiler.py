@@ -164,6 +164,21 @@ def _repr_col(field: Field) -> Column:
     return F.coalesce(*parts, F.lit("None"))
 
 
+#: A None key in layout ``packed`` (msgpack's nil).
+NULL_PACKED = enc._pack(None)
+
+
+def null_key(kind: str) -> Column:
+    """The condition "the key is None" on a flushed stream whose key is in layout
+    ``kind`` (columns ``k_*``; see :mod:`.encoding`)."""
+    if kind == enc.NONE:
+        return F.lit(True)
+    if kind == enc.PACKED:
+        return F.col("k_m").isNull() | (F.col("k_m") == F.lit(NULL_PACKED))
+    nulls = [F.col(c).isNull() for c in enc.columns("k", kind)]
+    return functools.reduce(lambda a, b: a & b, nulls)
+
+
 def field_of(kind: str, prefix: str = "v", nonnull: bool = False) -> Field:
     suffixes = [c.split("_", 1)[1] for c in enc.columns(prefix, kind)]
     return Field(kind, {s: F.col(f"{prefix}_{s}") for s in suffixes}, nonnull)
@@ -332,6 +347,11 @@ class Compiler:
             aligned=s.aligned and all(st.one_to_one for st in s.pending),
             nonnull=s.nonnull and not changed and out_value == s.value,
         )
+
+    def without_null_keys(self, s: Stream) -> Stream:
+        """``s`` (flushed, its key kept) less the records whose key is None: what an
+        aggregation reads (see ``rstreams.runtime.nullkeys``)."""
+        return attrs.evolve(s, df=s.df.where(~null_key(s.key)))
 
     @functools.cached_property
     def cal(self) -> Calibration:
@@ -655,6 +675,7 @@ def _aggregate(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
         s = comp.flush(
             comp.get(parent, True), as_key=enc.PACKED, as_value=enc.PACKED, encode_step=node.name
         )
+        s = comp.without_null_keys(s)
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         fold = StreamFold(node.op, node.name, comp.policy(s), node.fn, node.initializer)
@@ -664,12 +685,13 @@ def _aggregate(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
         return Stream(
             df, enc.PACKED, enc.PACKED, ordered=True, unique=True, after_agg=True, python=True
         )
-    s = comp.flush(comp.get(parent, True), encode_step=node.name)
+    s = comp.without_null_keys(comp.flush(comp.get(parent, True), encode_step=node.name))
     return comp.fold(s, node, node.op, ordered)
 
 
 def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.flush(comp.get(node.parents[0], ordered), value=False, encode_step=node.name)
+    s = comp.without_null_keys(s)
     kc = enc.columns("k", s.key)
     aggs = [F.count(F.lit(1)).alias("v_l")]
     if ordered:
@@ -694,6 +716,7 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     values of a key are ints; for min/max also all floats without NaN, or all str),
     else (batch) an exact ordered Python fold for just the keys that need it."""
     s = comp.flush(_partial(comp, comp.get(node.parents[0], ordered), node), encode_step=node.name)
+    s = comp.without_null_keys(s)
     op = node.op
     kc = enc.columns("k", s.key)
     if s.value == enc.PACKED or s.value == enc.NONE or (op == "sum" and s.value == enc.STR):
@@ -703,7 +726,7 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
                 "on Spark Structured Streaming use reduce() or aggregate() instead"
             )
         full = comp.flush(_partial(comp, comp.get(node.parents[0], True), node))
-        return comp.fold(full, node, op, ordered)
+        return comp.fold(comp.without_null_keys(full), node, op, ordered)
     agg: Callable[[Column], Column] = {"sum": F.try_sum, "min": F.min, "max": F.max}[op]
     total = F.count(F.lit(1))
     aggs: list[Column] = [total.alias("_n")]
@@ -777,7 +800,7 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
         return good
     # Some keys need Python's exact semantics: fold just those, in source order.
     full = comp.flush(_partial(comp, comp.get(node.parents[0], True), node), encode_step=node.name)
-    rows = full.df
+    rows = full.df  # (only keys of ``bad`` are kept below: never a None key)
     bad = table.where(F.col("_x")).select(*kc)
     if kc:
         cond = functools.reduce(lambda a, b: a & b, [rows[c].eqNullSafe(bad[c]) for c in kc])

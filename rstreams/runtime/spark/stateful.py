@@ -63,6 +63,7 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
+from rstreams.runtime.nullkeys import null_key_pair
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream
 from rstreams.runtime.spark.segments import ErrorPolicy, update_rule
@@ -477,7 +478,12 @@ class JoinQueue:
         self.offset += 1
         if ts > self.time:
             self.time = ts
-        if self.window is None:
+        if k is None:
+            pair = null_key_pair(self.spec.join_type, side, v)
+            if pair is not None:
+                emit(k, self.joiner(*pair))
+            ok = True
+        elif self.window is None:
             self._table(side, k, v, ts, emit)
             ok = True
         else:

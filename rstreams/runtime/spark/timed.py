@@ -195,6 +195,10 @@ def timed_frame(
     if key_fn is not None:
         s = comp.add_step(s, PyStep("keyBy", target.name, _Of(key_fn), key_fn))
     s = comp.flush(s, as_key=enc.PACKED, as_value=enc.PACKED, encode_step=target.name)
+    if key_fn is None:
+        # A window aggregation's input: None keys are skipped (a join side keeps them:
+        # the join's own rule applies).
+        s = comp.without_null_keys(s)
     u = _Untime(enc.PACKED, value_kind, ordered, comp.policy(s), target.name, partial, windows)
     df = s.df.mapInArrow(u, u.schema())
     return attrs.evolve(s, df=df, value=value_kind, aligned=False)

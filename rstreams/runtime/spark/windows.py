@@ -46,7 +46,7 @@ from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
-from rstreams.runtime.spark.compiler import Compiler, Stream, translate
+from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key, translate
 from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep, update_rule
 from rstreams.runtime.spark.timed import _TIME, timed_frame
 from rstreams.windowed import Windowed
@@ -366,14 +366,17 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     left_node, right_node = node.parents
     ls = timed_frame(comp, left_node, node, True, enc.PACKED, node.left_key)
     rs = timed_frame(comp, right_node, node, True, enc.PACKED, node.right_key)
+    # A None join key becomes SQL's NULL, which equals nothing: the join drops it (inner)
+    # or keeps it unmatched (left/full), as rstreams.runtime.nullkeys says.
+    join_key = F.when(~null_key(enc.PACKED), F.col("k_m"))
     left = ls.df.select(
-        F.col("k_m").alias("lk"),
+        join_key.alias("lk"),
         F.col(_TIME).alias("lt"),
         F.col("v_m").alias("lv"),
         F.col(enc.ORDER).alias("lo"),
     )
     right = rs.df.select(
-        F.col("k_m").alias("rk"),
+        join_key.alias("rk"),
         F.col(_TIME).alias("rt"),
         F.col("v_m").alias("rv"),
         F.col(enc.ORDER).alias("ro"),
@@ -385,14 +388,16 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
         & (F.col("rt") <= F.col("lt") + F.lit(w.after))
     )
     joined = left.join(right, cond, how)
-    # A match comes out when its later record arrives; an unmatched record at the end.
+    # A match comes out when its later record arrives; an unmatched record at the end,
+    # but one with a None key at once.
     order = (
-        F.when(F.col("lo").isNull(), F.concat(F.lit(_AT_END), F.col("ro")))
+        F.when(F.col("lk").isNull() & F.col("rk").isNull(), F.coalesce("lo", "ro"))
+        .when(F.col("lo").isNull(), F.concat(F.lit(_AT_END), F.col("ro")))
         .when(F.col("ro").isNull(), F.concat(F.lit(_AT_END), F.col("lo")))
         .otherwise(F.greatest(F.col("lo"), F.col("ro")))
     )
     df = joined.select(
-        F.coalesce(F.col("lk"), F.col("rk")).alias("k_m"),
+        F.coalesce(F.col("lk"), F.col("rk"), F.lit(NULL_PACKED)).alias("k_m"),
         F.col("lv"),
         F.col("rv"),
         order.alias(enc.ORDER),
@@ -436,24 +441,30 @@ def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
             )
         )
     (ls, left), (_, right) = sides
+    both = left.unionByName(right)
+    # A record with a None key meets nothing: unmatched on a left/outer side, else gone.
+    outer_left = node.join_type in ("left", "outer")
+    outer_right = node.join_type == "outer"
+    alone = both.where(null_key(enc.PACKED)).where(
+        F.when(F.col("_side") == 0, F.lit(outer_left)).otherwise(F.lit(outer_right))
+    )
     # Left before right for the same source record (a self-join), as the tags run.
     w = (
         Window.partitionBy("k_m")
         .orderBy(enc.ORDER, "_side")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    latest = left.unionByName(right).select(
+    latest = both.where(~null_key(enc.PACKED)).select(
         "k_m",
         F.last("lv", ignorenulls=True).over(w).alias("lv"),
         F.last("rv", ignorenulls=True).over(w).alias("rv"),
         enc.ORDER,
         "_side",
     )
-    outer_left = node.join_type in ("left", "outer")
-    outer_right = node.join_type == "outer"
     emits = F.when(F.col("_side") == 0, F.col("rv").isNotNull() | F.lit(outer_left)).otherwise(
         F.col("lv").isNotNull() | F.lit(outer_right)
     )
     df = latest.where(emits).select("k_m", "lv", "rv", enc.ORDER)
+    df = df.unionByName(alone.select("k_m", "lv", "rv", enc.ORDER))
     j = _Join(node.joiner, node.name, comp.policy(ls))
     return Stream(df.mapInArrow(j, j.schema()), enc.PACKED, enc.ANY, ordered=True, python=True)
