@@ -267,6 +267,11 @@ def test_windowed_output_lines_are_flat_and_the_same_on_both_backends(
     write_table(rstreams.run(topology, inputs).tables[sink], str(embedded))
     on_spark = tmp_path / "spark.jsonl"
     run_spark(topology, inputs, spark=spark, outputs={sink: str(on_spark)})
+    # Outputs too big to collect: the executors write the lines, to a directory.
+    by_executors = tmp_path / "executors"
+    run_spark(topology, inputs, spark=spark, outputs={sink: str(by_executors)}, collect=False)
+    parts = sorted(by_executors.glob("part-*"))
+    (tmp_path / "executors.jsonl").write_text("".join(p.read_text() for p in parts))
 
     def rows(path: Path) -> list[str]:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -280,6 +285,7 @@ def test_windowed_output_lines_are_flat_and_the_same_on_both_backends(
         return sorted(json.dumps({k: v for k, v in r.items() if k != "closed"}) for r in rows)
 
     assert rows(on_spark) == rows(embedded)
+    assert rows(tmp_path / "executors.jsonl") == rows(embedded)
     if name == "windowed_wordcount":  # emit="update": line for line the same
         spark_lines, embedded_lines = on_spark.read_text(), embedded.read_text()
         assert sorted(spark_lines.splitlines()) == sorted(embedded_lines.splitlines())
