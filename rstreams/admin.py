@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rstreams.errors import ConfigError
+from rstreams.errors import ConfigError, SerdeError
 from rstreams.runtime.queues.base import queue_for_key
 from rstreams.runtime.queues.broker import Broker
+from rstreams.serde import SERDES, Serde
+from rstreams.windowed import Windowed, result_row
 
 
 def job_root(
@@ -267,6 +269,47 @@ def _decode(b: bytes | None) -> str | None:
         return b.hex()
 
 
+def _topic_serdes(root: Path, topic: str) -> tuple[Serde | None, Serde | None]:
+    """The key and value serdes that the job's last topology gave ``topic``, where they
+    are built-in ones that give typed values (json, msgpack); None for the others and
+    for topics the topology does not know (e.g. written by ``produce``)."""
+    from rstreams.planner.diff import TopologyIdentity
+    from rstreams.runtime.engine.topology_guard import TOPOLOGY_FILE
+
+    try:
+        text = (root / TOPOLOGY_FILE).read_text(encoding="utf-8")
+        topics = TopologyIdentity.from_json(text).topics
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None, None
+    for t in topics:
+        if t.name == topic:
+            return _TYPED_SERDES.get(t.key_serde), _TYPED_SERDES.get(t.value_serde)
+    return None, None
+
+
+#: Serdes whose bytes ``consume --format json`` prints as the JSON values they hold.
+_TYPED_SERDES = {name: SERDES[name] for name in ("json", "msgpack")}
+
+
+def _typed(b: bytes | None, serde: Serde | None) -> Any:
+    """A record's key or value for ``--format json``: what its serde reads (a JSON
+    value, not a string holding JSON), else its text (or hex, when not UTF-8)."""
+    if b is not None and serde is not None:
+        try:
+            return serde.deserialize(b)
+        except SerdeError:
+            pass
+    return _decode(b)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Windowed):  # nested in a value: the flat shape of a key
+        return obj.to_dict()
+    if isinstance(obj, bytes):  # a msgpack bin
+        return _decode(obj)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
 def _records(
     broker: Broker, topic: str, queue: int, start: int, limit: int | None
 ) -> Iterator[Any]:
@@ -288,6 +331,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     broker = _broker(args, topic=args.topic)
     try:
         n = _known(broker, args.topic)
+        kserde, vserde = _topic_serdes(job_root(args.data_dir, args.job), args.topic)
         queues = [args.queue] if args.queue is not None else list(range(n))
         left = args.max
         for q in queues:
@@ -302,9 +346,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
             pos = start
             for r in _records(broker, args.topic, q, start, left):
                 if args.format == "json":
+                    key, value = _typed(r.key, kserde), _typed(r.value, vserde)
                     row = {"queue": q, "offset": r.offset, "timestamp": r.timestamp,
-                           "key": _decode(r.key), "value": _decode(r.value)}  # fmt: skip
-                    print(json.dumps(row, ensure_ascii=False))
+                           **result_row(key, value)}  # fmt: skip
+                    print(json.dumps(row, ensure_ascii=False, default=_json_default))
                 else:
                     key = _decode(r.key)
                     val = _decode(r.value) or ""
@@ -481,8 +526,10 @@ def add_parsers(sub: Any, common: Any) -> None:
         "--format",
         choices=("text", "json"),
         default="text",
-        help="text: the value (or key<TAB>value); json: one object per record "
-        "(default: %(default)s)",
+        help="text: KEY<tab>VALUE as stored; json: one object per record, "
+        '{"queue", "offset", "timestamp", "key", "value"}, key and value as the JSON values '
+        'the topic\'s serde holds (a windowed key as "key" plus '
+        '"window": {"start", "end"} and "closed")',
     )
     base(p)
     p.set_defaults(func=cmd_consume)

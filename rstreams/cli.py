@@ -414,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         metavar="PATH",
         help="write the final table of the only sink topic as JSON lines "
-        '{"key": ..., "value": ...} (- for stdout)',
+        '{"key": ..., "value": ...} (- for stdout); a windowed result as '
+        '{"key": ..., "window": {"start": ..., "end": ...}, ["closed": ...,] "value": ...}',
     )
     run.add_argument(
         "--backend",

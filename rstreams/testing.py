@@ -408,7 +408,23 @@ class TopologyTestDriver:
     # -- output ------------------------------------------------------------------------
 
     def read(self, topic: str) -> list[OutputRecord]:
-        """Records written to ``topic`` since the last read, in the order written."""
+        """Records written to ``topic`` since the last read, in the order written.
+
+        Keys and values are read back with the topic's serdes. A windowed aggregation's
+        records are keyed by :class:`~rstreams.windowed.Windowed`: the record key as
+        ``.key.key``, the window as ``.key.window.start`` and ``.key.window.end``, and
+        ``.key.closed`` for results emitted on close.
+
+        >>> from rstreams import StreamBuilder, TumblingWindow
+        >>> b = StreamBuilder("w")
+        >>> (b.source("in").selectTimestamp(int).keyBy(lambda v: "n")
+        ...   .window(TumblingWindow(10)).count().sink("counts"))
+        >>> with TopologyTestDriver(b.build()) as driver:
+        ...     driver.pipe_all("in", ["3", "7", "12"])
+        ...     [(r.key.key, r.key.window.start, r.key.window.end, r.value)
+        ...      for r in driver.read("counts")]
+        [('n', 0, 10, 1), ('n', 0, 10, 2), ('n', 10, 20, 1)]
+        """
         spec = self.topology.topics.get(topic)
         if spec is not None:
             kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize

@@ -174,7 +174,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 def _show(value: Any) -> str:
     import json
 
-    return json.dumps(value, ensure_ascii=False, default=str)
+    from rstreams.windowed import Windowed
+
+    def default(obj: Any) -> Any:
+        # A windowed key in the flat shape results are written in (docs/windows.md).
+        return obj.to_dict() if isinstance(obj, Windowed) else str(obj)
+
+    return json.dumps(value, ensure_ascii=False, default=default)
 
 
 def example_page(name: str, topic_files: dict[str, str]) -> tuple[str, str]:

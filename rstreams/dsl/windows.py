@@ -34,37 +34,67 @@ __all__ = [
 ]
 
 
-def to_ms(value: int | datetime.timedelta, what: str) -> int:
+def to_ms(value: int | datetime.timedelta, what: str, *, positive: bool = False) -> int:
+    """``value`` (int milliseconds or a :class:`datetime.timedelta`) in milliseconds.
+
+    ``what`` names the parameter in errors, which also say the value received and the
+    unit:
+
+    >>> to_ms(datetime.timedelta(seconds=1.5), "ttl")
+    1500
+    >>> to_ms(-5, "SessionWindow gap")
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.TopologyError: SessionWindow gap must not be negative; got -5 ms
+    """
     if isinstance(value, datetime.timedelta):
-        ms = value // datetime.timedelta(milliseconds=1)
+        ms, rest = divmod(value, datetime.timedelta(milliseconds=1))
+        if rest:
+            raise TopologyError(
+                f"{what} must be a whole number of milliseconds; got {value!r} "
+                f"({value / datetime.timedelta(milliseconds=1)} ms)"
+            )
     elif isinstance(value, int) and not isinstance(value, bool):
         ms = value
     else:
         raise TopologyError(
-            f"{what} must be milliseconds (int) or a datetime.timedelta; got {value!r}"
+            f"{what} must be milliseconds (int) or a datetime.timedelta; "
+            f"got {type(value).__name__} {value!r}"
         )
     if ms < 0:
         raise TopologyError(f"{what} must not be negative; got {ms} ms")
+    if positive and ms == 0:
+        raise TopologyError(f"{what} must be positive; got 0 ms")
     return ms
 
 
-def _positive(value: Any) -> int:
-    ms = to_ms(value, "a window size")
-    if ms == 0:
-        raise TopologyError("a window size, advance or gap must be positive; got 0")
-    return ms
-
-
-def _ms(value: Any) -> int:
-    return to_ms(value, "a grace period or join bound")
+def _fields(spec: Any, *names: str) -> str:
+    return ", ".join(f"{name}={getattr(spec, name)} ms" for name in names)
 
 
 @attrs.frozen
 class TumblingWindow:
-    """Fixed, non-overlapping windows ``[n*size, (n+1)*size)``."""
+    """Fixed, non-overlapping windows ``[n*size, (n+1)*size)``.
 
-    size: int = attrs.field(converter=_positive)
-    grace: int = attrs.field(default=0, converter=_ms)
+    ``size`` and ``grace`` are milliseconds (int) or :class:`datetime.timedelta`; a
+    result's window is ``[start, end)`` in epoch milliseconds.
+
+    >>> from datetime import timedelta
+    >>> w = TumblingWindow(timedelta(minutes=1), grace=timedelta(seconds=5))
+    >>> w
+    TumblingWindow(size=60000, grace=5000)
+    >>> print(w)
+    tumbling size=60000 ms, grace=5000 ms
+    >>> w.windows_for(61_000)
+    [(60000, 120000)]
+    >>> TumblingWindow(0)
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.TopologyError: TumblingWindow size must be positive; got 0 ms
+    """
+
+    size: int = attrs.field(converter=lambda v: to_ms(v, "TumblingWindow size", positive=True))
+    grace: int = attrs.field(default=0, converter=lambda v: to_ms(v, "TumblingWindow grace"))
 
     @property
     def advance(self) -> int:
@@ -74,14 +104,32 @@ class TumblingWindow:
         start = ts - ts % self.size
         return [(start, start + self.size)]
 
+    def __str__(self) -> str:
+        return f"tumbling {_fields(self, 'size', 'grace')}"
+
 
 @attrs.frozen
 class HoppingWindow:
-    """Windows of ``size`` starting every ``advance`` (RocketMQ's sliding window)."""
+    """Windows of ``size`` starting every ``advance`` (RocketMQ's sliding window).
 
-    size: int = attrs.field(converter=_positive)
-    advance: int = attrs.field(converter=_positive)
-    grace: int = attrs.field(default=0, converter=_ms)
+    ``size``, ``advance`` and ``grace`` are milliseconds (int) or
+    :class:`datetime.timedelta`.
+
+    >>> from datetime import timedelta
+    >>> w = HoppingWindow(timedelta(minutes=1), timedelta(seconds=30))
+    >>> print(w)
+    hopping size=60000 ms, advance=30000 ms, grace=0 ms
+    >>> w.windows_for(45_000)
+    [(0, 60000), (30000, 90000)]
+    >>> HoppingWindow(10, 20)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.TopologyError: HoppingWindow advance (20 ms) must not exceed its size (10 ms)...
+    """
+
+    size: int = attrs.field(converter=lambda v: to_ms(v, "HoppingWindow size", positive=True))
+    advance: int = attrs.field(converter=lambda v: to_ms(v, "HoppingWindow advance", positive=True))
+    grace: int = attrs.field(default=0, converter=lambda v: to_ms(v, "HoppingWindow grace"))
 
     def __attrs_post_init__(self) -> None:
         if self.advance > self.size:
@@ -100,29 +148,67 @@ class HoppingWindow:
             s -= self.advance
         return out[::-1]
 
+    def __str__(self) -> str:
+        return f"hopping {_fields(self, 'size', 'advance', 'grace')}"
+
 
 def SlidingWindow(
-    size: int | datetime.timedelta, slide: int | datetime.timedelta, grace: int = 0
+    size: int | datetime.timedelta,
+    slide: int | datetime.timedelta,
+    grace: int | datetime.timedelta = 0,
 ) -> HoppingWindow:
-    """Alias of :class:`HoppingWindow` (RocketMQ Streams calls hopping windows sliding)."""
+    """Alias of :class:`HoppingWindow` (RocketMQ Streams calls hopping windows sliding).
+
+    >>> SlidingWindow(10_000, 5_000)
+    HoppingWindow(size=10000, advance=5000, grace=0)
+    """
     return HoppingWindow(size, slide, grace)
 
 
 @attrs.frozen
 class SessionWindow:
-    """Sessions of activity per key: records less than ``gap`` apart share a session."""
+    """Sessions of activity per key: records less than ``gap`` apart share a session.
 
-    gap: int = attrs.field(converter=_positive)
-    grace: int = attrs.field(default=0, converter=_ms)
+    ``gap`` and ``grace`` are milliseconds (int) or :class:`datetime.timedelta`.
+
+    >>> from datetime import timedelta
+    >>> print(SessionWindow(timedelta(minutes=5)))
+    session gap=300000 ms, grace=0 ms
+    >>> SessionWindow(-1)
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.TopologyError: SessionWindow gap must not be negative; got -1 ms
+    """
+
+    gap: int = attrs.field(converter=lambda v: to_ms(v, "SessionWindow gap", positive=True))
+    grace: int = attrs.field(default=0, converter=lambda v: to_ms(v, "SessionWindow grace"))
+
+    def __str__(self) -> str:
+        return f"session {_fields(self, 'gap', 'grace')}"
 
 
 @attrs.frozen
 class JoinWindow:
-    """A left record at ``ts`` joins right records in ``[ts - before, ts + after]``."""
+    """A left record at ``ts`` joins right records in ``[ts - before, ts + after]``.
 
-    before: int = attrs.field(converter=_ms)
-    after: int = attrs.field(converter=_ms)
-    grace: int = attrs.field(default=0, converter=_ms)
+    ``before``, ``after`` and ``grace`` are milliseconds (int) or
+    :class:`datetime.timedelta`.
+
+    >>> from datetime import timedelta
+    >>> print(JoinWindow(timedelta(seconds=10), 0))
+    join before=10000 ms, after=0 ms, grace=0 ms
+    >>> JoinWindow(0, 2.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.TopologyError: JoinWindow after must be milliseconds (int) or ...; got float 2.5
+    """
+
+    before: int = attrs.field(converter=lambda v: to_ms(v, "JoinWindow before"))
+    after: int = attrs.field(converter=lambda v: to_ms(v, "JoinWindow after"))
+    grace: int = attrs.field(default=0, converter=lambda v: to_ms(v, "JoinWindow grace"))
+
+    def __str__(self) -> str:
+        return f"join {_fields(self, 'before', 'after', 'grace')}"
 
 
 #: What ``GroupedStream.window(...)`` accepts: a tumbling, hopping (sliding) or session

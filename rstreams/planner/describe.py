@@ -12,13 +12,25 @@ def _queues(q: int | None) -> str:
     return "?" if q is None else str(q)
 
 
+def window_text(f: ProcessorFactory) -> str | None:
+    """The window of a windowed aggregation or windowed join step, with its units
+    (e.g. ``tumbling size=60000 ms, grace=0 ms``); None for other steps and for the
+    shuffle parts of the step."""
+    window = getattr(f.node, "window", None)
+    if window is None or f.role != "processor" or f.name != f.node.name:
+        return None
+    return str(window)
+
+
 def _line(f: ProcessorFactory) -> str:
     if f.role == "source":
         return f"Source: {f.name} (topic: {f.topic})"
     if f.role == "sink":
         return f"Sink: {f.name} (topic: {f.topic})"
+    window = window_text(f)
+    shown = f" (window: {window})" if window else ""
     stores = f" (stores: [{', '.join(f.stores)}])" if f.stores else ""
-    return f"Processor: {f.name} [{f.label}]{stores}"
+    return f"Processor: {f.name} [{f.label}]{shown}{stores}"
 
 
 def describe_text(topology: Topology) -> str:

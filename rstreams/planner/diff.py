@@ -802,7 +802,9 @@ def _queues(q: int | None) -> str:
 
 def _show(value: Any) -> str:
     if isinstance(value, dict) and "type" in value:
-        fields = ", ".join(f"{k}={v}" for k, v in value.items() if k != "type")
+        # Every field of a window spec is a duration in milliseconds.
+        unit = " ms" if str(value["type"]).endswith("Window") else ""
+        fields = ", ".join(f"{k}={v}{unit}" for k, v in value.items() if k != "type")
         return f"{value['type']}({fields})"
     return "-" if value is None else str(value)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rstreams.errors import ConfigError
+from rstreams.planner.describe import window_text
 
 if TYPE_CHECKING:
     from rstreams.planner.topology import Topology
@@ -51,6 +52,9 @@ def to_dot(topology: Topology) -> str:
         lines.append(f'    label="sub-topology {st.id}"; style=rounded; color="#9e9e9e";')
         for f in st.factories:
             label = f"{f.name}\\n[{f.label}]"
+            window = window_text(f)
+            if window:
+                label += f"\\n{window}"
             lines.append(f'    {_q("proc:" + f.name)} [label="{label}", {_PROC_STYLE[f.role]}];')
             for s in f.stores:
                 lines.append(

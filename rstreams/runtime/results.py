@@ -17,13 +17,16 @@ import attrs
 
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.queues.base import RecordColumns
-from rstreams.serde import _json_default, json_texts
+from rstreams.serde import json_texts
+from rstreams.windowed import Windowed, result_row
 
 __all__ = [
     "Progress",
     "RunResult",
     "check_output_path",
     "fold_records",
+    "row_json",
+    "table_lines",
     "write_dead_letters",
     "write_table",
 ]
@@ -53,7 +56,10 @@ class Progress:
 class RunResult:
     """What a bounded run produced.
 
-    ``tables`` maps each sink topic to its final table (last value per key). The order
+    ``tables`` maps each sink topic to its final table (last value per key); a windowed
+    aggregation's table is keyed by :class:`~rstreams.windowed.Windowed` (``.key``,
+    ``.window.start``, ``.window.end``, ``.closed``), and :meth:`rows` gives any table
+    in the flat shape ``--output`` writes. The order
     of a table's keys is not specified: it follows the sink topic's queues and commits,
     not the input, and may differ between backends and runs; sort it to compare.
     ``records_in`` counts input lines, ``records_out`` records written to sink topics.
@@ -73,6 +79,24 @@ class RunResult:
     metrics: dict[str, int]
     stale: tuple[str, ...] = ()
     dead_letters: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def rows(self, topic: str) -> list[dict[str, Any]]:
+        """The final table of sink ``topic`` as :func:`~rstreams.windowed.result_row`
+        dicts (``{"key", "value"}``, plus ``"window"`` and ``"closed"`` for windowed
+        results), the rows ``rstreams run --output`` writes.
+
+        >>> from rstreams.windowed import Windowed
+        >>> r = RunResult({"counts": {Windowed("gus", 0, 60000): 3}}, 1, 1, 0.0, {})
+        >>> r.rows("counts")
+        [{'key': 'gus', 'window': {'start': 0, 'end': 60000}, 'value': 3}]
+        """
+        try:
+            table = self.tables[topic]
+        except KeyError:
+            raise KeyError(
+                f"no sink topic {topic!r} in this run; its sinks are {sorted(self.tables)}"
+            ) from None
+        return [result_row(k, v) for k, v in table.items()]
 
 
 def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:
@@ -108,12 +132,41 @@ def _hashable(key: Any) -> Any:
     return key
 
 
+def _output_default(obj: Any) -> Any:
+    # A windowed key nested in a value: the same flat shape as a row's key.
+    if isinstance(obj, Windowed):
+        return obj.to_dict()
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
 def _table_json(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=_json_default)
+    return json.dumps(obj, ensure_ascii=False, default=_output_default)
 
 
-def _rows(table: dict[Any, Any]) -> list[str]:
-    """The JSON lines of a final table (windowed keys as {"@windowed": [...]})."""
+def row_json(row: dict[str, Any]) -> str:
+    """One JSON line (without its newline) of a :func:`~rstreams.windowed.result_row`
+    (or of a row with more fields), as every writer of results writes it.
+
+    >>> from rstreams.windowed import Windowed, result_row
+    >>> print(row_json(result_row(Windowed("gus", 0, 60000, "event-time"), 3)))
+    {"key": "gus", "window": {"start": 0, "end": 60000}, "closed": "event-time", "value": 3}
+    """
+    return _table_json(row)
+
+
+def table_lines(table: dict[Any, Any]) -> list[str]:
+    """The JSON lines of a final table, one :func:`~rstreams.windowed.result_row` each:
+    ``{"key": ..., "value": ...}``, and for windowed keys
+    ``{"key": ..., "window": {"start": ..., "end": ...}, ["closed": ...,] "value": ...}``.
+
+    >>> from rstreams.windowed import Windowed
+    >>> table_lines({"gus": 3})
+    ['{"key": "gus", "value": 3}\\n']
+    >>> table_lines({Windowed("gus", 0, 60000): 2})
+    ['{"key": "gus", "window": {"start": 0, "end": 60000}, "value": 2}\\n']
+    """
+    if any(type(k) is Windowed for k in table):
+        return [row_json(result_row(k, v)) + "\n" for k, v in table.items()]
     keys = json_texts(list(table), _table_json)
     values = json_texts(list(table.values()), _table_json)
     return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
@@ -176,21 +229,21 @@ def _write_lines(lines: list[str], path: str) -> None:
 
 
 def write_table(table: dict[Any, Any], path: str | IO[str]) -> None:
-    """Write a final table as JSON lines ``{"key": ..., "value": ...}``: to a file
+    """Write a final table as the JSON lines of :func:`table_lines`: to a file
     atomically (a temp file renamed into place; the file's directory must exist), or to
     an open text stream."""
 
     if not isinstance(path, str):
-        path.writelines(_rows(table))
+        path.writelines(table_lines(table))
         path.flush()
         return
-    _write_lines(_rows(table), path)
+    _write_lines(table_lines(table), path)
 
 
 def write_dead_letters(records: list[dict[str, Any]], path: str | IO[str]) -> None:
     """Write dead letters (see :attr:`RunResult.dead_letters`) as JSON lines, to a file
     atomically or to an open text stream."""
-    lines = [json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in records]
+    lines = [_table_json(r) + "\n" for r in records]
     if not isinstance(path, str):
         path.writelines(lines)
         path.flush()

@@ -22,7 +22,15 @@ from rstreams import ConfigError, Topology
 
 EXPECTED = Path(__file__).parent / "expected"
 UPDATE = os.environ.get("RSTREAMS_UPDATE_GOLDEN") == "1"
-EXAMPLES = ["wordcount", "branching", "stats"]
+EXAMPLES = [
+    "wordcount",
+    "branching",
+    "stats",
+    # Windowed steps: describe and to_dot show their windows with units.
+    "windowed_wordcount",
+    "sessions",
+    "order_payment_join",
+]
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz 'dot' not installed")
 

@@ -164,7 +164,8 @@ class Job:
         )  # fmt: skip
         self.table = (
             {
-                json.dumps(row["key"]): row["value"]
+                # A row's key, with its window for a windowed result.
+                json.dumps({k: v for k, v in row.items() if k != "value"}): row["value"]
                 for row in map(json.loads, out.read_text().splitlines())
             }
             if r.returncode == 0

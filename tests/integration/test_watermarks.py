@@ -33,7 +33,10 @@ from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.runtime.engine.task import TXN_HEADER
 from rstreams.runtime.engine.watermarks import decode_control
 from rstreams.runtime.engine.worker import open_broker
+from rstreams.runtime.results import row_json
+from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver
+from rstreams.windowed import result_row
 
 COUNT = """
 from rstreams import StreamBuilder, TumblingWindow
@@ -89,7 +92,8 @@ def timed_text(path: Path, lines: int) -> dict[str, int]:
     return {
         json.dumps(
             {
-                "@windowed": [w, s, s + 60_000],
+                "key": w,
+                "window": {"start": s, "end": s + 60_000},
                 # Windows the input's last timestamp reached close on time; the last
                 # one at the end of input.
                 "closed": "event-time" if s + 60_000 <= last else "end-of-input",
@@ -129,11 +133,22 @@ def rstreams_run(pipeline: Path, *args: object) -> dict[str, object]:
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return read_table(out)
+
+
+def table_of(rows: list[dict[str, object]]) -> dict[str, object]:
+    """Rows as `--output` writes them, keyed as timed_text keys its table: a windowed
+    result by the row without its value."""
     return {
-        json.dumps(r["key"]) if isinstance(r["key"], dict) else str(r["key"]): r["value"]
+        json.dumps({k: v for k, v in r.items() if k != "value"})
+        if "window" in r
+        else str(r["key"]): r["value"]
         for r in rows
     }
+
+
+def read_table(path: Path) -> dict[str, object]:
+    return table_of([json.loads(line) for line in path.read_text().splitlines()])
 
 
 def write(tmp: Path, name: str, source: str) -> Path:
@@ -148,12 +163,7 @@ def test_the_driver_gives_the_count_and_the_join_as_worked_out(tmp_path) -> None
         for line in (tmp_path / "lines.txt").read_text().splitlines():
             d.pipe("lines", line)
         d.end_of_input()
-        got = {
-            json.dumps(
-                {"@windowed": [r.key.key, r.key.start, r.key.end], "closed": r.key.closed}
-            ): (r.value)
-            for r in d.read("counts")
-        }
+        got = {json.dumps(r.key.to_dict()): r.value for r in d.read("counts")}
     assert got == expected
 
     orders, payments, matches = orders_and_payments(tmp_path, 3000)
@@ -199,7 +209,8 @@ def without_close_labels(table: dict[str, object]) -> dict[str, object]:
     out = {}
     for key, value in table.items():
         window = json.loads(key)
-        out[json.dumps(window["@windowed"])] = value
+        window.pop("closed", None)
+        out[json.dumps(window)] = value
     return out
 
 
@@ -337,7 +348,8 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
     pipeline = write(tmp_path, "c.py", COUNT)
     inputs = {"lines": str(tmp_path / "lines.txt")}
     results = run_with_chaos(pipeline, inputs, "counts", tmp_path / "data")
-    got = {json.dumps(json.loads(k), separators=(", ", ": ")): json.loads(v) for k, v in results}
+    key_serde = get_serde("json")  # the sink's: the key is a Windowed again
+    got = {json.dumps(key_serde.deserialize(k).to_dict()): json.loads(v) for k, v in results}
     assert len(results) == len(got)  # one result per window, none twice
     assert got == expected
 
@@ -520,16 +532,8 @@ def driver_table(pipeline: Path, inputs: dict[str, Path], sink: str) -> dict[str
         for _, topic, line in rows:
             d.pipe(topic, line)
         records = d.read(sink)
-    table: dict[str, object] = {}
-    for r in records:
-        k = r.key
-        key = (
-            json.dumps({"@windowed": [k.key, k.start, k.end], "closed": k.closed})
-            if hasattr(k, "start")
-            else str(k)
-        )
-        table[key] = r.value
-    return {"records": len(records), "table": table}
+    rows = [json.loads(row_json(result_row(r.key, r.value))) for r in records]
+    return {"records": len(records), "table": table_of(rows)}
 
 
 @pytest.mark.slow
@@ -564,14 +568,6 @@ def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeo
     assert sink_records(data, "unpaid", "paid") == want["records"]
 
 
-def read_table(path: Path) -> dict[str, object]:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return {
-        json.dumps(r["key"]) if isinstance(r["key"], dict) else str(r["key"]): r["value"]
-        for r in rows
-    }
-
-
 @pytest.mark.slow
 def test_a_run_stopped_and_resumed_in_the_middle_gives_the_worked_out_tables(tmp_path) -> None:
     # Half the input through a followed run with 8 queues and 2 workers, stopped (no end
@@ -590,7 +586,11 @@ def test_a_run_stopped_and_resumed_in_the_middle_gives_the_worked_out_tables(tmp
     # again: counting the first half twice would double these).
     # (beside the data directory: an output's directory must exist before the run)
     rows = [json.loads(line) for line in partial(data).read_text().splitlines()]
-    closed = {json.dumps(r["key"]): r["value"] for r in rows if r["key"]["closed"]}
+    closed = {
+        json.dumps({k: v for k, v in r.items() if k != "value"}): r["value"]
+        for r in rows
+        if r.get("closed")
+    }
     assert len(closed) >= 60 and all(expected[k] == v for k, v in closed.items())
     with text.open("a") as f:
         f.write("".join(lines[20_000:]))

@@ -148,7 +148,9 @@ def run_spark(
             source's deserializer decodes each line, e.g. ``"json"`` for JSON lines).
             Streaming mode reads a directory, picking up files as they arrive.
         outputs: sink topic -> path: the final table as JSON lines
-            ``{"key": ..., "value": ...}``, written to a temporary name and renamed
+            ``{"key": ..., "value": ...}`` (windowed results with ``"window"``: the
+            lines of :func:`rstreams.runtime.results.table_lines`, as the embedded
+            ``run`` writes them), written to a temporary name and renamed
             once the run succeeded. A local path gets one file (like the embedded
             ``run``); a URL (``hdfs://``, ``s3a://``...) a directory of part files.
             ``"<job>-dead-letter"`` may name where dead letters go.

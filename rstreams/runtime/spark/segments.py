@@ -33,8 +33,10 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from rstreams.runtime.gctune import tuned
+from rstreams.runtime.results import row_json
 from rstreams.runtime.spark import encoding as enc
 from rstreams.userfn import as_timestamp, describe_fn
+from rstreams.windowed import result_row
 
 FAILURE_MARK = "RSTREAMS-RECORD-FAILED:"
 #: Arrow batches a fold emits at most (rows), to bound worker memory.
@@ -582,9 +584,10 @@ class StreamFold:
 
 @attrs.frozen
 class TableLines:
-    """Final-table rows -> ``{"key": ..., "value": ...}`` JSON lines, on the executors
-    (for outputs too big to collect). Keys and values go through the sink's serdes
-    first, as in :func:`rstreams.runtime.spark.tables.add_rows`."""
+    """Final-table rows -> the JSON lines of
+    :func:`rstreams.runtime.results.table_lines`, on the executors (for outputs too big
+    to collect). Keys and values go through the sink's serdes first, as in
+    :func:`rstreams.runtime.spark.tables.add_rows`."""
 
     name: str
     key_serde: Any
@@ -623,5 +626,5 @@ class TableLines:
                     continue
                 key = enc.hashable(None if kb is None else kde(kb))
                 value = None if vb is None else vde(vb)
-                lines.append(json.dumps({"key": key, "value": value}, ensure_ascii=False))
+                lines.append(row_json(result_row(key, value)))
             yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])

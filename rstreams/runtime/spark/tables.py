@@ -8,7 +8,6 @@ and tuple keys into tuples again, exactly as there).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -22,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
-from rstreams.runtime.results import write_table
+from rstreams.runtime.results import table_lines, write_table
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.serde import JsonSerde, MsgpackSerde, StrSerde
@@ -94,7 +93,8 @@ def write_output(spark: SparkSession, table: dict[Any, Any], path: str) -> None:
     if is_local(path):
         write_table(table, local_path(path))
         return
-    lines = [json.dumps({"key": k, "value": v}, ensure_ascii=False) for k, v in table.items()]
+    # The same lines as the local file (and the embedded backend) gets.
+    lines = [line.rstrip("\n") for line in table_lines(table)]
     df = spark.createDataFrame([(line,) for line in lines], "value string").coalesce(1)
     write_text_atomically(spark, df, path)
 
