@@ -94,6 +94,7 @@ def _broker(
         root.mkdir(parents=True, exist_ok=True)
     else:
         root = job_root(args.data_dir, args.job, topic=topic, group=group)
+        args.job = root.name  # the job found, for what the command reads next
     return open_broker(root)
 
 
