@@ -302,7 +302,7 @@ def test_damage_found_while_running_rebuilds_the_tasks_and_skips_no_record(
     assert_found_by_reads_not_at_open(sst.parent)
     r = job.run(1, "--on-error", on_error)
     assert r.returncode == 0, r.stderr
-    assert job.table == {json.dumps(f"key-{i:07d}"): 2 for i in range(120_000)}
+    assert job.table == {json.dumps({"key": f"key-{i:07d}"}): 2 for i in range(120_000)}
     said = r.stderr + job.worker_logs
     assert "turned out damaged while running" in said, said[-3000:]
     assert REBUILT.search(said), said[-3000:]
