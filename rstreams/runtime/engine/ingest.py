@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections import deque
 from typing import TYPE_CHECKING, BinaryIO
 
 import attrs
@@ -103,9 +104,9 @@ class Tap:
     and gives the :class:`ReadMark` of any position it has read up to.
 
     The checksums come from the very bytes the lines were cut from, not from a second read
-    of the file, which a writer could have changed in between. Only the last ``BLOCK``
-    bytes before the newest mark are kept, with what was read past it and not yet marked
-    (lines the reader still holds too).
+    of the file, which a writer could have changed in between. The blocks read are kept,
+    not copied, until they end more than ``BLOCK`` bytes before the newest mark (the
+    reader holds what it read past the mark anyway).
     """
 
     def __init__(self, f: BinaryIO, file: str, start: int, before: ReadMark | None) -> None:
@@ -113,10 +114,11 @@ class Tap:
         self._file = file
         st = os.fstat(f.fileno())
         self._dev, self._ino = st.st_dev, st.st_ino
-        self._base = max(0, start - BLOCK)  # the file offset of _buf[0]
-        f.seek(self._base)
-        self._buf = bytearray(f.read(start - self._base))
-        f.seek(start)
+        base = max(0, start - BLOCK)
+        f.seek(base)
+        #: The blocks read, each with the file offset it starts at.
+        self._blocks: deque[tuple[int, bytes]] = deque([(base, f.read(start - base))])
+        self._end = f.tell()
         #: The head checksum once the prefix is longer than BLOCK (it no longer changes).
         self._head: int | None = None
         if start >= BLOCK:
@@ -126,23 +128,37 @@ class Tap:
 
     def read(self, n: int = -1, /) -> bytes:
         data = self._f.read(n)
-        self._buf += data
+        self._blocks.append((self._end, data))
+        self._end += len(data)
         return data
+
+    def _crc(self, lo: int, hi: int) -> int:
+        crc = 0
+        for at, data in self._blocks:
+            a, b = max(lo, at), min(hi, at + len(data))
+            if a < b:
+                crc = zlib.crc32(memoryview(data)[a - at : b - at], crc)
+        return crc
+
+    def _byte(self, pos: int) -> int:
+        for at, data in self._blocks:
+            if at <= pos < at + len(data):
+                return data[pos - at]
+        raise IndexError(pos)
 
     def mark(self, position: int) -> ReadMark:
         """The mark of the bytes read up to ``position`` (at most what was read)."""
-        buf, base = self._buf, self._base
         head = self._head
-        if head is None:  # base is 0: the first bytes are in the buffer
-            head = zlib.crc32(buf[: min(position, BLOCK)])
+        if head is None:  # nothing before BLOCK was forgotten yet
+            head = self._crc(0, min(position, BLOCK))
             if position >= BLOCK:
                 self._head = head
-        tail = zlib.crc32(buf[max(0, position - BLOCK) - base : position - base])
-        newline = position == 0 or buf[position - 1 - base] == 0x0A
-        forget = max(0, position - BLOCK) - base
-        if forget > 0:
-            del buf[:forget]
-            self._base += forget
+        lo = max(0, position - BLOCK)
+        tail = self._crc(lo, position)
+        newline = position == 0 or self._byte(position - 1) == 0x0A
+        blocks = self._blocks
+        while len(blocks) > 1 and blocks[0][0] + len(blocks[0][1]) <= lo:
+            blocks.popleft()
         return ReadMark(self._file, position, self._dev, self._ino, head, tail, newline)
 
 
