@@ -184,15 +184,17 @@ def last_mark(broker: Broker, topic: str, file: str) -> ReadMark | None:
 
 def what_changed(path: str, mark: ReadMark, *, follow: bool = False) -> str | None:
     """How the file at ``path`` no longer holds what ``mark`` says the job read, or None
-    when it still does (it may have grown). ``follow``: the run holds the file open, and
-    another file at its path (a new inode) is a replacement, whatever it holds."""
+    when it still does (it may have grown). ``follow``: once the run read some of the
+    file, another file at its path (a new inode) is a replacement, whatever it holds: a
+    writer may still write to the file the run read, under another name."""
     try:
         f = open(path, "rb")  # noqa: SIM115
     except OSError as e:
         return f"it can not be read: {e.strerror}"
     with f:
         st = os.fstat(f.fileno())
-        if follow and mark.ino is not None and (st.st_dev, st.st_ino) != (mark.dev, mark.ino):
+        moved = (st.st_dev, st.st_ino) != (mark.dev, mark.ino)
+        if follow and mark.position and mark.ino is not None and moved:
             return (
                 f"another file was put at its path (inode {st.st_ino}; the job was reading "
                 f"inode {mark.ino})"
