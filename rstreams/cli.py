@@ -501,7 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--follow",
         action="store_true",
-        help="keep reading lines appended to the input files until Ctrl-C, then report",
+        help=(
+            "keep reading lines appended to the input files until Ctrl-C, then report; an "
+            "input truncated, rewritten or replaced meanwhile stops the run (exit 2)"
+        ),
     )
     run.add_argument(
         "--live",

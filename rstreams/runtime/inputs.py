@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from rstreams.errors import ConfigError
 
@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["check_inputs", "line_chunks", "open_input"]
 
 
+class _Reader(Protocol):
+    def read(self, n: int, /) -> bytes: ...
+
+
 def line_chunks(
-    f: BinaryIO, chunk_lines: int, *, last_partial: bool = True, block: int = 1 << 20
+    f: _Reader, chunk_lines: int, *, last_partial: bool = True, block: int = 1 << 20
 ) -> Iterator[tuple[list[bytes], int]]:
     """Chunks of ``chunk_lines`` lines (without their line ends: ``\n`` and any ``\r``
     before it) and the bytes consumed so far.

@@ -5,11 +5,14 @@ The supervisor (the ``rstreams run`` process itself):
 1. opens the job's directory ``<data-dir>/<job-id>/`` (file log, offsets, group files)
    and creates the topology's topics;
 2. starts N worker processes (one consumer group: the job id);
-3. appends the input files to their source topics in chunks, remembering how far each
-   file was ingested (in the last record of every chunk, so a crash between the append
-   and any bookkeeping can not ingest a chunk twice). Running again with the same data
-   directory resumes: only what was not ingested yet is read (a file that grew is
-   tailed, a file that shrank is read again from the start, with a warning);
+3. appends the input files to their source topics in chunks of whole lines,
+   remembering what each file gave (in the last record of every chunk, so a crash
+   between the append and any bookkeeping can not ingest a chunk twice; see the ingest
+   module). Running again with the same data directory resumes: only what was not
+   ingested yet is read (a file that grew is tailed); a file that no longer holds what
+   was read of it (rewritten, cut shorter, a last line read without its newline that
+   goes on now) is refused before any work, and so is one truncated or replaced while
+   a ``follow`` run reads it;
 4. restarts a worker that dies unexpectedly (killed by a signal, or an unexpected
    exception: exit code 1) after a backoff (0.1 s doubling up to 5 s; it rejoins the
    group, the others take its tasks over meanwhile), and gives up after
@@ -51,6 +54,14 @@ from rstreams.errors import ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.ingest import (
+    INGEST_HEADER,
+    ReadMark,
+    Tap,
+    input_changed,
+    last_mark,
+    what_changed,
+)
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.stats import SupervisorStats
@@ -66,12 +77,10 @@ from rstreams.runtime.engine.worker import (
     restore_progress,
     skipped_at,
 )
-from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
 
-INGEST_HEADER = "rstreams-ingest"
 
 #: Restarts wait this long, doubling after each restart without progress, up to the cap.
 RESTART_BACKOFF = 0.1
@@ -121,17 +130,19 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class _Input:
     """One input file being appended to its source topic."""
 
-    def __init__(self, topic: str, path: str, queues: int, start: int) -> None:
+    def __init__(self, topic: str, path: str, queues: int, read: ReadMark | None) -> None:
         self.topic = topic
         self.path = path
         self.id = os.path.realpath(path)
         self.queues = queues
-        self.position = start
+        st = os.stat(path)
+        #: What the job has read of the file (in the log: the last chunk's header).
+        self.mark = read or ReadMark(self.id, 0, st.st_dev, st.st_ino)
+        self.position = self.mark.position
         self.lines = 0
         #: Each queue's end when the ingest last reached the end of the file, recorded.
         self.ended_at: dict[int, int] = {}
-        self._chunks: Iterator[tuple[list[bytes], int]] | None = None
-        self.size = os.path.getsize(path)
+        self.size = st.st_size
 
     def current_size(self) -> int:
         """The file's size now (a followed file grows), never below what was read."""
@@ -139,34 +150,30 @@ class _Input:
             self.size = os.path.getsize(self.path)
         return max(self.size, self.position)
 
-    def chunks(self, chunk_lines: int, follow: bool = False) -> Iterator[tuple[list[bytes], int]]:
-        """Chunks of whole lines from the current position. A last line without a newline
-        is taken as a line at the end of a bounded file, but left for later when following
-        a file that is still being written."""
+    def check(self, follow: bool = False) -> None:
+        """Refuse a file that no longer holds what the job read of it (ConfigError)."""
+        what = what_changed(self.path, self.mark, follow=follow)
+        if what is not None:
+            raise input_changed(self.path, what)
+
+    def chunks(
+        self, chunk_lines: int, follow: bool = False
+    ) -> Iterator[tuple[list[bytes], ReadMark]]:
+        """Chunks of whole lines from the current position, each with the mark of what was
+        read up to its end. A last line without a newline is taken as a line at the end of
+        a bounded file (its mark says so: a later run refuses the file if the line goes
+        on), but left for later when following a file that is still being written."""
         from rstreams.runtime.inputs import line_chunks
 
         start = self.position  # the caller moves position on as chunks are appended
         with open(self.path, "rb") as f:
-            f.seek(start)
-            for lines, consumed in line_chunks(f, chunk_lines, last_partial=not follow):
-                yield lines, start + consumed
-
-
-def _ingested_position(broker: Broker, topic: str, queues: int, file_id: str) -> int:
-    """How far ``file_id`` was ingested into ``topic``: from the chunks' last records."""
-    best = 0
-    for q in range(queues):
-        end = broker.end_offset(topic, q)
-        start = broker.start_offset(topic, q)
-        # The last record of each queue carries the position of its chunk's end.
-        if end > start:
-            (last,) = broker.read(topic, q, end - 1, 1)
-            for name, value in last.headers:
-                if name == INGEST_HEADER:
-                    fid, _, pos = value.decode().rpartition("@")
-                    if fid == file_id:
-                        best = max(best, int(pos))
-    return best
+            if not self.mark.newline and os.pread(f.fileno(), 1, start) == b"\n":
+                # A line read without its newline got just that newline since (anything
+                # else fails the check): the line was whole; read on after it.
+                start += 1
+            tap = Tap(f, self.id, start, self.mark)
+            for lines, consumed in line_chunks(tap, chunk_lines, last_partial=not follow):
+                yield lines, tap.mark(start + consumed)
 
 
 class Supervisor:
@@ -208,12 +215,20 @@ class Supervisor:
                 shutil.rmtree(self.root)
             refuse_if_repaired(self.root)  # a repair removed records this job consumed
             self.root.mkdir(parents=True, exist_ok=True)
+            self.broker = open_broker(self.root)
+            # Refuse an input that no longer holds what the job read of it, before any
+            # work (recording the topology is some): resuming would count lines twice,
+            # skip them, or count a fragment of a line as a line.
+            read: dict[str, ReadMark | None] = {}
+            for topic, path in inputs.items():
+                mark = read[topic] = last_mark(self.broker, topic, os.path.realpath(path))
+                if mark is not None and (what := what_changed(path, mark)) is not None:
+                    raise input_changed(path, what)
             # Refuse a topology that would orphan or misread this job's state; record it.
             self.topology_change = check_topology(
                 self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
             )
             (self.root / "logs").mkdir(exist_ok=True)
-            self.broker = open_broker(self.root)
             # Source topics the job creates get several queues, so that work can spread over
             # workers (now or in a later run with more of them).
             self.engine = EngineConfig(
@@ -245,17 +260,14 @@ class Supervisor:
             self.spawned = 0
             self.inputs = []
             for topic, path in inputs.items():
-                qn = self.queue_counts[topic]
-                pos = _ingested_position(self.broker, topic, qn, os.path.realpath(path))
-                if pos > os.path.getsize(path):
-                    log.warning("%s is shorter than what was ingested: reading it again", path)
-                    pos = 0
-                self.inputs.append(_Input(topic, path, qn, pos))
+                self.inputs.append(_Input(topic, path, self.queue_counts[topic], read[topic]))
             if self.stale is not None:
                 paths = [i.path for i in self.inputs]
                 unread = [i.path for i in self.inputs if i.position < i.size]
                 log.warning("%s", stale_at_start(topology.job_id, self.stale, paths, unread))
         except BaseException:  # (a failed start must not keep the job locked)
+            if hasattr(self, "broker"):
+                self.broker.close()
             self.lock.release()
             raise
 
@@ -472,7 +484,11 @@ class Supervisor:
                 if self.stop_signal is not None:
                     raise KeyboardInterrupt
                 if self.follow and not pending and time.monotonic() >= next_look:
-                    # Unbounded input: look for lines appended since (Ctrl-C ends the run).
+                    # Unbounded input: look for lines appended since (Ctrl-C ends the run),
+                    # first checking that each file still holds what was read of it, as
+                    # `tail -F` does: a file truncated, rewritten or replaced stops the run.
+                    for i in self.inputs:
+                        i.check(follow=True)
                     pending = [(i, i.chunks(self.chunk_lines, True)) for i in self.inputs]
                     next_look = time.monotonic() + 0.5
                 self._check_workers()
@@ -483,11 +499,13 @@ class Supervisor:
                         pending.remove((inp, chunks))
                         self._record_input_end(inp)
                         continue
-                    lines, pos = item
+                    lines, read = item
                     ts = wall_clock_ms()
                     rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
                     rows = [(ts, None, line, ()) for line in lines]
-                    mark = ((INGEST_HEADER, f"{inp.id}@{pos}".encode()),)
+                    # What was read so far rides on the chunk's last record: the log keeps
+                    # both or neither, so a crash can not make them disagree.
+                    mark = ((INGEST_HEADER, read.encode()),)
                     rows[-1] = (ts, None, lines[-1], mark)
                     q = rr % inp.queues
                     rr += 1
@@ -495,7 +513,8 @@ class Supervisor:
                     # largest one among the queues' last records (what resume looks for).
                     self.broker.append(inp.topic, q, rows)
                     self.broker.flush()
-                    inp.position = pos
+                    inp.mark = read
+                    inp.position = read.position
                     inp.lines += len(lines)
                     ingested = True
                     if self.max_ingest_rate:
