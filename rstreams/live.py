@@ -798,6 +798,9 @@ def run_top(
 
 
 def cmd_top(args: Any) -> int:
+    from rstreams.runtime.results import check_data_dir
+
+    check_data_dir(args.data_dir)
     return run_top(args.data_dir, args.job, refresh=args.refresh, once=args.once)
 
 
