@@ -477,7 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--guarantee",
         choices=GUARANTEES,
         default=DEFAULTS.guarantee,
-        help="processing guarantee of the embedded runtime (default: %(default)s)",
+        help="processing guarantee of the embedded runtime (default: %(default)s). "
+        "at-least-once is faster but, after a worker fails and is restarted, counts the "
+        "records it processed since its last commit again: results may include duplicates "
+        "(the run then ends with a warning saying how many restarts happened)",
     )
     run.add_argument(
         "--state",
