@@ -66,12 +66,12 @@ from rstreams.runtime.engine.worker import (
     restore_progress,
     skipped_at,
 )
+from rstreams.runtime.inputs import INGEST_HEADER
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
 
-INGEST_HEADER = "rstreams-ingest"
 
 #: Restarts wait this long, doubling after each restart without progress, up to the cap.
 RESTART_BACKOFF = 0.1
