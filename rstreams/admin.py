@@ -471,6 +471,26 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_data_dir(
+    cmd: Callable[[argparse.Namespace], int],
+    read_only: Callable[[argparse.Namespace], bool] = lambda args: False,
+    creates: Callable[[argparse.Namespace], bool] = lambda args: False,
+) -> Callable[[argparse.Namespace], int]:
+    """``cmd``, refusing first a --data-dir that is a file, is under one or is not
+    writable: opening the log takes lock files in it, and the bare OSError of that says
+    nothing of --data-dir. Not checked for writing: a command that only reads
+    (``read_only(args)``), and one that creates nothing (``creates(args)``) in a data
+    directory that does not exist (its own error, "no job has run", says more)."""
+    from rstreams.runtime.results import check_data_dir
+
+    def checked(args: argparse.Namespace) -> int:
+        write = not read_only(args) and (creates(args) or Path(args.data_dir).exists())
+        check_data_dir(args.data_dir, write=write)
+        return cmd(args)
+
+    return checked
+
+
 def add_parsers(sub: Any, common: Any) -> None:
     def base(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
@@ -503,14 +523,20 @@ def add_parsers(sub: Any, common: Any) -> None:
         "--truncate-at", type=int, metavar="OFFSET", help="repair: the first offset to remove"
     )
     base(p)
-    p.set_defaults(func=cmd_topics)
+    p.set_defaults(
+        func=_on_data_dir(
+            cmd_topics,
+            read_only=lambda args: args.action == "check",
+            creates=lambda args: args.action == "create",
+        )
+    )
 
     p = sub.add_parser("produce", help="append stdin lines to a topic (one record per line)")
     p.add_argument("topic", help="the topic to append to (created if new)")
     p.add_argument("--key-separator", metavar="SEP", help="split each line into KEY SEP VALUE")
     p.add_argument("--queues", type=int, default=1, help="queues if the topic is new")
     base(p)
-    p.set_defaults(func=cmd_produce)
+    p.set_defaults(func=_on_data_dir(cmd_produce, creates=lambda args: True))
 
     p = sub.add_parser("consume", help="print records of a topic")
     p.add_argument("topic", help="the topic to read")
@@ -533,12 +559,12 @@ def add_parsers(sub: Any, common: Any) -> None:
         '"window": {"start", "end"} and "closed")',
     )
     base(p)
-    p.set_defaults(func=cmd_consume)
+    p.set_defaults(func=_on_data_dir(cmd_consume))
 
     p = sub.add_parser("offsets", help="committed offsets and lag of a consumer group")
     p.add_argument("group", help="the consumer group (a job's group is named after the job)")
     base(p)
-    p.set_defaults(func=cmd_offsets)
+    p.set_defaults(func=_on_data_dir(cmd_offsets))
 
     p = sub.add_parser("state", help="list, read or dump a job's state stores")
     p.add_argument(
@@ -550,10 +576,10 @@ def add_parsers(sub: Any, common: Any) -> None:
     p.add_argument("key", nargs="?", help="for get: the key (JSON, or plain text)")
     p.add_argument("--queue", type=int, help="only this queue")
     base(p)
-    p.set_defaults(func=cmd_state)
+    p.set_defaults(func=_on_data_dir(cmd_state, read_only=lambda args: True))
 
     p = sub.add_parser("group", help="members and tasks of a job's consumer group")
     p.add_argument("action", choices=("describe",), help="show live members and task locks")
     p.add_argument("group", nargs="?", help="default: the job id")
     base(p)
-    p.set_defaults(func=cmd_group)
+    p.set_defaults(func=_on_data_dir(cmd_group))

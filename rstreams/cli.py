@@ -93,7 +93,7 @@ def _check_dir_option(path: str, option: str) -> None:
 def _check_run_paths(args: argparse.Namespace) -> None:
     """Every path the run will write, checked before any work (a run that fails to write
     its output at the end has done its work for nothing)."""
-    from rstreams.runtime.results import check_output_path
+    from rstreams.runtime.results import check_data_dir, check_output_path
 
     if args.output:
         check_output_path(args.output, "--output")
@@ -107,7 +107,7 @@ def _check_run_paths(args: argparse.Namespace) -> None:
         if args.checkpoint:
             _check_dir_option(args.checkpoint, "--checkpoint")
     elif not args.in_memory:
-        _check_dir_option(args.data_dir, "--data-dir")
+        check_data_dir(args.data_dir)
 
 
 def _check_dead_letters(args: argparse.Namespace, job_id: str) -> None:
@@ -477,7 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--guarantee",
         choices=GUARANTEES,
         default=DEFAULTS.guarantee,
-        help="processing guarantee of the embedded runtime (default: %(default)s)",
+        help="processing guarantee of the embedded runtime (default: %(default)s). "
+        "at-least-once is faster but, after a worker fails and is restarted, counts the "
+        "records it processed since its last commit again: results may include duplicates "
+        "(the run then ends with a warning saying how many restarts happened)",
     )
     run.add_argument(
         "--state",

@@ -86,7 +86,8 @@ class RunConfig:
         fresh: forget what earlier runs of the job left in ``data_dir``.
         follow: keep reading what is appended to the inputs until interrupted.
         guarantee: ``"exactly-once"`` (default; transactional commits) or
-            ``"at-least-once"``.
+            ``"at-least-once"`` (faster; after a worker failure, records can be counted
+            more than once).
         state: ``"rocksdb"`` (default) or ``"memory"`` state stores.
         worker_args: more command-line arguments for each worker process.
         max_restarts: restarts of dead workers in a row without a commit before the run

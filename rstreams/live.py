@@ -798,6 +798,10 @@ def run_top(
 
 
 def cmd_top(args: Any) -> int:
+    from rstreams.runtime.results import check_data_dir
+
+    # (a data directory that does not exist: "no job" says more than "can not be created")
+    check_data_dir(args.data_dir, write=os.path.exists(args.data_dir))
     return run_top(args.data_dir, args.job, refresh=args.refresh, once=args.once)
 
 

@@ -37,8 +37,8 @@ from rstreams.runtime.gctune import tuned
 # Shared with the Spark backend, which must not import this module: they live below both
 # backends and are re-exported here under their old names.
 from rstreams.runtime.inputs import check_inputs as check_inputs
+from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
-from rstreams.runtime.inputs import open_input
 from rstreams.runtime.results import Progress as Progress
 from rstreams.runtime.results import RunResult as RunResult
 from rstreams.runtime.results import fold_records as fold_records
@@ -155,7 +155,11 @@ def _run_embedded(
                 lines, consumed[topic] = nxt
                 ts = wall_clock_ms()
                 q = rounds % engine.queue_counts[topic]
-                producer.send_many(topic, q, [(ts, None, line, ()) for line in lines])
+                rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
+                rows = [(ts, None, line, ()) for line in lines]
+                if inputs[topic] != "-":  # (marked as the durable ingest does: see InputLocator)
+                    rows[-1] = (ts, None, lines[-1], ingest_mark(inputs[topic], consumed[topic]))
+                producer.send_many(topic, q, rows)
                 records_in += len(lines)
             rounds += 1
             producer.flush()

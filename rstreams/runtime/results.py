@@ -23,6 +23,7 @@ from rstreams.windowed import Windowed, result_row
 __all__ = [
     "Progress",
     "RunResult",
+    "check_data_dir",
     "check_output_path",
     "fold_records",
     "row_json",
@@ -170,6 +171,40 @@ def table_lines(table: dict[Any, Any]) -> list[str]:
     keys = json_texts(list(table), _table_json)
     values = json_texts(list(table.values()), _table_json)
     return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
+
+
+def check_data_dir(path: str, option: str = "--data-dir", *, write: bool = True) -> None:
+    """Refuse a data directory that can not be used, before a command opens a log in it.
+
+    ``path`` must be a directory or a path that can be created as one: not a file, not
+    under a file and, when the command writes (``write``: every command that opens the
+    log takes its lock files), writable where it exists or is to be created. ``option``
+    names the path in the message.
+
+        >>> import tempfile, os
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     check_data_dir(os.path.join(f.name, "jobs"))
+        Traceback (most recent call last):
+        ...
+        rstreams.errors.ConfigError: --data-dir '...' is under the file '...'; give a directory
+    """
+    p = Path(path)
+    for up in (p, *p.parents):
+        if not up.exists():
+            continue
+        if not up.is_dir():
+            what = "is a file" if up == p else f"is under the file {str(up)!r}"
+            raise ConfigError(f"{option} {path!r} {what}; give a directory")
+        # os.access also sees a read-only mount, which chmod bits alone do not show (root).
+        if write and not os.access(up, os.W_OK | os.X_OK):
+            what = "is not writable"
+            if up != p:
+                what = f"can not be created: {str(up)!r} {what}"
+            raise ConfigError(
+                f"{option} {path!r} {what} (read-only file system or no permission); the job's "
+                "log, its locks and state are written there: give a writable directory"
+            )
+        return
 
 
 def check_output_path(path: str, option: str = "output") -> None:

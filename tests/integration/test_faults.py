@@ -11,6 +11,7 @@ gives the exact table again. Real file log, real RocksDB, real worker processes.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -41,13 +42,16 @@ def _counts(path: Path) -> dict[str, int]:
     return dict(Counter(WORD.findall(path.read_text().lower())))
 
 
-def rstreams(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def rstreams(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rstreams", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=env,
     )
 
 
@@ -288,3 +292,52 @@ def test_random_damage_is_exact_or_an_error_naming_it(
         rebuilt = j.run("--fresh")
         assert rebuilt.returncode == 0, rebuilt.stderr
         assert j.exact()
+
+
+def test_a_data_dir_made_read_only_is_refused_with_one_line(job: Job) -> None:
+    """The job's data directory on a read-only mount: the run and the admin commands
+    refuse with one line naming it (exit 2), not an OSError traceback; writable again,
+    the job goes on. A read-only mount, since chmod does not stop root."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root (chmod alone does not stop root)")
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", job.data, job.data])
+    if mounted.returncode != 0:
+        pytest.skip("can not make a read-only bind mount here")
+    try:
+        job.write(half=False)
+        for r in (job.run(), job.admin("topics", "list"), job.admin("produce", "sentences")):
+            assert r.returncode == 2, r.stderr
+            assert r.stderr == (
+                f"rstreams: error: --data-dir {str(job.data)!r} is not writable (read-only "
+                "file system or no permission); the job's log, its locks and state are "
+                "written there: give a writable directory\n"
+            )
+    finally:
+        subprocess.run(["umount", job.data], check=True)
+    r = job.run()
+    assert r.returncode == 0, r.stderr
+    assert job.exact()
+
+
+def test_at_least_once_under_kills_is_exact_or_says_it_restarted(tmp_path: Path) -> None:
+    """Workers that kill themselves at random commits under at-least-once: the run exits
+    0, and a table that is not exact (records counted again after a restart) comes
+    with the warning that says how many restarts there were; no restart, no warning."""
+    j = Job(tmp_path, lines=20_000)
+    j.write(half=False)
+    env = {**os.environ, "RSTREAMS_FAULTS": "commit-start:0.02"}
+    r = rstreams(
+        "run", PIPELINE, "--input", str(j.input), "--output", str(j.output),
+        "--data-dir", str(j.data), "--workers", "2", "--guarantee", "at-least-once",
+        "--max-restarts", "20", env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    restarts = r.stderr.count("starting a replacement")
+    warned = re.findall(r"(\d+) worker restart\(s\) during this --guarantee at-least-once run: "
+                        r"the results may include duplicates", r.stderr)  # fmt: skip
+    if restarts:
+        assert warned == [str(restarts)], r.stderr
+    else:
+        assert warned == [] and j.exact(), r.stderr
+    if not j.exact():
+        assert restarts, r.stderr

@@ -181,6 +181,77 @@ def test_killed_worker_is_restarted_and_the_result_is_exact(tmp_path):
     assert table == dict(expected)
 
 
+def _worker_pids() -> list[int]:
+    """This process's worker children (they run in sessions of their own)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # (a process that ended meanwhile)
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"rstreams.runtime.engine.worker" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_restarts_under_at_least_once_end_with_a_warning_of_duplicates(tmp_path, caplog, guarantee):
+    """A worker killed once the job committed something is replaced; at-least-once may
+    then count records twice, and the run says so with the number of restarts (an
+    over-count that exits 0 without a word looks exact). Exactly-once says nothing."""
+    from rstreams.config import RunConfig
+    from rstreams.runtime.engine.supervisor import run_durable
+    from rstreams.runtime.engine.worker import open_broker
+
+    pipeline = write(tmp_path, WORDS)
+    data = tmp_path / "in.txt"
+    data.write_text("".join(f"w{i % 31} common\n" for i in range(20_000)))
+    killed: list[int] = []
+
+    def kill_once(progress) -> None:
+        if killed:
+            return
+        # Called first after one chunk: ingest waits (the run can not end) until a
+        # worker committed, then one worker is killed.
+        broker = open_broker(tmp_path / "data" / "words")
+        try:
+            deadline = time.monotonic() + 120
+            while not sum(broker.group_offsets("words").values()):
+                assert time.monotonic() < deadline, "the workers committed nothing in 120 s"
+                time.sleep(0.05)
+        finally:
+            broker.close()
+        pid = _worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    config = RunConfig(
+        data_dir=str(tmp_path / "data"), workers=2, guarantee=guarantee, chunk_lines=500,
+        worker_args=("--commit-interval", "0.2"),
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="rstreams.supervisor"):
+        result = run_durable(
+            str(pipeline), load_topology(str(pipeline)), {"lines": str(data)}, config,
+            progress=kill_once,
+        )  # fmt: skip
+    assert killed
+    assert result.tables["counts"]["common"] >= 20_000
+    warned = [r.getMessage() for r in caplog.records if "duplicates" in r.getMessage()]
+    if guarantee == "exactly-once":
+        assert warned == []
+        assert result.tables["counts"]["common"] == 20_000
+    else:
+        assert warned == [
+            "1 worker restart(s) during this --guarantee at-least-once run: the results may "
+            "include duplicates (records processed again after a restart are counted again); "
+            "use --guarantee exactly-once for exact results"
+        ]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_worker_stopped_from_outside_the_run_is_replaced_and_the_warning_says_why(
     tmp_path, caplog, sig

@@ -78,6 +78,93 @@ def test_run_refuses_a_data_dir_that_is_a_file(capsys, tmp_path, words):
     assert f"--data-dir {str(words)!r} is a file; give a directory" in err
 
 
+# -- data directories that can not be used, for every command that takes --data-dir ---------
+
+DATA_DIR_COMMANDS = [
+    ["run", WORDCOUNT, "--input", "WORDS"],
+    ["topics", "list"],
+    ["topics", "create", "t", "--job", "wc"],
+    ["produce", "t", "--job", "wc"],
+    ["consume", "t", "--from-beginning"],
+    ["offsets", "wc"],
+    ["group", "describe", "wc"],
+    ["state", "list"],
+    ["top", "--once"],
+]
+
+
+def data_dir_argv(argv: list, words: Path, data: Path) -> list:
+    return [words if a == "WORDS" else a for a in argv] + ["--data-dir", data]
+
+
+@pytest.mark.parametrize("argv", DATA_DIR_COMMANDS, ids=lambda a: " ".join(map(str, a[:2])))
+def test_a_data_dir_under_a_file_is_refused(capsys, monkeypatch, tmp_path, words, argv):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    data = words / "jobs"
+    err = refused(capsys, data_dir_argv(argv, words, data))
+    assert f"--data-dir {str(data)!r} is under the file {str(words)!r}; give a directory" in err
+
+
+@pytest.mark.parametrize("argv", DATA_DIR_COMMANDS, ids=lambda a: " ".join(map(str, a[:2])))
+def test_a_data_dir_that_is_a_file_is_refused(capsys, monkeypatch, tmp_path, words, argv):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    err = refused(capsys, data_dir_argv(argv, words, words))
+    assert f"--data-dir {str(words)!r} is a file; give a directory" in err
+
+
+@pytest.fixture(scope="module")
+def read_only_dir(tmp_path_factory):
+    """A directory on a read-only mount holding a job's log (a read-only tmpfs can not
+    hold one, so a read-only bind mount of a written directory): chmod does not stop
+    root, a read-only mount does. Needs root (mount); skipped with the reason otherwise."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root (chmod alone does not stop root)")
+    base = tmp_path_factory.mktemp("ro")
+    src, mnt = base / "src", base / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    sys_stdin = sys.stdin
+    try:
+        sys.stdin = io.TextIOWrapper(io.BytesIO(b"x\n"))
+        assert main(["produce", "t", "--job", "wc", "--data-dir", str(src), "-q"]) == 0
+    finally:
+        sys.stdin = sys_stdin
+    r = subprocess.run(["mount", "--bind", "-o", "ro", src, mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"can not make a read-only bind mount: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", mnt], check=True)
+
+
+@pytest.mark.parametrize("argv", DATA_DIR_COMMANDS, ids=lambda a: " ".join(map(str, a[:2])))
+@pytest.mark.parametrize("below", [False, True], ids=["the dir", "a dir to create"])
+def test_a_read_only_data_dir_is_refused(capsys, monkeypatch, read_only_dir, words, argv, below):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    data = read_only_dir / "sub" if below else read_only_dir
+    if argv[:2] == ["state", "list"] and not below:
+        # Reading stores writes nothing: a read-only copy of a job can still be looked at.
+        assert main([str(a) for a in data_dir_argv(argv, words, data)]) == 0
+        return
+    if below and argv[0] not in ("run", "produce") and argv[:2] != ["topics", "create"]:
+        # Nothing to read and nothing to create: that is the error (top's "no such
+        # job" is exit code 1, as its help says).
+        code = main([str(a) for a in data_dir_argv(argv, words, data)])
+        err = capsys.readouterr().err
+        assert code == (1 if argv[0] == "top" else 2), err
+        assert err.startswith("rstreams: error: no job has run in") and err.count("\n") == 1
+        return
+    err = refused(capsys, data_dir_argv(argv, words, data))
+    what = "is not writable"
+    if below:
+        what = f"can not be created: {str(read_only_dir)!r} {what}"
+    assert f"--data-dir {str(data)!r} {what} (read-only file system or no permission)" in err
+
+
 def test_graph_refuses_an_output_whose_directory_is_missing(capsys, tmp_path):
     out = tmp_path / "pictures" / "wc.dot"
     err = refused(capsys, ["graph", WORDCOUNT, "-o", out])

@@ -207,8 +207,87 @@ def test_invalid_json_is_dead_lettered() -> None:
     assert dead["step"] == "source-events"
     assert dead["topic"] == "events"
     assert dead["offset"] == 1
-    assert dead["value"] == "b'{not json'"
+    assert dead["value"] == "{not json"  # the bytes as read, UTF-8 text: as text
+    assert "encoding" not in dead
     assert dead["error"].startswith("SerdeError: invalid JSON")
+
+
+# -- records from input files: the file and line ---------------------------------------
+
+
+def words_job() -> Topology:
+    b = StreamBuilder("wl")
+    b.source("lines").flatMap(str.split).keyBy(lambda w: w).count().sink("counts")
+    return b.build()
+
+
+def bad_file(path: Path, lines: int, bad_at: int, *, crlf: bool = False, last_nl: bool = True):
+    """``lines`` lines, the one at ``bad_at`` (from 1) invalid UTF-8."""
+    end = b"\r\n" if crlf else b"\n"
+    rows = [b"caf\xe9 x" if i == bad_at else b"w%d y" % (i % 7) for i in range(1, lines + 1)]
+    path.write_bytes(end.join(rows) + (end if last_nl else b""))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("lines", "bad_at", "crlf", "last_nl"),
+    [
+        (1000, 1, False, True),
+        (1000, 777, False, True),
+        (1000, 777, True, True),  # \r\n line ends
+        (1000, 1000, False, False),  # the last line, without a line end
+        (1000, 64, False, True),  # the last line of a chunk
+        (1000, 65, False, True),  # the first line of the next one
+    ],
+)
+def test_a_bad_record_of_an_input_file_names_the_file_and_line(
+    tmp_path, lines, bad_at, crlf, last_nl
+) -> None:
+    """Not only the log position (queue and offset say nothing of the file): the error
+    names the input file and the line, whatever the chunking and queue count."""
+    from rstreams import run
+
+    data = bad_file(tmp_path / "in.txt", lines, bad_at, crlf=crlf, last_nl=last_nl)
+    with pytest.raises(ProcessingError) as info:
+        run(words_job(), {"lines": str(data)}, chunk_lines=64)
+    message = str(info.value)
+    assert re.search(rf"at lines\[0\]@{bad_at - 1}: \S*in\.txt line {bad_at} \(", message), message
+    assert "invalid UTF-8" in message
+
+
+def test_bad_records_of_an_input_file_are_dead_lettered_with_file_line_and_bytes(
+    tmp_path, caplog
+) -> None:
+    """Dead letters keep the bytes read, base64 when they are not UTF-8 (tools can read
+    them back, unlike a Python repr), and the file and line; so does the warning."""
+    import base64
+
+    from rstreams import run
+
+    data = tmp_path / "in.txt"
+    rows = [b"a b"] * 300
+    rows[149] = b"caf\xe9 \xff"
+    rows[250] = b"\xfe"
+    data.write_bytes(b"\n".join(rows) + b"\n")
+    with caplog.at_level(logging.WARNING, logger="rstreams.engine"):
+        result = run(words_job(), {"lines": str(data)}, chunk_lines=100, on_error="dead-letter")
+    dead = result.dead_letters
+    assert [(d["file"], d["line"], d["offset"]) for d in dead] == [
+        (str(data), 150, 149),
+        (str(data), 251, 250),
+    ]
+    assert [d["encoding"] for d in dead] == ["base64", "base64"]
+    assert [base64.b64decode(d["value"]) for d in dead] == [b"caf\xe9 \xff", b"\xfe"]
+    assert result.tables["counts"]["a"] == 298
+    warned = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert len(warned) == 2 and "in.txt line 150 (" in warned[0], warned
+
+
+def test_records_not_read_from_a_file_name_no_line() -> None:
+    """The test driver's records come from no file: the log position alone."""
+    with TopologyTestDriver(mapping_job()) as driver, pytest.raises(ProcessingError) as info:
+        driver.pipe("in", b"caf\xe9")
+    assert "at in[0]@0 (key=None" in str(info.value)
 
 
 # -- unstorable state and unwritable output ---------------------------------------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -103,7 +105,37 @@ class EngineConfig:
         check_choice("on_error", value, ON_ERROR)
 
 
-__all__ = ["EngineConfig", "StreamContext", "dead_letter_topic"]
+__all__ = ["EngineConfig", "StreamContext", "dead_letter_topic", "dead_letter_value"]
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when it is under it (as the user most
+    likely gave it), else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # (another drive)
+        return path
+    return path if rel.startswith(os.pardir) else rel
+
+
+def dead_letter_value(value: Any) -> dict[str, str]:
+    """The ``value`` field (and ``encoding``) of a dead letter. Bytes (a record that failed
+    before or in its deserialization) are kept so that tools can read them back: as text
+    when they are UTF-8, else base64 with ``"encoding": "base64"``. A value a step got
+    after deserializing is shown as ``repr()`` (it need not be JSON).
+
+        >>> dead_letter_value(b"caf\\xe9")
+        {'value': 'Y2Fm6Q==', 'encoding': 'base64'}
+        >>> dead_letter_value(b"{not json"), dead_letter_value("x")
+        ({'value': '{not json'}, {'value': "'x'"})
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return {"value": raw.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"value": base64.b64encode(raw).decode("ascii"), "encoding": "base64"}
+    return {"value": repr(value)}
 
 
 class StreamContext:
@@ -133,6 +165,9 @@ class StreamContext:
         self.watermark: int = END
         #: The largest timestamp this task has sent through a shuffle sink.
         self.out_time: int = NO_TIME
+        #: (topic, queue, offset) -> (input file, line) of a record read from a file, for
+        #: error messages (set by the task: source topics only); None: never known.
+        self.locate: Callable[[str, int, int], tuple[str, int] | None] | None = None
 
     def store(self, name: str) -> MeteredStore:
         try:
@@ -151,6 +186,11 @@ class StreamContext:
         if isinstance(exc, StateStoreError):
             raise exc
         where = f"{record.topic}[{record.queue}]@{record.offset}"
+        origin = None
+        if self.locate is not None:
+            origin = self.locate(record.topic, record.queue, record.offset)
+            if origin is not None:
+                where += f": {shown_path(origin[0])} line {origin[1]}"
         what = f" in {describe_fn(fn)}" if fn is not None else ""
         msg = (
             f"step {step!r} failed on the record at {where} (key={record.key!r}, "
@@ -168,15 +208,17 @@ class StreamContext:
         self.metrics["skipped"] += 1
         log.warning("%s (%s)", msg, "skipped" if policy == "skip" else "dead-lettered")
         if policy == "dead-letter":
-            payload = {
+            payload: dict[str, Any] = {
                 "step": step,
                 "topic": record.topic,
                 "queue": record.queue,
                 "offset": record.offset,
-                "key": repr(record.key),
-                "value": repr(record.value),
-                "error": f"{type(exc).__name__}: {exc}",
             }
+            if origin is not None:
+                payload["file"], payload["line"] = origin
+            payload["key"] = repr(record.key)
+            payload.update(dead_letter_value(record.value))
+            payload["error"] = f"{type(exc).__name__}: {exc}"
             self.producer.send(
                 dead_letter_topic(self.job_id),
                 0,

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import attrs
 
 from rstreams.errors import ConfigError
+from rstreams.runtime.inputs import INGEST_HEADER  # a chunk's last record: its ReadMark
 
 if TYPE_CHECKING:
     from rstreams.runtime.queues.broker import Broker
@@ -64,8 +65,6 @@ __all__ = [
     "what_changed",
 ]
 
-#: The header of a chunk's last record that carries its :class:`ReadMark`.
-INGEST_HEADER = "rstreams-ingest"
 #: Bytes checksummed at each end of what was read.
 BLOCK = 4096
 

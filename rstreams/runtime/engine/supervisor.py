@@ -249,6 +249,8 @@ class Supervisor:
             self.procs: dict[int, subprocess.Popen[bytes]] = {}
             #: Restarts in a row without progress, and how each of those workers ended.
             self.failures: list[str] = []
+            #: Replacement workers started in the whole run (``failures`` is reset by progress).
+            self.restarts = 0
             self.backoff = RESTART_BACKOFF
             #: Slots whose replacement worker starts at this (monotonic) time.
             self._respawn: dict[int, float] = {}
@@ -338,6 +340,7 @@ class Supervisor:
                 self.backoff,
             )  # fmt: skip
             self._respawn[slot] = now + self.backoff
+            self.restarts += 1
             self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MAX)
 
     def _why_exited(self, slot: int, code: int) -> str:
@@ -677,6 +680,15 @@ def run_durable(
             stale = tuple(str(c.new) for c in sup.stale.stale_changes)
             paths = [i.path for i in sup.inputs]
             log.warning("%s", stale_at_end(sup.stale, status["records_in"], paths))
+        if sup.restarts and config.guarantee == "at-least-once":
+            # What a worker processed after its last commit is processed again by the
+            # worker that takes its queues over: said here, or an over-count looks exact.
+            log.warning(
+                "%d worker restart(s) during this --guarantee at-least-once run: the results "
+                "may include duplicates (records processed again after a restart are counted "
+                "again); use --guarantee exactly-once for exact results",
+                sup.restarts,
+            )
     finally:
         sup.close()
     return RunResult(

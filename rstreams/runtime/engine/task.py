@@ -86,6 +86,7 @@ from rstreams.runtime.engine.watermarks import (
     ingest_group,
     producers_of,
 )
+from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
@@ -280,6 +281,10 @@ class Task:
         self.ctx = StreamContext(
             job_id, self.id, self.queue, producer, self.stores, self.config, clock
         )
+        # Records of the topics that input files are appended to (not shuffles).
+        user_sources = [t for t in self.sources if self.topology.topics[t].role != "shuffle"]
+        if user_sources:
+            self.ctx.locate = InputLocator(self.broker, user_sources).locate
         self._init_watermarks()
         for p in self.processors:
             p.init(self.ctx)
