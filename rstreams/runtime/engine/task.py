@@ -80,7 +80,6 @@ from rstreams.runtime.engine.watermarks import (
     NO_TIME,
     InputWatermarks,
     Positions,
-    carries_watermarks,
     decode_control,
     encode_control,
     ingest_group,
@@ -300,13 +299,11 @@ class Task:
         #: Shuffle topics read whose records include watermark control records.
         self.marked_inputs: set[str] = set()
         for topic in self.sources:
-            if (
-                self.config.watermarks
-                and topology.topics[topic].role == "shuffle"
-                and carries_watermarks(topology, topic, count)
-            ):
-                self.marked_inputs.add(topic)
-                producers += producers_of(topology, topic, count)
+            if self.config.watermarks and topology.topics[topic].role == "shuffle":
+                ps = producers_of(topology, topic, count)
+                if len(ps) > 1:
+                    self.marked_inputs.add(topic)
+                    producers += ps
         probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
         self.input_marks = InputWatermarks(producers, probe)
         self.ctx.watermark = self.input_marks.value
@@ -324,7 +321,7 @@ class Task:
             if f.kind != "shuffle-sink" or f.topic is None or not self.config.watermarks:
                 continue
             entry = (f.topic, count(f.topic) or 0)
-            if carries_watermarks(topology, f.topic, count) and entry not in self.marked_outputs:
+            if len(producers_of(topology, f.topic, count)) > 1 and entry not in self.marked_outputs:
                 self.marked_outputs.append(entry)
         self.ended = False
         self.idle = False

@@ -38,11 +38,8 @@ it sends again (for sources whose writers pause; files need no timeout).
 A consumer's watermark never goes back: a producer that comes back from idle with older
 data holds time where it got, it does not reopen what has closed.
 
-A shuffle with a single producer carries control records only when it has several queues
-and its consumers judge event time (windows, joins): each consumer task sees only its
-queue's part of what the producer sends, and the producer's watermark is the time of the
-whole (one partition's, as in the test driver). Otherwise its consumers judge time by the
-largest timestamp they have seen, which is then the same thing.
+A shuffle with a single producer carries no control records: its consumers judge time
+by the largest timestamp they have seen, exactly as before watermarks existed.
 """
 
 from __future__ import annotations
@@ -115,23 +112,6 @@ class SourceProbe(Protocol):
 def task_count(topology: Any, sub: Any, queue_count: Any) -> int:
     """Tasks of sub-topology ``sub``: one per queue of its widest source topic."""
     return max((queue_count(t) or 0) for t in sub.source_topics)
-
-
-#: Processor kinds that judge event time (close windows, expire join buffers).
-TIMED_KINDS = frozenset({"window-aggregate", "join"})
-
-
-def carries_watermarks(topology: Any, topic: str, queue_count: Any) -> bool:
-    """Shuffle ``topic`` carries control records: it has several producers; or it has
-    several queues and what reads it judges event time (each consumer task then sees
-    only its part of what the producer sends, and must be told the producer's time, one
-    partition's, rather than judge by its own part)."""
-    if len(producers_of(topology, topic, queue_count)) > 1:
-        return True
-    return (queue_count(topic) or 0) > 1 and any(
-        topic in sub.source_topics and any(f.kind in TIMED_KINDS for f in sub.factories)
-        for sub in topology.subtopologies
-    )
 
 
 def producers_of(topology: Any, topic: str, queue_count: Any) -> list[Producer]:
