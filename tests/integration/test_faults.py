@@ -384,3 +384,18 @@ def test_a_full_data_disk_stops_the_run_with_one_line_and_the_next_run_is_exact(
         r = _eos_run(j)
         assert r.returncode == 0, r.stderr
         assert j.table() == dict(Counter(WORD.findall(j.input.read_text().lower())))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_worker_whose_log_file_is_full_still_tells_the_run_why_it_stopped(
+    tmp_path: Path,
+) -> None:
+    """The workers' log files on a full disk (/dev/full: every write fails with ENOSPC):
+    the run's error is still the worker's, read from its output, not a bare exit code."""
+    j = _exact_after(tmp_path, lines=20_000)
+    logs = j.dir / "logs"
+    logs.mkdir(parents=True)
+    for slot in (0, 1):
+        (logs / f"worker-{slot}.log").symlink_to("/dev/full")
+    failed = _eos_run(j, {"RSTREAMS_FAULTS": "log-append/wordcount-transactions:1:ENOSPC@3"})
+    _one_line_error(failed, "no space left on device (injected) writing", "wordcount-transactions")
