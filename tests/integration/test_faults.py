@@ -334,6 +334,8 @@ def _one_line_error(r: subprocess.CompletedProcess[str], *says: str) -> None:
         "log-sync:1:EIO@40",
         "offset-commit:1:ENOSPC@5",
         "store-write:1:ENOSPC@3",
+        "log-append/sentences:1:ENOSPC",  # the supervisor's own ingest
+        "log-durable:1:ENOSPC@20",
     ],
 )
 def test_a_write_error_in_a_commit_stops_the_run_and_the_next_run_is_exact(
