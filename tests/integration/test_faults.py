@@ -380,7 +380,7 @@ def test_a_full_data_disk_stops_the_run_with_one_line_and_the_next_run_is_exact(
     j.data = tmp_path / "disk"
     with _tmpfs(j.data, "4m"):
         failed = _eos_run(j)
-        _one_line_error(failed, "no space left on device writing", str(j.data))
+        _one_line_error(failed, "no space left on device", str(j.data))
         assert not j.output.exists()
         subprocess.run(["mount", "-o", "remount,size=64m", str(j.data)], check=True)
         r = _eos_run(j)
