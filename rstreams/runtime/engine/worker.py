@@ -67,8 +67,8 @@ EXIT_PROCESSING_ERROR = 3
 #: Exit code of a worker stopped by an error that a restart would meet again: a full or
 #: failing disk, a corrupt log, an unreadable changelog, a value its serde can not
 #: write, a bad option... (not restarted; the message is the last line the worker
-#: prints). An unexpected exception
-#: (a bug, with its traceback) exits 1 and is restarted, as is a worker killed by a signal.
+#: prints). An unexpected exception (a bug, with its traceback) exits 1 and is
+#: restarted, as is a worker killed by a signal.
 EXIT_FATAL = 4
 #: Rebuilds of damaged state a worker makes in a row, without a commit between them,
 #: before it gives up (the damage is not in the store's files: the disk, a bug...).
@@ -595,8 +595,9 @@ def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
-    gone), 3 a record failed processing, 4 another rstreams error (fatal: a restart
-    would meet it again), 1 an unexpected exception (traceback; restarted)."""
+    gone), 3 a record failed processing, 4 another rstreams error or a full or failing
+    disk (fatal: a restart would meet it again), 1 an unexpected exception (traceback;
+    restarted)."""
     ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
     ap.add_argument("pipeline")
     ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
