@@ -34,6 +34,7 @@ from rstreams.errors import (
     PipelineFileError,
     ProcessingError,
     RStreamsError,
+    StorageError,
     TopologyError,
     UnsupportedOperation,
 )
@@ -685,6 +686,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except OSError as e:
+        if e.errno not in StorageError.ERRNOS:
+            raise  # anything else is a bug: its traceback
+        # The data directory's disk is full or failing (an ingest append, statistics).
+        return _fail(EXIT_FAILED, str(StorageError.of(e)))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)

@@ -11,6 +11,9 @@ rstreams::
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class RStreamsError(Exception):
     """Base class of every error rstreams raises on purpose."""
@@ -116,3 +119,39 @@ class StateStoreError(RStreamsError, RuntimeError):
 class JobNeedsRebuildError(RStreamsError, RuntimeError):
     """Records a job had consumed were removed from its log (``rstreams topics repair``):
     its state and outputs cannot be trusted, so it only runs again with ``--fresh``."""
+
+
+class StorageError(RStreamsError, OSError):
+    """The job's data directory could not be written: the disk is full, read-only or
+    failing. Nothing that was committed is lost, and nothing is committed on top of the
+    commit that failed: once the disk is fixed, the same command resumes from the last
+    commit.
+
+    >>> import errno
+    >>> e = OSError(errno.ENOSPC, "No space left on device", "/data/wc/log/x.log")
+    >>> what, fix = str(StorageError.of(e)).split(": ", 1)
+    >>> what
+    'no space left on device writing /data/wc/log/x.log'
+    >>> fix.startswith("free space on its file system"), fix.endswith("from the last commit")
+    (True, True)
+    """
+
+    #: The errors of a disk rather than of the program: reported as such, not retried.
+    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+    @classmethod
+    def of(cls, e: OSError) -> StorageError:
+        """The error to report for ``e``, one of :attr:`ERRNOS`."""
+        what = e.strerror or os.strerror(e.errno or 0)
+        what = what[:1].lower() + what[1:]
+        where = f" writing {e.filename}" if e.filename else ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = "free space on its file system (or give --data-dir another one)"
+        elif e.errno == errno.EROFS:
+            fix = "make the file system writable"
+        else:
+            fix = "check the disk (dmesg names the failing device)"
+        return cls(
+            f"{what}{where}: {fix}, then run the same command again: it resumes from the "
+            "last commit"
+        )

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 import attrs
 
 from rstreams.errors import StateStoreError
+from rstreams.runtime.faults import POINTS, maybe_fail
 from rstreams.state.stores import KeyValueStore, StoreDamagedError
 
 _META = "meta"  # the column family of the store's bookkeeping
@@ -61,6 +62,14 @@ def store_error(name: str, path: Path, what: str, e: BaseException) -> StateStor
 def _is_rocksdb_error(e: BaseException) -> bool:
     # rocksdict raises plain Exception for every RocksDB status that is not OK.
     return type(e) is Exception
+
+
+def _injected_failure(point: str, path: Path) -> None:
+    """A fault test's write error, raised as rocksdict raises RocksDB's."""
+    try:
+        maybe_fail(point, path)
+    except OSError as e:
+        raise Exception(f"IO error: {e.strerror}: While appending to file: {path}") from None
 
 
 @attrs.frozen
@@ -208,6 +217,8 @@ class RocksDBStore(KeyValueStore):
         if offset is not None:
             wb.put(_OFFSET.encode(), json.dumps(offset).encode(), self._meta_cf)
         try:
+            if POINTS:
+                _injected_failure("store-write", self.path)
             self._db.write(wb, self._write_opts)
         except Exception as e:
             self._fail("write", e)

@@ -10,13 +10,17 @@ gives the exact table again. Real file log, real RocksDB, real worker processes.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -341,3 +345,111 @@ def test_at_least_once_under_kills_is_exact_or_says_it_restarted(tmp_path: Path)
         assert warned == [] and j.exact(), r.stderr
     if not j.exact():
         assert restarts, r.stderr
+
+
+# -- a full or failing disk ------------------------------------------------------------------
+
+
+def _exact_after(tmp: Path, lines: int) -> Job:
+    j = Job(tmp, lines=lines)
+    j.write(half=False)
+    return j
+
+
+def _eos_run(j: Job, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    j.output.unlink(missing_ok=True)
+    args = ["--input", str(j.input), "--output", str(j.output), "-q", "--data-dir", str(j.data)]
+    return subprocess.run(
+        [sys.executable, "-m", "rstreams", "run", PIPELINE, *args, "--workers", "2",
+         "--guarantee", "exactly-once", "--state", "rocksdb"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def _one_line_error(r: subprocess.CompletedProcess[str], *says: str) -> None:
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("rstreams: error: "), r.stderr
+    for s in says:
+        assert s.lower() in last.lower(), r.stderr
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "log-append/wordcount-transactions:1:ENOSPC@3",
+        "log-append/word-counts:1:EIO@2",
+        "log-append/wordcount-sentences-count-3-changelog:1:ENOSPC@2",
+        "log-append/wordcount-sentences-count-3-shuffle:1:EIO@4",
+        "log-sync:1:EIO@40",
+        "offset-commit:1:ENOSPC@5",
+        "store-write:1:ENOSPC@3",
+        "log-append/sentences:1:ENOSPC",  # the supervisor's own ingest
+        "log-durable:1:ENOSPC@20",
+    ],
+)
+def test_a_write_error_in_a_commit_stops_the_run_and_the_next_run_is_exact(
+    tmp_path: Path, fault: str
+) -> None:
+    """RSTREAMS_FAULTS makes a write of the commit path fail (in the workers and the
+    supervisor alike) from its n-th time on, as a disk that filled up or went bad: the run
+    stops with one line naming the error and the file; the disk fixed, the next run
+    gives the exact table."""
+    j = _exact_after(tmp_path, lines=20_000)
+    failed = _eos_run(j, {"RSTREAMS_FAULTS": fault})
+    errname = fault.split(":")[2].partition("@")[0]
+    _one_line_error(failed, os.strerror(getattr(errno, errname)).lower(), str(j.dir))
+    r = _eos_run(j)
+    assert r.returncode == 0, r.stderr
+    assert j.exact()
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[None]:
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None,
+    reason="mounting a small tmpfs for the data directory needs root (and mount)",
+)
+def test_a_full_data_disk_stops_the_run_with_one_line_and_the_next_run_is_exact(
+    tmp_path: Path,
+) -> None:
+    """The data directory on a 4 MB tmpfs, the word count of 2.5 MB on two workers,
+    exactly-once on RocksDB: the disk fills up mid-run. The run stops with exit 1 and
+    one line naming "no space left" and the file; then the tmpfs is grown, and the next
+    run resumes and gives the exact table (not one word lost, none counted twice)."""
+    j = Job(tmp_path, lines=60_000)  # (~2.5 MB of input)
+    j.write(half=False)
+    j.data = tmp_path / "disk"
+    with _tmpfs(j.data, "4m"):
+        failed = _eos_run(j)
+        _one_line_error(failed, "no space left on device", str(j.data))
+        assert not j.output.exists()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(j.data)], check=True)
+        r = _eos_run(j)
+        assert r.returncode == 0, r.stderr
+        assert j.table() == dict(Counter(WORD.findall(j.input.read_text().lower())))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_worker_whose_log_file_is_full_still_tells_the_run_why_it_stopped(
+    tmp_path: Path,
+) -> None:
+    """The workers' log files on a full disk (/dev/full: every write fails with ENOSPC):
+    the run's error is still the worker's, read from its output, not a bare exit code."""
+    j = _exact_after(tmp_path, lines=20_000)
+    logs = j.dir / "logs"
+    logs.mkdir(parents=True)
+    for slot in (0, 1):
+        (logs / f"worker-{slot}.log").symlink_to("/dev/full")
+    failed = _eos_run(j, {"RSTREAMS_FAULTS": "log-append/wordcount-transactions:1:ENOSPC@3"})
+    _one_line_error(failed, "no space left on device (injected) writing", "wordcount-transactions")

@@ -92,7 +92,7 @@ UNSERIALIZABLE = """
         b = StreamBuilder("sets")
         (b.source("in").keyBy(lambda v: v)
           .aggregate(lambda: 0, lambda acc, v: {acc, v})  # a set: msgpack can't store it
-          .toRStream().sink("out"))
+          .toRStream().map(lambda s: sorted(map(str, s)), name="listed").sink("out"))
         return b
 """
 

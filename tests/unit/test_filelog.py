@@ -913,3 +913,59 @@ def test_property_compaction_keeps_the_table(ops: list[tuple[str, list[tuple[int
         assert replay == table
         assert [r.offset for r in got] == sorted({r.offset for r in got})
         assert b.end_offset("c", 0) == n
+
+
+# -- a full or failing disk (RSTREAMS_FAULTS write points) ------------------------------------
+
+
+@pytest.fixture
+def faults() -> Iterator[Callable[[str], None]]:
+    from rstreams.runtime.faults import set_faults
+
+    yield set_faults
+    set_faults("")
+
+
+def test_an_append_the_disk_refuses_names_its_file_and_leaves_nothing(tmp_path, faults) -> None:
+    with FileBroker(tmp_path) as b:
+        b.create_topic("t", 1)
+        b.append("t", 0, [rec(b"a")])
+        faults("log-append:1:ENOSPC")
+        with pytest.raises(OSError, match="No space left") as e:
+            b.append("t", 0, [rec(b"b" * 1000)])
+        assert e.value.filename == str(tmp_path / "topics" / "t" / "0" / f"{0:020d}.log")
+        faults("")
+        assert b.append("t", 0, [rec(b"c")]) == 1
+        assert [r.value for r in b.read("t", 0, 0)] == [b"a", b"c"]
+    with FileBroker(tmp_path) as again:
+        assert [r.value for r in again.read("t", 0, 0)] == [b"a", b"c"]
+
+
+def test_a_flush_that_failed_is_done_again_by_the_next_one(tmp_path, faults) -> None:
+    durable = tmp_path / "topics" / "t" / "0" / filelog.DURABLE_FILE
+    with FileBroker(tmp_path) as b:
+        b.create_topic("t", 1)
+        b.append("t", 0, [rec(b"a"), rec(b"b")])
+        faults("log-sync:1:EIO")
+        with pytest.raises(OSError, match="Input/output error") as e:
+            b.flush()
+        assert e.value.filename is not None and str(tmp_path) in e.value.filename
+        assert not durable.exists()  # not said durable
+        faults("")
+        b.flush()  # syncs what the failed flush did not, and says so
+        assert filelog.parse_durable(durable.read_text())[2] == 2
+
+
+def test_an_offset_the_disk_refuses_leaves_the_old_one_and_no_temporary_file(
+    tmp_path, faults
+) -> None:
+    with FileBroker(tmp_path) as b:
+        b.create_topic("t", 1)
+        b.append("t", 0, [rec(b"a"), rec(b"b")])
+        b.commit("g", "t", 0, 1)
+        faults("offset-commit:1:ENOSPC")
+        with pytest.raises(OSError, match="No space left"):
+            b.commit("g", "t", 0, 2)
+        faults("")
+        assert b.committed("g", "t", 0) == 1
+        assert not [p for p in (tmp_path / "groups").rglob(".*.tmp")]

@@ -35,6 +35,7 @@ why it stopped.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -47,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError
@@ -121,6 +122,32 @@ def _worker_error(code: int, text: str) -> RStreamsError:
         except TypeError:  # an error class that takes more than a message
             pass
     return RStreamsError(rest)  # e.g. a CorruptLogError: its message says what it is
+
+
+#: Lines of each worker's output the supervisor keeps (for the errors it reports).
+TAIL_LINES = 200
+
+
+def _tee(output: IO[bytes], path: Path, tail: collections.deque[str]) -> None:
+    """Copy a worker's output to its log file, keeping its last lines in ``tail``. A
+    write that fails (a full disk) loses the line in the file only."""
+    log_file: IO[bytes] | None = None
+    with contextlib.suppress(OSError):
+        log_file = open(path, "ab")  # noqa: SIM115
+    try:
+        for line in output:
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+            if log_file is not None:
+                try:
+                    log_file.write(line)
+                    log_file.flush()
+                except OSError:
+                    pass  # (the next line may fit again)
+    finally:
+        output.close()
+        if log_file is not None:
+            with contextlib.suppress(OSError):
+                log_file.close()
 
 
 #: Signals that stop a run as Ctrl-C does.
@@ -259,6 +286,9 @@ class Supervisor:
             self.group_dir = self.root / "coordination" / topology.job_id
             self.skipped_before = 0
             self._retiring: list[subprocess.Popen[bytes]] = []
+            #: Per slot: the last lines its workers wrote, and the thread copying them.
+            self._tails: dict[int, collections.deque[str]] = {}
+            self._tees: dict[int, threading.Thread] = {}
             self.spawned = 0
             self.inputs = []
             for topic, path in inputs.items():
@@ -285,7 +315,6 @@ class Supervisor:
     def _spawn(self, slot: int) -> None:
         self.spawned += 1
         member = f"w{slot}-{self.spawned}"
-        logfile = open(self.root / "logs" / f"worker-{slot}.log", "ab")  # noqa: SIM115
         cmd = [
             sys.executable, "-m", "rstreams.runtime.engine.worker", self.pipeline_path,
             "--data-dir", str(self.root), "--member", member, "--on-error", self.on_error,
@@ -296,10 +325,19 @@ class Supervisor:
         # supervisor's to handle; a worker that got it too would stop, exit 0 and be
         # restarted while the supervisor stops the others. A supervisor that dies without
         # stopping them is noticed through --parent-pid.
-        self.procs[slot] = subprocess.Popen(
-            cmd, stderr=logfile, stdout=logfile, start_new_session=True
+        # Its output comes through a pipe, copied to its log file: on a full disk the log
+        # loses lines, the supervisor does not (it reports the worker's last words).
+        p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
-        logfile.close()
+        self.procs[slot] = p
+        tail = self._tails.setdefault(slot, collections.deque(maxlen=TAIL_LINES))
+        assert p.stdout is not None
+        self._tees[slot] = threading.Thread(
+            target=_tee, args=(p.stdout, self.root / "logs" / f"worker-{slot}.log", tail),
+            name=f"worker-{slot}-output", daemon=True,
+        )  # fmt: skip
+        self._tees[slot].start()
         if self.stats is not None:
             self.stats.spawned(slot)
 
@@ -353,11 +391,13 @@ class Supervisor:
         return f"exited 0 after a {by} the supervisor did not send"
 
     def _log_tail(self, slot: int, lines: int = 15) -> str:
-        try:
-            text = (self.root / "logs" / f"worker-{slot}.log").read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        """The last ``lines`` lines the workers of ``slot`` wrote in this run (what they
+        wrote to their log file too, unless its disk was full)."""
+        tee = self._tees.get(slot)
+        p = self.procs.get(slot)
+        if tee is not None and p is not None and p.poll() is not None:
+            tee.join(timeout=5.0)  # (it ends where the worker's output does)
+        return "\n".join(list(self._tails.get(slot, ()))[-lines:])
 
     def add_worker(self) -> int:
         """Start one more worker (it joins the group: a rebalance); returns its slot."""
@@ -565,7 +605,13 @@ class Supervisor:
         except Exception:  # a failing run: its own error is the one to report
             status = None  # (the counts published last stay)
         pids = {slot: p.pid if p.poll() is None else None for slot, p in self.procs.items()}
-        self.stats.publish(status, {**pids, **dict.fromkeys(self._respawn)}, state)
+        try:
+            self.stats.publish(status, {**pids, **dict.fromkeys(self._respawn)}, state)
+        except OSError as e:
+            if state != "failed":
+                raise
+            # (a full disk: the error that failed the run is the one to report)
+            log.warning("could not publish the run's final statistics: %s", e)
 
     def skipped(self) -> int:
         """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it

@@ -116,17 +116,32 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
     """Commit several tasks of a process together (group commit): every task's
     transaction is appended, then all are made durable with one flush (each file is
     synced once, however many tasks wrote to it), then all outputs are written and made
-    durable with one more, then offsets are committed. Returns the queues written to."""
-    begun = [(t, c) for t in tasks if (c := t._commit_begin()) is not None]
-    if not begun:
-        return []
-    broker.flush()  # exactly-once: the commit point of every transaction
-    for t, c in begun:
-        t._commit_apply(c)
-    if any(c.txn is not None for _, c in begun):
-        broker.flush()
-    for t, c in begun:
-        t._commit_end(c)
+    durable with one more, then offsets are committed. Returns the queues written to.
+
+    Any error on the way (a full disk, an I/O error, a store that can not be written)
+    fails every one of the tasks: a task's first phase takes its outputs and state
+    changes out of it, so a later commit of that task would move its input positions
+    past them with nothing written. Its next owner finishes or drops the transaction
+    that was cut short, exactly (``Committer.recover``), and goes on from there."""
+    begun: list[tuple[Task, Commit]] = []
+    try:
+        for t in tasks:
+            c = t._commit_begin()
+            if c is not None:
+                begun.append((t, c))
+        if not begun:
+            return []
+        broker.flush()  # exactly-once: the commit point of every transaction
+        for t, c in begun:
+            t._commit_apply(c)
+        if any(c.txn is not None for _, c in begun):
+            broker.flush()
+        for t, c in begun:
+            t._commit_end(c)
+    except BaseException:
+        for t in tasks:
+            t.failed = True  # nothing more of it is committed
+        raise
     return [q for _, c in begun for q in c.written]
 
 
@@ -591,23 +606,16 @@ class Task:
         for p in self._flushing:
             p.flush()  # coalesced updates go out now
         self._send_watermark()  # after them, in the same transaction
-        try:
-            return self.committer.begin(
-                self.clock(), self.stores.values(), self.positions, (self.ctx.out_time, self._high)
-            )
-        except (SerdeError, StateStoreError):
-            self.failed = True  # nothing more of this task is committed
-            raise
+        # (an error fails the task: see commit_tasks)
+        return self.committer.begin(
+            self.clock(), self.stores.values(), self.positions, (self.ctx.out_time, self._high)
+        )
 
     def _commit_apply(self, c: Commit) -> None:
         self.committer.apply(c)
 
     def _commit_end(self, c: Commit) -> None:
-        try:
-            self.committer.end(c, self.stores.values(), self.positions)
-        except StateStoreError:
-            self.failed = True
-            raise
+        self.committer.end(c, self.stores.values(), self.positions)
 
     def close(self) -> None:
         try:

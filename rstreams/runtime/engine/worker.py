@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from rstreams.config import GUARANTEES, ON_ERROR, STATE_BACKENDS, RunConfig
-from rstreams.errors import ProcessingError, RStreamsError
+from rstreams.errors import ProcessingError, RStreamsError, StorageError
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
@@ -64,10 +64,11 @@ log = logging.getLogger("rstreams.worker")
 
 #: Exit code of a worker stopped by a record that failed processing (not restarted).
 EXIT_PROCESSING_ERROR = 3
-#: Exit code of a worker stopped by an error that a restart would meet again: a corrupt
-#: log, an unreadable changelog, a value its serde can not write, a bad option... (not
-#: restarted; the message is the last line the worker prints). An unexpected exception
-#: (a bug, with its traceback) exits 1 and is restarted, as is a worker killed by a signal.
+#: Exit code of a worker stopped by an error that a restart would meet again: a full or
+#: failing disk, a corrupt log, an unreadable changelog, a value its serde can not
+#: write, a bad option... (not restarted; the message is the last line the worker
+#: prints). An unexpected exception (a bug, with its traceback) exits 1 and is
+#: restarted, as is a worker killed by a signal.
 EXIT_FATAL = 4
 #: Rebuilds of damaged state a worker makes in a row, without a commit between them,
 #: before it gives up (the damage is not in the store's files: the disk, a bug...).
@@ -289,7 +290,8 @@ class Worker:
         self._publish_skipped({task_id: task})
         self._skipped.pop(task_id, None)
         task.close()  # flush + commit before the lock goes
-        self.broker.flush()
+        if not task.failed:
+            self.broker.flush()
         self.membership.release_task(str(task_id))
         log.info("%s: gave up task %s", self.member_id, task_id)
 
@@ -406,8 +408,13 @@ class Worker:
             while not self.stop_event.is_set():
                 if not self.step(time.monotonic()):
                     self.stop_event.wait(self.config.idle_sleep)
-        finally:
-            self.leave()
+        except BaseException as e:
+            try:
+                self.leave()
+            except Exception as again:  # (on a full disk, leaving may fail too)
+                log.warning("%s: leaving after %r failed too: %r", self.member_id, e, again)
+            raise
+        self.leave()
 
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer
@@ -425,7 +432,9 @@ class Worker:
         own and that are free, pull, run one batch through each task, then punctuate,
         commit and maintain if due (see :class:`Deadlines`). If the supervisor is gone,
         it only sets :attr:`stop_event`. Damaged local state met on the way is rebuilt
-        (all tasks dropped without a commit and built again on the next turns).
+        (all tasks dropped without a commit and built again on the next turns). An
+        OSError (a full or failing disk) fails every task: :meth:`leave` then commits
+        nothing.
         """
         try:
             if not self._keep_membership(now):
@@ -437,6 +446,13 @@ class Worker:
         except StoreDamagedError as e:
             self._rebuild(e)
             return 0
+        except OSError:
+            # The disk failed (full, read-only, I/O error): commit nothing more, even of
+            # tasks whose last commit went through (leaving would); their next owners go
+            # on from there.
+            for task in self.tasks.values():
+                task.failed = True
+            raise
         # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
         self.stats.publish(
             self.tasks, self.broker, processed=self.processed, generation=self._generation
@@ -579,8 +595,9 @@ def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
-    gone), 3 a record failed processing, 4 another rstreams error (fatal: a restart
-    would meet it again), 1 an unexpected exception (traceback; restarted)."""
+    gone), 3 a record failed processing, 4 another rstreams error or a full or failing
+    disk (fatal: a restart would meet it again), 1 an unexpected exception (traceback;
+    restarted)."""
     ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
     ap.add_argument("pipeline")
     ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
@@ -643,6 +660,12 @@ def main(argv: list[str] | None = None) -> int:
     except RStreamsError as e:
         # The last thing the worker prints: the supervisor reports it as the run's error.
         print(f"{WORKER_ERROR_PREFIX}{type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FATAL
+    except OSError as e:
+        if e.errno not in StorageError.ERRNOS:
+            raise  # unexpected: a traceback, and a restart
+        # A restart would meet the full (or failing) disk again.
+        print(f"{WORKER_ERROR_PREFIX}StorageError: {StorageError.of(e)}", file=sys.stderr)
         return EXIT_FATAL
     return 0
 

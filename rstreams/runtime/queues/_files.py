@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rstreams.errors import ConfigError, RStreamsError
+from rstreams.runtime.faults import maybe_fail
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
@@ -86,10 +87,23 @@ def _encode_name(name: str) -> str:
     return enc
 
 
+def with_path(e: OSError, path: str | Path) -> OSError:
+    """``e`` naming the file it was about (an error of a write to a descriptor names
+    none): a full disk's error then says which file system filled up."""
+    if e.filename is not None:
+        return e
+    named = OSError(e.errno, e.strerror, str(path))
+    named.__traceback__ = e.__traceback__
+    return named
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
+        maybe_fail("log-sync", path)
         os.fsync(fd)
+    except OSError as e:
+        raise with_path(e, path) from None
     finally:
         os.close(fd)
 
@@ -101,16 +115,25 @@ def _write_all(fd: int, data: bytes, pos: int) -> None:
         view, pos = view[n:], pos + n
 
 
-def _atomic_write(path: Path, data: bytes, *, sync: bool) -> None:
-    """Write a small file by temp file + fsync + rename (+ fsync of the directory)."""
+def _atomic_write(path: Path, data: bytes, *, sync: bool, point: str = "") -> None:
+    """Write a small file by temp file + fsync + rename (+ fsync of the directory);
+    ``point`` is its fault point (see :mod:`rstreams.runtime.faults`)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, data, 0)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            if point:
+                maybe_fail(point, path)
+            _write_all(fd, data, 0)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        # (a full disk: the old file stays whole, and no temporary file is left behind)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise with_path(e, path) from None
     os.replace(tmp, path)
     if sync:
         _fsync_dir(path.parent)

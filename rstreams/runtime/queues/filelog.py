@@ -91,6 +91,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from rstreams.errors import ConfigError
+from rstreams.runtime.faults import POINTS, maybe_fail
 from rstreams.runtime.queues._files import (
     CorruptLogError,
     _atomic_write,
@@ -98,6 +99,7 @@ from rstreams.runtime.queues._files import (
     _fsync_dir,
     _makedirs,
     _write_all,
+    with_path,
 )
 from rstreams.runtime.queues._logformat import (
     FrameError,
@@ -132,6 +134,15 @@ DURABLE_FILE = "durable-point"  # "<segment base> <bytes> <end offset> <crc32>"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 _generations = itertools.count(1)  # tells apart every file a segment object opens
+
+
+def _sync_segment(seg: _Segment) -> None:
+    """fdatasync a segment; an error names its file."""
+    try:
+        maybe_fail("log-sync", seg.path)
+        _fdatasync(seg.fd)
+    except OSError as e:
+        raise with_path(e, seg.path) from None
 
 
 def _corrupt(
@@ -697,7 +708,7 @@ class FileBroker:
                 return
             if self._sync:
                 if seg.dirty:
-                    _fdatasync(seg.fd)
+                    _sync_segment(seg)
                     seg.dirty = False
                 if seg.base > q.synced_base:  # the segment's directory entry, too
                     _fsync_dir(q.dir)
@@ -708,7 +719,9 @@ class FileBroker:
                 if old is not None and old[2] >= point[2]:
                     q.durable = old
                     return
-                _atomic_write(q.dir / DURABLE_FILE, format_durable(*point), sync=False)
+                _atomic_write(
+                    q.dir / DURABLE_FILE, format_durable(*point), sync=False, point="log-durable"
+                )
                 q.durable = point
 
     def _check_end(self, q: _Queue) -> None:
@@ -845,16 +858,28 @@ class FileBroker:
                 seg = self._roll(q)
             pos = seg.size
             try:
+                if POINTS:
+                    maybe_fail("log-append", seg.path)
+                    maybe_fail(f"log-append/{topic}", seg.path)
                 _write_all(seg.fd, frame, pos)
-            except BaseException:
+            except BaseException as e:
+                # A full disk: no part of the frame stays (a later append of this
+                # process, or the next owner, starts where the log is whole).
                 with contextlib.suppress(OSError):
                     os.ftruncate(seg.fd, pos)
+                if isinstance(e, OSError):
+                    raise with_path(e, seg.path) from None
                 raise
             assert seg.index is not None
             if seg.index.observe(base, pos):
+                # (failing, the frame is written all the same: the next access to the
+                # queue takes it in, and the index is rebuildable)
                 fd = os.open(seg.index_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
+                    maybe_fail("log-index", seg.index_path)
                     os.write(fd, seg.index.to_bytes()[-16:])
+                except OSError as e:
+                    raise with_path(e, seg.index_path) from None
                 finally:
                     os.close(fd)
             seg.size = pos + len(frame)
@@ -862,7 +887,7 @@ class FileBroker:
             with self._dirty_lock:
                 self._unmarked.add(q)
             if self.fsync == "always":
-                _fdatasync(seg.fd)
+                _sync_segment(seg)
             elif self.fsync == "commit" and not seg.dirty:
                 seg.dirty = True
                 with self._dirty_lock:
@@ -873,10 +898,11 @@ class FileBroker:
         """Close the active segment (durable first) and start one at the end offset."""
         old = q.segments[-1]
         if self._sync:
-            _fdatasync(old.fd)
+            _sync_segment(old)
             old.dirty = False
         base = old.next_offset
         seg = _Segment(base, q.segment_path(base))
+        maybe_fail("log-roll", seg.path)
         seg.fd = os.open(seg.path, os.O_RDWR | os.O_CREAT, 0o644)
         seg.gen = next(_generations)
         if os.fstat(seg.fd).st_size:
@@ -1311,15 +1337,24 @@ class FileBroker:
             dirty, self._dirty = self._dirty, set()
             dirs, self._dirty_dirs = self._dirty_dirs, set()
             marks, self._unmarked = self._unmarked, set()
-        for q, seg in dirty:
-            with q.mutex:
-                if seg.dirty and seg.fd >= 0:
-                    _fdatasync(seg.fd)
-                seg.dirty = False
-        for d in dirs:
-            _fsync_dir(d)
-        for q in marks:
-            self._mark_durable(q)
+        try:
+            for q, seg in dirty:
+                with q.mutex:
+                    if seg.dirty and seg.fd >= 0:
+                        _sync_segment(seg)
+                    seg.dirty = False
+            for d in dirs:
+                _fsync_dir(d)
+            for q in marks:
+                self._mark_durable(q)
+        except BaseException:
+            # Not durable: the next flush tries all of it again, and never says
+            # durable what this one could not make so.
+            with self._dirty_lock:
+                self._dirty |= {(q, seg) for q, seg in dirty if seg.dirty}
+                self._dirty_dirs |= dirs
+                self._unmarked |= marks
+            raise
 
     def close(self) -> None:
         """Flush, then release every file; the broker can no longer be used."""

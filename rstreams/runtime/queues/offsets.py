@@ -105,7 +105,9 @@ class FileGroupOffsets:
             "offset": int(offset),
         }
         doc["crc"] = _offset_crc(doc)
-        _atomic_write(path, json.dumps(doc).encode() + b"\n", sync=self._sync)
+        _atomic_write(
+            path, json.dumps(doc).encode() + b"\n", sync=self._sync, point="offset-commit"
+        )
 
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` committed for the queue (0 if none)."""
