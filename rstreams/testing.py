@@ -50,7 +50,6 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.windowing import TimedProcessor
 from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
@@ -204,14 +203,6 @@ class TopologyTestDriver:
         # Tasks whose commit is prepared and not yet written, and the pipes since the
         # last commit (see _commit_later).
         self._prepared: dict[Any, None] = {}
-        # The tasks of each windowed step or join, with its processor in each: they
-        # share one stream time, as one partition's task would (see _share_time).
-        steps: dict[str, list[tuple[Any, TimedProcessor]]] = {}
-        for task in self._engine.tasks:
-            for p in task.processors:
-                if isinstance(p, TimedProcessor):
-                    steps.setdefault(p.name, []).append((task, p))
-        self._timed_steps = [s for s in steps.values() if len(s) > 1]
         self._pipes = 0
 
     # -- input -------------------------------------------------------------------------
@@ -287,10 +278,6 @@ class TopologyTestDriver:
                     task.process_one(topic, offset, ts, key, value, headers)
                 else:
                     task.process_next(topic)
-            if self._timed_steps:
-                self._share_time(touched)
-                if pending:
-                    continue  # what the time closed is processed first, then committed
             if commit_all:
                 self._commit(all_tasks=True)
             elif touched:
@@ -298,19 +285,6 @@ class TopologyTestDriver:
             touched.clear()
             if not pending:
                 return
-
-    def _share_time(self, touched: dict[Any, None]) -> None:
-        """Give every task of a windowed step or join the largest timestamp any of them
-        has seen, so that stream time is the one a single partition would have, whatever
-        the queue count after a shuffle: what the time closes or expires in any of them
-        comes out now (Kafka Streams' test driver has one partition per topic)."""
-        for step in self._timed_steps:
-            top = max(p.max_time for _, p in step)
-            for task, p in step:
-                if p.max_time < top:
-                    p.max_time = top
-                    touched[task] = None
-                    p.on_watermark()
 
     def _commit_later(self, touched: dict[Any, None]) -> None:
         """Commit ``touched`` now in all but the writing: each task prepares its commit

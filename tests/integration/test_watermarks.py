@@ -459,7 +459,7 @@ def build():
         .selectTimestamp(lambda c: c["ts"])
         .keyBy(lambda c: c["user"])
         .window(SessionWindow(gap=30 * 60_000), emit="close")
-        .count(name="sessions", queues=4)
+        .count(name="sessions", queues=QUEUES)
         .toRStream()
         .sink("sessions")
     )
@@ -481,7 +481,7 @@ def build():
         .where(lambda o: o["id"])
         .equalTo(lambda p: p["order"])
         .window(JoinWindow(before=0, after=10 * 60_000))
-        .apply(lambda o, p: p["id"] if p else "unpaid", name="paid", queues=4)
+        .apply(lambda o, p: p["id"] if p else "unpaid", name="paid", queues=QUEUES)
         .sink("paid")
     )
     return b
@@ -522,7 +522,8 @@ def shop(orders: Path, payments: Path) -> None:
 def driver_table(pipeline: Path, inputs: dict[str, Path], sink: str) -> dict[str, object]:
     """The sink's table as the test driver gives it, the inputs piped in time order and
     no end of input, with the number of records the sink got; keys as `--output` writes
-    them."""
+    them. (With one queue after the shuffle: the driver judges time per task, by what
+    each task has seen, so this is time over the whole input, one partition's.)"""
     rows = sorted(
         (json.loads(line).get("ts", json.loads(line).get("t")), topic, line)
         for topic, path in inputs.items()
@@ -542,12 +543,13 @@ def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeo
 ) -> None:
     # Inputs under one ingest chunk land in one source queue of 8: the 7 others never
     # get a record, and must not hold event time back. A followed run then gives what
-    # the driver gives with the same lines and no end of input (one partition's time):
-    # the sessions that time closed, and the orders whose payment window passed unpaid.
+    # one partition gives with the same lines and no end of input: the sessions that
+    # time closed, and the orders whose payment window passed unpaid.
     clicks(tmp_path / "clicks.jsonl")
-    sessions = write(tmp_path, "s.py", SESSIONS)
-    want = driver_table(sessions, {"clicks": tmp_path / "clicks.jsonl"}, "sessions")
+    one = write(tmp_path, "s1.py", SESSIONS.replace("QUEUES", "1"))
+    want = driver_table(one, {"clicks": tmp_path / "clicks.jsonl"}, "sessions")
     assert 10 < want["records"] < 30  # some sessions closed by time, not all
+    sessions = write(tmp_path, "s.py", SESSIONS.replace("QUEUES", "4"))
     data = tmp_path / "s-data"
     inputs = {"clicks": tmp_path / "clicks.jsonl"}
     lines = len((tmp_path / "clicks.jsonl").read_text().splitlines())
@@ -557,10 +559,11 @@ def test_a_followed_run_closes_sessions_and_emits_unmatched_rows_without_a_timeo
 
     shop(tmp_path / "orders.jsonl", tmp_path / "payments.jsonl")
     inputs = {"orders": tmp_path / "orders.jsonl", "payments": tmp_path / "payments.jsonl"}
-    join = write(tmp_path, "j.py", LEFT_JOIN)
-    want = driver_table(join, inputs, "paid")
+    one = write(tmp_path, "j1.py", LEFT_JOIN.replace("QUEUES", "1"))
+    want = driver_table(one, inputs, "paid")
     unpaid = [k for k, v in want["table"].items() if v == "unpaid"]
     assert len(unpaid) > 40 and len(want["table"]) < 130  # the last orders still wait
+    join = write(tmp_path, "j.py", LEFT_JOIN.replace("QUEUES", "4"))
     data = tmp_path / "j-data"
     records = sum(len(p.read_text().splitlines()) for p in inputs.values())
     follow_until_committed(join, data, "unpaid", inputs, records, ("paid", want["records"]))

@@ -61,10 +61,6 @@ class OneAtATimeDriver(TopologyTestDriver):
                     task._process(topic, RecordColumns(one, (ts,), (key,), (value,), (headers,)))
                 else:
                     task.process_next(topic)
-            if self._timed_steps:
-                self._share_time(touched)  # one stream time per step, as one partition
-                if pending:
-                    continue
             if commit_all:
                 self._engine.commit()
             elif touched:

@@ -75,12 +75,8 @@ def _merge_rule(node: n.WindowAggregateNode) -> Callable[[Any, Any], Any]:
     return node.merger
 
 
-class TimedProcessor(Processor):
-    """Keeps stream time in the store and routes late records to ``late`` children.
-
-    ``max_time`` is the largest timestamp seen; without an input watermark it is stream
-    time. (The test driver keeps one for all tasks of a step: one partition's.)
-    """
+class _TimedProcessor(Processor):
+    """Keeps stream time in the store and routes late records to ``late`` children."""
 
     store_name: str
 
@@ -138,7 +134,7 @@ class TimedProcessor(Processor):
 
 
 @register_processor("window-aggregate", BUILDERS)
-class WindowAggregateProcessor(TimedProcessor):
+class WindowAggregateProcessor(_TimedProcessor):
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
         node = factory.node
@@ -346,7 +342,7 @@ class JoinTagProcessor(FnProcessor):
 
 
 @register_processor("join", BUILDERS)
-class JoinProcessor(TimedProcessor):
+class JoinProcessor(_TimedProcessor):
     """Windowed join (buffers both sides within the window) or table join (latest value
     per key and side, expired after ``ttl`` of stream time)."""
 
