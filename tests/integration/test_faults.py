@@ -81,12 +81,15 @@ class Job:
         lines = self.text[: len(self.text) // 2] if half else self.text
         self.input.write_text("".join(lines))
 
-    def run(self, *extra: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *extra: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         self.output.unlink(missing_ok=True)
         args = ["--input", str(self.input), "--output", str(self.output), "-q"]
         return rstreams(
-            "run", PIPELINE, *args, "--data-dir", str(self.data), "--workers", "1", *extra
-        )
+            "run", PIPELINE, *args, "--data-dir", str(self.data), "--workers", "1", *extra,
+            env=env,
+        )  # fmt: skip
 
     def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
         return rstreams(*args, "--data-dir", str(self.data), "--job", "wordcount")
@@ -254,17 +257,25 @@ DATA_PARTS = ("log/topics", "log/groups", "state")
 
 
 @settings(
-    max_examples=20,
+    max_examples=28,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(pick=st.integers(0, 2**32), where=st.floats(0, 1), flip=st.booleans())
+@given(
+    pick=st.integers(0, 2**32),
+    where=st.floats(0, 1),
+    flip=st.booleans(),
+    action=st.sampled_from(["damage", "damage", "rewrite input", "truncate input", "full disk"]),
+)
 def test_random_damage_is_exact_or_an_error_naming_it(
-    tmp_path_factory: pytest.TempPathFactory, pick: int, where: float, flip: bool
+    tmp_path_factory: pytest.TempPathFactory, pick: int, where: float, flip: bool, action: str
 ) -> None:
     j = Job(tmp_path_factory.mktemp("random"), lines=4000, seed=pick % 7)
     j.first_run()
+    if action != "damage":
+        _input_or_disk_fault(j, action, pick, where)
+        return
     files = sorted(
         p
         for part in DATA_PARTS
@@ -296,6 +307,37 @@ def test_random_damage_is_exact_or_an_error_naming_it(
         rebuilt = j.run("--fresh")
         assert rebuilt.returncode == 0, rebuilt.stderr
         assert j.exact()
+
+
+def _input_or_disk_fault(j: Job, action: str, pick: int, where: float) -> None:
+    """The input rewritten (another text of the same size) or cut below what the job
+    read: refused before any work, naming the file, and --fresh is exact. The disk full
+    at the ``1 + pick % 5``-th append of a process: one error line, and the same command
+    once there is room again is exact."""
+    read = j.input.read_text()
+    if action == "full disk":
+        j.write(half=False)
+        env = {**os.environ, "RSTREAMS_FAULTS": f"log-append:1:ENOSPC@{1 + pick % 5}"}
+        r = j.run(env=env)
+        if r.returncode == 0:  # (fewer appends than that in this run)
+            assert j.exact(), r.stderr
+            return
+        _one_line_error(r, "no space left on device")
+        r = j.run()
+        assert r.returncode == 0, r.stderr
+        assert j.exact()
+        return
+    if action == "rewrite input":
+        other = "".join(_text(4000, pick % 7 + 1))
+        j.input.write_text((other * 2)[: len(read)])
+    else:
+        j.input.write_text(read[: min(int(where * len(read)), len(read) - 1)])
+    r = j.run()
+    assert r.returncode == 2, r.stderr
+    assert str(j.input) in r.stderr and "changed since the job read it" in r.stderr, r.stderr
+    rebuilt = j.run("--fresh")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert j.exact()
 
 
 def test_a_data_dir_made_read_only_is_refused_with_one_line(job: Job) -> None:
