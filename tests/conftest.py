@@ -7,8 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from rstreams import StreamBuilder, Topology
+
+# No per-example deadline: the suite runs on loaded 2-core machines (CI beside other
+# work), where a 200 ms example can take seconds; a deadline there only tests the load.
+settings.register_profile("rstreams", deadline=None)
+settings.load_profile("rstreams")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
