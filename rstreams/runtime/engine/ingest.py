@@ -50,7 +50,10 @@ from typing import TYPE_CHECKING, BinaryIO
 import attrs
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.inputs import INGEST_HEADER  # a chunk's last record: its ReadMark
+from rstreams.runtime.inputs import (  # a chunk's last record: its ReadMark
+    INGEST_HEADER,
+    ingest_position,
+)
 
 if TYPE_CHECKING:
     from rstreams.runtime.queues.broker import Broker
@@ -90,12 +93,10 @@ class ReadMark:
 
     @classmethod
     def decode(cls, value: bytes) -> ReadMark:
-        text = value.decode()
-        if not text.startswith("{"):
+        if not value.startswith(b"{"):
             # A job ingested by an earlier version: "<real path>@<position>", no content.
-            file, _, pos = text.rpartition("@")
-            return cls(file, int(pos))
-        return cls(**json.loads(text))
+            return cls(*ingest_position(value))
+        return cls(**json.loads(value))
 
 
 class Tap:
