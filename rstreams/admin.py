@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError, SerdeError
+from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.base import queue_for_key
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import SERDES, Serde
@@ -33,11 +34,11 @@ def job_root(
     names). Several candidates: an error that lists them."""
     base = Path(data_dir)
     if job:
-        root = base / job
-        if not (root / "log").is_dir():
-            raise ConfigError(f"no job {job!r} in {data_dir} (no {root / 'log'})")
-        return root
-    jobs = sorted(p.name for p in base.glob("*") if (p / "log").is_dir()) if base.is_dir() else []
+        layout = JobLayout.of(data_dir, job)
+        if not layout.log.is_dir():
+            raise ConfigError(f"no job {job!r} in {data_dir} (no {layout.log})")
+        return layout.root
+    jobs = JobLayout.jobs(data_dir)
     if len(jobs) == 1:
         return base / jobs[0]
     if not jobs:
@@ -66,16 +67,17 @@ def _named_thing(
     from rstreams.runtime.queues.filelog import has_group, has_topic
 
     if topic is not None:
-        return f"the topic {topic!r}", lambda root: has_topic(root / "log", topic)
+        return f"the topic {topic!r}", lambda root: has_topic(JobLayout.at(root).log, topic)
     if store is not None:
         from rstreams.state.inspect import changelog_of
 
         changelog = changelog_of(store)
-        return f"the store {store!r}", lambda root: has_topic(root / "log", changelog)
+        return f"the store {store!r}", lambda root: has_topic(JobLayout.at(root).log, changelog)
     if group is not None:
 
         def has(root: Path) -> bool:
-            return has_group(root / "log", group) or (root / "coordination" / group).is_dir()
+            job = JobLayout.at(root)
+            return has_group(job.log, group) or job.group(group).dir.is_dir()
 
         return f"the group {group!r}", has
     return "", None
@@ -90,7 +92,7 @@ def _broker(
     from rstreams.runtime.engine.worker import open_broker
 
     if create and args.job:
-        root = Path(args.data_dir) / args.job
+        root = JobLayout.of(args.data_dir, args.job).root
         root.mkdir(parents=True, exist_ok=True)
     else:
         root = job_root(args.data_dir, args.job, topic=topic, group=group)
@@ -157,7 +159,7 @@ def _check(args: argparse.Namespace) -> int:
     from rstreams.runtime.queues.fsck import check_log
 
     root = job_root(args.data_dir, args.job, topic=args.name)
-    checks = check_log(root / "log", [args.name] if args.name else None)
+    checks = check_log(JobLayout.at(root).log, [args.name] if args.name else None)
     damaged = 0
     for qc in checks:
         for f in qc.findings:
@@ -201,7 +203,7 @@ def _repair(args: argparse.Namespace) -> int:
     root = job_root(args.data_dir, args.job, topic=args.name)
     lock = JobLock(root.parent, root.name).acquire()  # never under a running job
     try:
-        r = repair_queue(root / "log", args.name, args.queue, args.truncate_at)
+        r = repair_queue(JobLayout.at(root).log, args.name, args.queue, args.truncate_at)
     finally:
         lock.release()
     if not (r.removed_records or r.removed_bytes):
@@ -275,10 +277,8 @@ def _topic_serdes(root: Path, topic: str) -> tuple[Serde | None, Serde | None]:
     are built-in ones that give typed values (json, msgpack); None for the others and
     for topics the topology does not know (e.g. written by ``produce``)."""
     from rstreams.planner.diff import TopologyIdentity
-    from rstreams.runtime.engine.topology_guard import TOPOLOGY_FILE
-
     try:
-        text = (root / TOPOLOGY_FILE).read_text(encoding="utf-8")
+        text = JobLayout.at(root).topology.read_text(encoding="utf-8")
         topics = TopologyIdentity.from_json(text).topics
     except (OSError, UnicodeDecodeError, ValueError):
         return None, None
@@ -414,7 +414,7 @@ def cmd_group(args: argparse.Namespace) -> int:
         f"group {group!r} does not exist in job {root.name!r}: it has no live member "
         f"and no committed offset (the job's own group is {root.name!r})"
     )
-    if not offsets and not (root / "coordination" / group).is_dir():
+    if not offsets and not JobLayout.at(root).group(group).dir.is_dir():
         raise missing  # (before looking creates the group's directory)
     m = FileGroupMembership(root, group, "rstreams-cli")
     members = m.describe()

@@ -20,7 +20,7 @@ from another terminal (or machine sharing the directory) while the job runs:
 >>> import io, tempfile
 >>> from rich.console import Console
 >>> data = tempfile.mkdtemp()
->>> (Path(data) / "wordcount" / "log").mkdir(parents=True)
+>>> JobLayout.of(data, "wordcount").log.mkdir(parents=True)
 >>> snap = snapshot(data, "wordcount")
 >>> snap.job, snap.supervisor, snap.workers
 ('wordcount', None, ())
@@ -38,7 +38,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -51,6 +50,7 @@ from rich.tree import Tree
 
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.engine.stats import pid_alive, read_stats
+from rstreams.runtime.layout import JobLayout
 
 __all__ = [
     "LiveRunView",
@@ -159,8 +159,7 @@ class LiveSnapshot:
 
 def list_jobs(data_dir: str | os.PathLike[str]) -> list[str]:
     """The jobs that have a log under ``data_dir``, sorted."""
-    base = Path(data_dir)
-    return sorted(p.name for p in base.glob("*") if (p / "log").is_dir()) if base.is_dir() else []
+    return JobLayout.jobs(data_dir)
 
 
 def pick_job(data_dir: str, job: str | None) -> str:
@@ -243,10 +242,11 @@ def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None
     from rstreams.runtime.engine.worker import open_broker, restore_progress
     from rstreams.runtime.rebalance.membership import FileGroupMembership
 
-    root = Path(data_dir) / job
-    if not (root / "log").is_dir():
-        raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {root / 'log'})")
-    coord = root / "coordination" / job
+    layout = JobLayout.of(data_dir, job)
+    root = layout.root
+    if not layout.log.is_dir():
+        raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {layout.log})")
+    coord = layout.coordination.dir
     taken = time.time()
     stats = read_stats(coord)
     supervisor, workers = stats.supervisor, stats.workers
@@ -736,7 +736,7 @@ class LiveWatcher:
 
     def take(self) -> tuple[LiveSnapshot, LiveSnapshot | None]:
         if self._topology is None:
-            coord = Path(self.data_dir) / self.job / "coordination" / self.job
+            coord = JobLayout.of(self.data_dir, self.job).coordination.dir
             supervisor = read_stats(coord).supervisor
             if supervisor is not None:  # (until it publishes, the path is not known)
                 topology, self._note = load_pipeline(supervisor)

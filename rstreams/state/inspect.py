@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError
+from rstreams.runtime.layout import JobLayout
 from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.state.stores import STREAM_TIME_KEY
 
@@ -23,7 +24,7 @@ from rstreams.state.stores import STREAM_TIME_KEY
 def _broker(data_dir: str | Path, job: str) -> Any:
     from rstreams.runtime.queues.filelog import FileBroker
 
-    root = Path(data_dir) / job / "log"
+    root = JobLayout.of(data_dir, job).log
     if not root.is_dir():
         raise ConfigError(f"no job {job!r} in {data_dir} (no {root})")
     return FileBroker(root)

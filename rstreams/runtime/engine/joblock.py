@@ -26,9 +26,9 @@ import fcntl
 import json
 import os
 import time
-from pathlib import Path
 
 from rstreams.errors import JobRunningError
+from rstreams.runtime.layout import JobLayout
 
 
 class JobLock:
@@ -36,7 +36,7 @@ class JobLock:
 
     def __init__(self, data_dir: str | os.PathLike[str], job_id: str) -> None:
         self.job_id = job_id
-        self.path = Path(data_dir) / f".{job_id}.lock"
+        self.path = JobLayout.of(data_dir, job_id).lock
         self._fd: int | None = None
 
     def acquire(self) -> JobLock:

@@ -63,6 +63,7 @@ import attrs
 
 from rstreams.errors import StateStoreError
 from rstreams.runtime.engine.watermarks import END, NO_TIME
+from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.nullkeys import NULL_KEYS
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.
 #: Errors (warnings and worse logged by rstreams) a worker file keeps.
 MAX_ERRORS = 5
 
-_SUPERVISOR = "supervisor.json"
 #: The task metrics a worker adds up (``StreamContext.metrics``).
 _COUNTS = ("late", "skipped", "dead_lettered", NULL_KEYS)
 
@@ -91,12 +91,12 @@ def coordination_dir(data_dir: str | os.PathLike[str], job_id: str) -> Path:
     >>> coordination_dir("/data", "wordcount").as_posix()
     '/data/wordcount/coordination/wordcount'
     """
-    return Path(data_dir) / job_id / "coordination" / job_id
+    return JobLayout.of(data_dir, job_id).coordination.dir
 
 
 def stats_dir(coord_dir: str | os.PathLike[str]) -> Path:
     """The statistics files of a job whose coordination directory is ``coord_dir``."""
-    return Path(coord_dir) / "stats"
+    return GroupLayout(coord_dir).stats
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -123,7 +123,7 @@ def pid_alive(pid: int) -> bool:
 
 def _generation(coord_dir: Path) -> int:
     try:
-        return int((coord_dir / "generation").read_text() or 0)
+        return int(GroupLayout(coord_dir).generation.read_text() or 0)
     except (OSError, ValueError):
         return 0
 
@@ -217,7 +217,7 @@ class StatsPublisher:
         interval: float = PUBLISH_INTERVAL,
         capture_errors: bool = True,
     ) -> None:
-        self.path = stats_dir(coord_dir) / f"worker-{member_id}.json"
+        self.path = GroupLayout(coord_dir).worker_stats(member_id)
         self.member_id = member_id
         self.interval = interval
         self.started = time.time()
@@ -388,8 +388,9 @@ class SupervisorStats:
         interval: float = PUBLISH_INTERVAL,
     ) -> None:
         self.coord_dir = Path(coord_dir)
-        self.dir = stats_dir(coord_dir)
-        self.path = self.dir / _SUPERVISOR
+        self.layout = GroupLayout(coord_dir)
+        self.dir = self.layout.stats
+        self.path = self.layout.supervisor_stats
         self.job = job
         self.pipeline = pipeline
         self.workers_wanted = workers_wanted
@@ -461,7 +462,7 @@ class SupervisorStats:
             self._prune_dead_workers()
 
     def _prune_dead_workers(self) -> None:
-        for path in self.dir.glob("worker-*.json"):
+        for path in self.layout.worker_stats_files():
             doc = _load(path)
             if doc is not None and not pid_alive(int(doc.get("pid", 0))):
                 path.unlink(missing_ok=True)
@@ -518,8 +519,8 @@ def read_stats(coord_dir: str | os.PathLike[str]) -> JobStats:
     >>> s.running, s.supervisor["records_in"], s.supervisor["workers"][0]["alive"]
     (True, 10, True)
     """
-    d = stats_dir(coord_dir)
-    supervisor = _load(d / _SUPERVISOR)
+    layout = GroupLayout(coord_dir)
+    supervisor = _load(layout.supervisor_stats)
     if (
         supervisor is not None
         and supervisor.get("state") == "running"
@@ -527,7 +528,7 @@ def read_stats(coord_dir: str | os.PathLike[str]) -> JobStats:
     ):
         supervisor = None  # it died without saying so
     workers = []
-    for path in sorted(d.glob("worker-*.json")):
+    for path in layout.worker_stats_files():
         doc = _load(path)
         if doc is not None and pid_alive(doc["pid"]):
             workers.append(doc)

@@ -58,7 +58,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Collection, Sequence
-from pathlib import Path
 
 from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
@@ -86,6 +85,7 @@ from rstreams.runtime.engine.watermarks import (
     producers_of,
 )
 from rstreams.runtime.inputs import InputLocator
+from rstreams.runtime.layout import store_dir
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
@@ -401,7 +401,7 @@ class Task:
 
             if self.config.state_dir is None:
                 raise RStreamsError("RocksDB state needs EngineConfig.state_dir")
-            path = Path(self.config.state_dir) / name / str(self.queue)
+            path = store_dir(self.config.state_dir, name, self.queue)
             return RocksDBStore(path, name, self.config.rocksdb)
         return MemoryStore(name)
 

@@ -51,14 +51,13 @@ from rstreams.planner.diff import (
     identity,
 )
 from rstreams.planner.topology import Topology
+from rstreams.runtime.layout import TOPOLOGY_FILE, JobLayout
 from rstreams.runtime.queues._files import _atomic_write
 
 __all__ = ["TOPOLOGY_FILE", "check_topology", "stale_at_end", "stale_at_start"]
 
 log = logging.getLogger("rstreams.supervisor")
 
-#: Where a job's directory keeps the topology it last ran with.
-TOPOLOGY_FILE = "topology.json"
 
 
 def check_topology(
@@ -74,7 +73,7 @@ def check_topology(
     ``fresh`` (the job starts over, its directory is empty) records without comparing.
     Returns the diff when there was an earlier topology that differs, else None.
     """
-    path = Path(job_dir) / TOPOLOGY_FILE
+    path = JobLayout(job_dir, topology.job_id).topology
     current = identity(topology)
     found: TopologyDiff | None = None
     if not fresh and path.exists():

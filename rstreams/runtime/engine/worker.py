@@ -48,6 +48,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.engine.taskid import TaskId
+from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import get_mapper
@@ -255,7 +256,7 @@ class Worker:
         """Publish a task's restore progress for the supervisor's progress line (a file
         per task under ``coordination/<job>/restore``, gone when the restore is done)."""
         self.stats.restore_progress(task, done, total)
-        path = restore_dir(self.membership.dir) / task
+        path = self.membership.layout.restore_file(task)
         if done >= total:
             path.unlink(missing_ok=True)
             return
@@ -275,7 +276,7 @@ class Worker:
             total = counts[0] + task.ctx.metrics["skipped"]
             if total == counts[1]:
                 continue
-            path = _skipped_path(self.membership.dir, task_id)
+            path = self.membership.layout.skipped_file(task_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             entries = [*_read_skipped(path)[-1:], (dict(task.positions), total)]
             tmp = path.with_name(f".{task_id}.{os.getpid()}.tmp")
@@ -360,12 +361,12 @@ class Worker:
     def _end_of_input(self) -> None:
         """The supervisor declared bounded input over for a sub-topology (a control
         file): each of its tasks here finishes (closes windows...), commits, and says so."""
-        eoi = self.membership.dir / "eoi"
-        if not eoi.is_dir():
+        layout = self.membership.layout
+        if not layout.eoi.is_dir():
             return
         for task_id, task in list(self.tasks.items()):
-            done = eoi / f"{task_id}.done"
-            if not (eoi / str(task_id.subtopology)).exists():
+            done = layout.eoi_done(task_id)
+            if not layout.eoi_declared(task_id.subtopology).exists():
                 continue
             if not done.exists():
                 task.end_of_input()
@@ -545,13 +546,13 @@ class Worker:
 
 
 def restore_dir(group_dir: Path) -> Path:
-    return group_dir / "restore"
+    return GroupLayout(group_dir).restore
 
 
 def restore_progress(group_dir: Path) -> tuple[int, int] | None:
     """(offsets replayed, offsets to replay) over the tasks restoring now, or None."""
     done = total = 0
-    for f in restore_dir(group_dir).glob("[!.]*"):
+    for f in GroupLayout(group_dir).restore_files():
         try:
             d, t = (int(x) for x in f.read_text().split())
         except (OSError, ValueError):
@@ -559,10 +560,6 @@ def restore_progress(group_dir: Path) -> tuple[int, int] | None:
         done += d
         total += t
     return (done, total) if total else None
-
-
-def _skipped_path(group_dir: Path, task: TaskId) -> Path:
-    return group_dir / "skipped" / str(task)
 
 
 def _read_skipped(path: Path) -> list[tuple[dict[str, int], int]]:
@@ -581,7 +578,7 @@ def skipped_at(group_dir: Path, task: TaskId, committed: dict[str, int]) -> int:
     commit that never happened (the worker died) is not taken, and the records it
     counted are counted again by whoever processes them again."""
     best = 0
-    for positions, count in _read_skipped(_skipped_path(group_dir, task)):
+    for positions, count in _read_skipped(GroupLayout(group_dir).skipped_file(task)):
         if all(pos <= committed.get(topic, 0) for topic, pos in positions.items()):
             best = max(best, count)
     return best
@@ -590,7 +587,7 @@ def skipped_at(group_dir: Path, task: TaskId, committed: dict[str, int]) -> int:
 def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
     from rstreams.runtime.queues.filelog import FileBroker
 
-    return FileBroker(Path(root) / "log", **kwargs)
+    return FileBroker(JobLayout.at(root).log, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -695,7 +692,7 @@ def _make_worker(args: argparse.Namespace) -> Worker:
             queue_mapper=get_mapper(args.queue_mapper),
             guarantee=args.guarantee,
             state=args.state,
-            state_dir=str(Path(args.data_dir) / "state"),
+            state_dir=str(JobLayout.at(args.data_dir).state),
             source_idle_ms=args.source_idle_ms,
             caught_up_idle=True,  # its sources are input files, read by the ingest
         ),

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.faults import maybe_fail
+from rstreams.runtime.layout import JobLayout
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
@@ -61,9 +62,9 @@ def _repair_advice(
 ) -> str:
     """The next step, as commands: see every damage, cut it, rebuild the job."""
     where = ""
-    if root is not None and Path(root).name == "log":  # a job's log: DATA_DIR/JOB/log
-        job = Path(root).parent
-        where = f" --data-dir {job.parent} --job {job.name}"
+    job = JobLayout.of_log(root) if root is not None else None
+    if job is not None:  # a job's log
+        where = f" --data-dir {job.data_dir} --job {job.job}"
     cut = ""
     if queue is not None and offset is not None:
         repair = f"rstreams topics repair {topic} --queue {queue} --truncate-at {offset}"

@@ -38,6 +38,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from rstreams.errors import ConfigError, JobNeedsRebuildError
+from rstreams.runtime.layout import NEEDS_REBUILD_FILE, JobLayout
 from rstreams.runtime.queues._files import _atomic_write, _encode_name
 from rstreams.runtime.queues._logformat import (
     FrameError,
@@ -67,10 +68,6 @@ __all__ = [
     "check_log",
     "repair_queue",
 ]
-
-#: In a job's directory (next to ``log/``): written by a repair that removed records.
-NEEDS_REBUILD_FILE = "needs-rebuild.json"
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -342,8 +339,8 @@ def repair_queue(
     finally:
         broker.close()
     removed = report.removed_records or report.removed_bytes
-    if removed and root.name == "log":  # a job's log: DATA_DIR/JOB/log
-        job = root.parent
+    job = JobLayout.of_log(root)  # (None: not a job's log)
+    if removed and job is not None:
         doc = {
             "repaired_at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "topic": topic,
@@ -351,10 +348,10 @@ def repair_queue(
             "cut_at": truncate_at,
             "removed_records": report.removed_records,
         }
-        (job / NEEDS_REBUILD_FILE).write_text(json.dumps(doc) + "\n")
-        report.job_marked = job.name
-        for store_dir in sorted((job / "state").glob(f"*/{queue}")):
-            if topic == f"{job.name}-{store_dir.parent.name}-changelog":
+        job.needs_rebuild.write_text(json.dumps(doc) + "\n")
+        report.job_marked = job.job
+        for store_dir in job.store_dirs(queue):
+            if topic == f"{job.job}-{store_dir.parent.name}-changelog":
                 report.stores.append(str(store_dir))
     return report
 
@@ -416,7 +413,7 @@ def _cut(
 
 def refuse_if_repaired(job_dir: str | os.PathLike[str]) -> None:
     """Raise :class:`JobNeedsRebuildError` if a repair removed records of this job."""
-    path = Path(job_dir) / NEEDS_REBUILD_FILE
+    path = JobLayout.at(job_dir).needs_rebuild
     try:
         doc = json.loads(path.read_text())
         what = (

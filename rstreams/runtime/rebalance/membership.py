@@ -1,6 +1,6 @@
 """Group membership through files in the data directory (no server needed).
 
-Layout under ``<root>/coordination/<group>/``::
+Layout under ``<root>/coordination/<group>/`` (see rstreams.runtime.layout)::
 
     generation            the group's generation number; bumped on every membership change
     coordinator.lock      serializes bumps
@@ -27,6 +27,8 @@ import os
 import time
 from pathlib import Path
 from typing import IO
+
+from rstreams.runtime.layout import GroupLayout
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -60,9 +62,10 @@ class FileGroupMembership:
     def __init__(
         self, root: str | os.PathLike[str], group: str, member_id: str, session_timeout: float = 5.0
     ) -> None:
-        self.dir = Path(root) / "coordination" / group
-        self.members_dir = self.dir / "members"
-        self.tasks_dir = self.dir / "tasks"
+        self.layout = GroupLayout.of(root, group)
+        self.dir = self.layout.dir
+        self.members_dir = self.layout.members
+        self.tasks_dir = self.layout.tasks
         for d in (self.members_dir, self.tasks_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.group = group
@@ -76,16 +79,16 @@ class FileGroupMembership:
 
     def generation(self) -> int:
         try:
-            return int((self.dir / "generation").read_text() or 0)
+            return int(self.layout.generation.read_text() or 0)
         except (FileNotFoundError, ValueError):
             return 0
 
     def bump(self) -> int:
         """Increment the generation (tells every member to rebalance)."""
-        with open(self.dir / "coordinator.lock", "a") as lock:
+        with open(self.layout.coordinator_lock, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             gen = self.generation() + 1
-            _write_atomic(self.dir / "generation", str(gen))
+            _write_atomic(self.layout.generation, str(gen))
             return gen
 
     # -- own membership ------------------------------------------------------------------
@@ -95,17 +98,17 @@ class FileGroupMembership:
             return
         # Lock under a temporary name, then rename: nobody can see the lock file unlocked
         # (and take us for dead) between its creation and the lock.
-        tmp = self.members_dir / f".{self.member_id}.{os.getpid()}.joining"
+        tmp = self.layout.member_joining(self.member_id, os.getpid())
         f = open(tmp, "w")  # noqa: SIM115 (held for the member's lifetime)
         fcntl.flock(f, fcntl.LOCK_EX)
         self._lock_file = f
         self.heartbeat()
-        os.replace(tmp, self.members_dir / f"{self.member_id}.lock")
+        os.replace(tmp, self.layout.member_lock(self.member_id))
         self.bump()
 
     def heartbeat(self) -> None:
         info = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time()}
-        _write_atomic(self.members_dir / f"{self.member_id}.json", json.dumps(info))
+        _write_atomic(self.layout.member_info(self.member_id), json.dumps(info))
 
     def leave(self) -> None:
         """Release every task, leave the group and tell the others."""
@@ -113,9 +116,7 @@ class FileGroupMembership:
             self.release_task(task)
         if self._lock_file is None:
             return
-        for suffix in (".lock", ".json"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.members_dir / f"{self.member_id}{suffix}").unlink()
+        self._remove_member(self.member_id)
         self._lock_file.close()
         self._lock_file = None
         self.bump()
@@ -125,13 +126,12 @@ class FileGroupMembership:
     def members(self) -> list[str]:
         """Live members, sorted. Removes dead ones (and bumps the generation if any)."""
         alive, dead = [], []
-        for lock_path in self.members_dir.glob("*.lock"):
-            member = lock_path.stem
+        for member in self.layout.listed_members():
             if member == self.member_id and self._lock_file is not None:
                 alive.append(member)
                 continue
             try:
-                with open(lock_path) as f:
+                with open(self.layout.member_lock(member)) as f:
                     if _try_lock(f, shared=True):
                         dead.append(member)  # nobody holds it: its process is gone
                         continue
@@ -141,16 +141,19 @@ class FileGroupMembership:
                 continue  # hung: not counted, but its lock still holds its tasks
             alive.append(member)
         for member in dead:
-            for suffix in (".lock", ".json"):
-                with contextlib.suppress(FileNotFoundError):
-                    (self.members_dir / f"{member}{suffix}").unlink()
+            self._remove_member(member)
         if dead:
             self.bump()
         return sorted(alive)
 
+    def _remove_member(self, member: str) -> None:
+        for path in (self.layout.member_lock(member), self.layout.member_info(member)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
     def _stale(self, member: str) -> bool:
         try:
-            info = json.loads((self.members_dir / f"{member}.json").read_text())
+            info = json.loads(self.layout.member_info(member).read_text())
         except (FileNotFoundError, ValueError):
             return False  # being written; the lock says it is alive
         return bool(time.time() - info.get("heartbeat", 0) > self.session_timeout)
@@ -160,7 +163,7 @@ class FileGroupMembership:
         out: dict[str, dict[str, object]] = {}
         for member in self.members():
             try:
-                info = json.loads((self.members_dir / f"{member}.json").read_text())
+                info = json.loads(self.layout.member_info(member).read_text())
             except (FileNotFoundError, ValueError):
                 info = {}
             out[member] = {
@@ -175,7 +178,7 @@ class FileGroupMembership:
         """Take the lock of ``task``; False while another member still holds it."""
         if task in self._task_locks:
             return True
-        f = open(self.tasks_dir / f"{task}.lock", "a")  # noqa: SIM115 (held while owned)
+        f = open(self.layout.task_lock(task), "a")  # noqa: SIM115 (held while owned)
         if not _try_lock(f):
             f.close()
             return False
@@ -193,12 +196,12 @@ class FileGroupMembership:
     def task_owners(self) -> dict[str, str]:
         """Task -> member currently holding its lock (free tasks are left out)."""
         owners = {}
-        for path in sorted(self.tasks_dir.glob("*.lock")):
+        for task in self.layout.listed_tasks():
             try:
-                with open(path) as f:
+                with open(self.layout.task_lock(task)) as f:
                     if _try_lock(f, shared=True):
                         continue  # nobody holds it
-                    owners[path.stem] = f.read().strip() or "?"
+                    owners[task] = f.read().strip() or "?"
             except FileNotFoundError:
                 continue
         return owners
