@@ -277,6 +277,7 @@ def _topic_serdes(root: Path, topic: str) -> tuple[Serde | None, Serde | None]:
     are built-in ones that give typed values (json, msgpack); None for the others and
     for topics the topology does not know (e.g. written by ``produce``)."""
     from rstreams.planner.diff import TopologyIdentity
+
     try:
         text = JobLayout.at(root).topology.read_text(encoding="utf-8")
         topics = TopologyIdentity.from_json(text).topics

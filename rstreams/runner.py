@@ -109,21 +109,7 @@ def _run_embedded(
     if config.follow and config.data_dir is None:
         raise ConfigError("follow=True needs the durable runtime: give data_dir")
     if config.data_dir is not None or (config.workers or 1) > 1:
-        if config.pipeline is None:
-            raise ConfigError(
-                "the durable runtime starts worker processes that load the pipeline from its "
-                "file: pass pipeline='path/to/pipeline.py' (or run without data_dir/workers)"
-            )
-        from rstreams.runtime.engine.supervisor import run_durable
-
-        return run_durable(
-            config.pipeline,
-            topology,
-            inputs,
-            config.replace(data_dir=config.data_dir or DEFAULT_DATA_DIR),
-            progress=progress,
-        )
-
+        return _run_durable(topology, inputs, config, progress)
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())
@@ -153,13 +139,8 @@ def _run_embedded(
                     del iters[topic]
                     continue
                 lines, consumed[topic] = nxt
-                ts = wall_clock_ms()
-                q = rounds % engine.queue_counts[topic]
-                rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
-                rows = [(ts, None, line, ()) for line in lines]
-                if inputs[topic] != "-":  # (marked as the durable ingest does: see InputLocator)
-                    rows[-1] = (ts, None, lines[-1], ingest_mark(inputs[topic], consumed[topic]))
-                producer.send_many(topic, q, rows)
+                rows = _chunk_rows(lines, inputs[topic], consumed[topic])
+                producer.send_many(topic, rounds % engine.queue_counts[topic], rows)
                 records_in += len(lines)
             rounds += 1
             producer.flush()
@@ -196,6 +177,43 @@ def _run_embedded(
         engine.metrics(),
         dead_letters=dead_letters,
     )
+
+
+def _chunk_rows(
+    lines: list[bytes], path: str, consumed: int
+) -> list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]:
+    """A chunk of ``path``'s lines as records; the last one is marked with what was read
+    of the file (``consumed`` bytes), as the durable ingest does (see InputLocator)."""
+    ts = wall_clock_ms()
+    rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
+    rows = [(ts, None, line, ()) for line in lines]
+    if path != "-":
+        rows[-1] = (ts, None, lines[-1], ingest_mark(path, consumed))
+    return rows
+
+
+def _run_durable(
+    topology: Topology,
+    inputs: dict[str, str],
+    config: RunConfig,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    """On worker processes (the durable runtime), which load the pipeline's file."""
+    if config.pipeline is None:
+        raise ConfigError(
+            "the durable runtime starts worker processes that load the pipeline from its "
+            "file: pass pipeline='path/to/pipeline.py' (or run without data_dir/workers)"
+        )
+    from rstreams.runtime.engine.supervisor import run_durable
+
+    result: RunResult = run_durable(
+        config.pipeline,
+        topology,
+        inputs,
+        config.replace(data_dir=config.data_dir or DEFAULT_DATA_DIR),
+        progress=progress,
+    )
+    return result
 
 
 def _collect(

@@ -16,7 +16,8 @@ import pytest
 from rstreams.cli import main as cli_main
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError, SerdeError
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor, _worker_error, describe_exit
+from rstreams.runtime.engine.exitreport import ExitReport, describe_exit, worker_error
+from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.runtime.engine.worker import EXIT_FATAL, EXIT_PROCESSING_ERROR
 
 
@@ -123,17 +124,22 @@ def test_a_fatal_error_ends_the_run_at_once(tmp_path, capsys):
 
 def test_a_worker_error_keeps_its_kind():
     """The run's error is the kind the worker stopped on: a ConfigError stays one (exit
-    code 2), other rstreams errors stay theirs, and the last message is the one taken."""
-    log = "INFO something\nrstreams worker: old\nrstreams worker: ConfigError: bad option\n"
-    err = _worker_error(EXIT_FATAL, log)
+    code 2), other rstreams errors stay theirs, and the last message is the one taken.
+    The worker's exit report (its last line, tagged JSON) says which."""
+
+    def _worker_error(code: int, *reports: tuple[str | None, str]) -> RStreamsError:
+        lines = ["INFO something", *(ExitReport(code, e, m).line() for e, m in reports)]
+        return worker_error(code, ExitReport.last_in([*lines, "a traceback line"], code))
+
+    err = _worker_error(EXIT_FATAL, ("RStreamsError", "old"), ("ConfigError", "bad option"))
     assert type(err) is ConfigError and str(err) == "bad option"
-    err = _worker_error(EXIT_FATAL, "rstreams worker: SerdeError: no\n  more\n")
+    err = _worker_error(EXIT_FATAL, ("SerdeError", "no\n  more\n"))
     assert type(err) is SerdeError and str(err) == "no\n  more"
-    err = _worker_error(EXIT_FATAL, "rstreams worker: CorruptLogError: corrupt log 'x'[0]\n")
+    err = _worker_error(EXIT_FATAL, ("CorruptLogError", "corrupt log 'x'[0]"))
     assert type(err) is RStreamsError and str(err) == "corrupt log 'x'[0]"
-    err = _worker_error(EXIT_FATAL, "a traceback without the line\n")
+    err = _worker_error(EXIT_FATAL)  # (no report: a traceback without it)
     assert type(err) is RStreamsError and "exit code 4" in str(err)
-    err = _worker_error(EXIT_PROCESSING_ERROR, "rstreams worker: step 's' failed\n")
+    err = _worker_error(EXIT_PROCESSING_ERROR, ("ProcessingError", "step 's' failed"))
     assert type(err) is ProcessingError and str(err) == "step 's' failed"
 
 

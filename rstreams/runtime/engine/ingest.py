@@ -41,10 +41,13 @@ progress that could disagree with the log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 import attrs
@@ -61,10 +64,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK",
     "INGEST_HEADER",
+    "Ingest",
+    "Input",
     "ReadMark",
     "Tap",
     "input_changed",
     "last_mark",
+    "read_marks",
     "what_changed",
 ]
 
@@ -220,3 +226,162 @@ def input_changed(path: str, what: str) -> ConfigError:
         f"input {path!r} changed since the job read it: {what}; the job's table counts what "
         f"it read then; run with --fresh to start over"
     )
+
+
+def read_marks(broker: Broker, inputs: dict[str, str]) -> dict[str, ReadMark | None]:
+    """What the job read of each input (source topic -> its file), by the log. Refuses
+    (ConfigError) an input that no longer holds that: resuming would count lines twice,
+    skip them, or count a fragment of a line as a line."""
+    read: dict[str, ReadMark | None] = {}
+    for topic, path in inputs.items():
+        mark = read[topic] = last_mark(broker, topic, os.path.realpath(path))
+        if mark is not None and (what := what_changed(path, mark)) is not None:
+            raise input_changed(path, what)
+    return read
+
+
+class Input:
+    """One input file being appended to its source topic."""
+
+    def __init__(self, topic: str, path: str, queues: int, read: ReadMark | None) -> None:
+        self.topic = topic
+        self.path = path
+        self.id = os.path.realpath(path)
+        self.queues = queues
+        st = os.stat(path)
+        #: What the job has read of the file (in the log: the last chunk's header).
+        self.mark = read or ReadMark(self.id, 0, st.st_dev, st.st_ino)
+        self.position = self.mark.position
+        self.lines = 0
+        #: Each queue's end when the ingest last reached the end of the file, recorded.
+        self.ended_at: dict[int, int] = {}
+        self.size = st.st_size
+
+    def current_size(self) -> int:
+        """The file's size now (a followed file grows), never below what was read."""
+        with contextlib.suppress(OSError):  # (moved away: what it had is what it has)
+            self.size = os.path.getsize(self.path)
+        return max(self.size, self.position)
+
+    def check(self, follow: bool = False) -> None:
+        """Refuse a file that no longer holds what the job read of it (ConfigError)."""
+        what = what_changed(self.path, self.mark, follow=follow)
+        if what is not None:
+            raise input_changed(self.path, what)
+
+    def chunks(
+        self, chunk_lines: int, follow: bool = False
+    ) -> Iterator[tuple[list[bytes], ReadMark]]:
+        """Chunks of whole lines from the current position, each with the mark of what was
+        read up to its end. A last line without a newline is taken as a line at the end of
+        a bounded file (its mark says so: a later run refuses the file if the line goes
+        on), but left for later when following a file that is still being written."""
+        from rstreams.runtime.inputs import line_chunks
+
+        start = self.position  # the caller moves position on as chunks are appended
+        with open(self.path, "rb") as f:
+            if not self.mark.newline and os.pread(f.fileno(), 1, start) == b"\n":
+                # A line read without its newline got just that newline since (anything
+                # else fails the check): the line was whole; read on after it.
+                start += 1
+            tap = Tap(f, self.id, start, self.mark)
+            for lines, consumed in line_chunks(tap, chunk_lines, last_partial=not follow):
+                yield lines, tap.mark(start + consumed)
+
+
+class Ingest:
+    """Appends input files to their source topics in chunks of whole lines, round-robin
+    over each topic's queues. Every chunk's last record carries the mark of what was read
+    up to its end (the log keeps both or neither: a crash can not make them disagree).
+    Following input (``follow``), it looks for lines appended since every half second,
+    first checking that each file still holds what was read of it, as ``tail -F`` does:
+    a file truncated, rewritten or replaced stops the run."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        job_id: str,
+        inputs: list[Input],
+        *,
+        chunk_lines: int,
+        follow: bool = False,
+        max_rate: float | None = None,
+    ) -> None:
+        self.broker = broker
+        self.job_id = job_id
+        self.inputs = inputs
+        self.chunk_lines = chunk_lines
+        self.follow = follow
+        #: Lines per second, None = as fast as it goes (tests slow it down).
+        self.max_rate = max_rate
+        self.pending = [(i, i.chunks(chunk_lines, follow)) for i in inputs]
+        self._rr = 0
+        self._next_look = 0.0
+
+    @property
+    def done(self) -> bool:
+        """Everything there is to read was appended (for now, following input)."""
+        return not self.pending
+
+    def look_again(self) -> None:
+        """Following input, once all of it was appended: look for lines appended since
+        (at most every half second), after checking each file (ConfigError)."""
+        if self.follow and not self.pending and time.monotonic() >= self._next_look:
+            for i in self.inputs:
+                i.check(follow=True)
+            self.pending = [(i, i.chunks(self.chunk_lines, True)) for i in self.inputs]
+            self._next_look = time.monotonic() + 0.5
+
+    def step(self) -> bool:
+        """Append the next chunk of each input that has one; True if any had one."""
+        ingested = False
+        for inp, chunks in list(self.pending):
+            item = next(chunks, None)
+            if item is None:
+                self.pending.remove((inp, chunks))
+                self._record_input_end(inp)
+                continue
+            self._append(inp, *item)
+            ingested = True
+        return ingested
+
+    def _append(self, inp: Input, lines: list[bytes], read: ReadMark) -> None:
+        from rstreams.runtime.engine.local import wall_clock_ms
+
+        ts = wall_clock_ms()
+        rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
+        rows = [(ts, None, line, ()) for line in lines]
+        rows[-1] = (ts, None, lines[-1], ((INGEST_HEADER, read.encode()),))
+        # Chunks go round-robin over the queues, so the newest mark is the largest one
+        # among the queues' last records (what resume looks for).
+        q = self._rr % inp.queues
+        self._rr += 1
+        self.broker.append(inp.topic, q, rows)
+        self.broker.flush()
+        inp.mark = read
+        inp.position = read.position
+        inp.lines += len(lines)
+        if self.max_rate:
+            time.sleep(len(lines) / self.max_rate)
+
+    def _record_input_end(self, inp: Input) -> None:
+        """The ingest reached the end of ``inp``'s file (for now, if following it): record
+        where each of its queues ends, so that tasks that have read that far stop holding
+        event time back (see the watermarks module)."""
+        from rstreams.runtime.engine.watermarks import ingest_group
+
+        group = ingest_group(self.job_id)
+        for q in range(inp.queues):
+            end = self.broker.end_offset(inp.topic, q)
+            if inp.ended_at.get(q) != end:
+                self.broker.commit(group, inp.topic, q, end)
+                inp.ended_at[q] = end
+
+    def counts(self) -> dict[str, int]:
+        """Lines appended and bytes read in this run, and the inputs' total size (a
+        followed file's now: its size at start would put progress past 100%)."""
+        return {
+            "records_in": sum(i.lines for i in self.inputs),
+            "bytes_read": sum(i.position for i in self.inputs),
+            "bytes_total": sum(i.current_size() if self.follow else i.size for i in self.inputs),
+        }

@@ -59,7 +59,6 @@ __all__ = ["TOPOLOGY_FILE", "check_topology", "stale_at_end", "stale_at_start"]
 log = logging.getLogger("rstreams.supervisor")
 
 
-
 def check_topology(
     job_dir: str | os.PathLike[str],
     topology: Topology,

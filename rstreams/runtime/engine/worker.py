@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -38,6 +37,9 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
+from rstreams.runtime.engine.exitreport import EXIT_PROCESSING_ERROR as EXIT_PROCESSING_ERROR
+from rstreams.runtime.engine.exitreport import ExitReport
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.stats import StatsPublisher
@@ -63,14 +65,6 @@ from rstreams.state.stores import StoreDamagedError
 
 log = logging.getLogger("rstreams.worker")
 
-#: Exit code of a worker stopped by a record that failed processing (not restarted).
-EXIT_PROCESSING_ERROR = 3
-#: Exit code of a worker stopped by an error that a restart would meet again: a full or
-#: failing disk, a corrupt log, an unreadable changelog, a value its serde can not
-#: write, a bad option... (not restarted; the message is the last line the worker
-#: prints). An unexpected exception (a bug, with its traceback) exits 1 and is
-#: restarted, as is a worker killed by a signal.
-EXIT_FATAL = 4
 #: Rebuilds of damaged state a worker makes in a row, without a commit between them,
 #: before it gives up (the damage is not in the store's files: the disk, a bug...).
 MAX_REBUILDS = 3
@@ -649,30 +643,20 @@ def main(argv: list[str] | None = None) -> int:
         if not stopped_on:
             worker.run()
         if stopped_on:
-            # Named for the supervisor, which tells a stop it asked for from another one.
-            log.warning("%s: %s %s", worker.member_id, STOPPED_ON_TEXT, stopped_on[0])
+            # Reported for the supervisor, which tells a stop it asked for from another.
+            log.warning("%s: stopped on %s", worker.member_id, stopped_on[0])
+            return ExitReport(0, stopped_on=stopped_on[0]).tell()
+    # The worker's last line, its exit report: the supervisor reports it as the run's error.
     except ProcessingError as e:
-        print(f"{WORKER_ERROR_PREFIX}{e}", file=sys.stderr)
-        return EXIT_PROCESSING_ERROR
+        return ExitReport.of(e, EXIT_PROCESSING_ERROR).tell()
     except RStreamsError as e:
-        # The last thing the worker prints: the supervisor reports it as the run's error.
-        print(f"{WORKER_ERROR_PREFIX}{type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_FATAL
+        return ExitReport.of(e, EXIT_FATAL).tell()
     except OSError as e:
         if e.errno not in StorageError.ERRNOS:
             raise  # unexpected: a traceback, and a restart
         # A restart would meet the full (or failing) disk again.
-        print(f"{WORKER_ERROR_PREFIX}StorageError: {StorageError.of(e)}", file=sys.stderr)
-        return EXIT_FATAL
+        return ExitReport.of(StorageError.of(e), EXIT_FATAL).tell()
     return 0
-
-
-#: How a worker's last line, its error, starts (the supervisor looks for it in the log).
-WORKER_ERROR_PREFIX = "rstreams worker: "
-#: What a worker stopped by a signal logs before the signal's name, and how the
-#: supervisor finds that name again.
-STOPPED_ON_TEXT = "stopped on"
-STOPPED_ON = re.compile(rf"{STOPPED_ON_TEXT} (SIG[A-Z0-9]+)")
 
 
 def _make_worker(args: argparse.Namespace) -> Worker:

@@ -69,6 +69,7 @@ __all__ = [
     "repair_queue",
 ]
 
+
 @dataclass(frozen=True)
 class Finding:
     """One problem: where it is and the first offset it makes unreadable (None if it is

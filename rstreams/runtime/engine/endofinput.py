@@ -1,0 +1,83 @@
+"""End of input of a bounded durable run: when everything is processed, and declaring it.
+
+A bounded run is over when everything is ingested, every input queue of every
+sub-topology is committed up to its end, and end of input was declared to every
+sub-topology in turn. Upstream first: once a sub-topology has committed all its input,
+everything it will ever write downstream is already in the log (it flushes before
+committing). Declaring end of input to a sub-topology (a control file, see
+:class:`~rstreams.runtime.layout.GroupLayout`) makes each of its tasks finish (close
+its windows...), commit and say so; what that emits downstream is processed before the
+next sub-topology is told.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.taskid import TaskId
+from rstreams.runtime.layout import GroupLayout
+from rstreams.runtime.queues.broker import Broker
+
+
+class EndOfInput:
+    """Tells when the job's group has committed all its input, and declares end of input
+    one sub-topology at a time (the supervisor's side; workers answer in
+    ``Worker._end_of_input``)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        topology: Topology,
+        queue_counts: dict[str, int],
+        group: GroupLayout,
+    ) -> None:
+        self.broker = broker
+        self.topology = topology
+        self.queue_counts = queue_counts
+        self.group = group
+
+    def reset(self) -> None:
+        """A new bounded run: end of input is declared afresh when its input is done."""
+        shutil.rmtree(self.group.eoi, ignore_errors=True)
+
+    def _queues(self) -> list[tuple[str, int]]:
+        """Every input queue of every sub-topology, upstream first."""
+        return [
+            (topic, q)
+            for sub in self.topology.subtopologies
+            for topic in sub.source_topics
+            for q in range(self.queue_counts[topic])
+        ]
+
+    def _uncommitted(self, topic: str, q: int) -> int:
+        group = self.topology.job_id
+        return self.broker.end_offset(topic, q) - self.broker.committed(group, topic, q)
+
+    def lag(self) -> int:
+        """Records not yet committed, over every input queue of every sub-topology."""
+        return sum(self._uncommitted(topic, q) for topic, q in self._queues())
+
+    def committed_all(self) -> bool:
+        """Is every input queue of every sub-topology committed up to its end?"""
+        return all(self._uncommitted(topic, q) <= 0 for topic, q in self._queues())
+
+    def declare_step(self) -> bool:
+        """Declare end of input to the next sub-topology (upstream first) once the
+        previous one's tasks all finished and their output is processed. True when all
+        are done."""
+        self.group.eoi.mkdir(parents=True, exist_ok=True)
+        for sub in self.topology.subtopologies:
+            n = max(self.queue_counts[t] for t in sub.source_topics)
+            declared = self.group.eoi_declared(sub.id)
+            if not declared.exists():
+                declared.touch()
+                return False
+            if not all(self.group.eoi_done(TaskId(sub.id, q)).exists() for q in range(n)):
+                return False
+        return True
+
+    def over(self) -> bool:
+        """All input committed and end of input declared to, and done by, every
+        sub-topology in turn (call only once everything is ingested)."""
+        return self.committed_all() and self.declare_step()
