@@ -1,0 +1,114 @@
+"""WorkerPool on real worker processes: an error a restart would meet again ends the
+run with the worker's own error, a crash loop without progress gives up, a worker
+stopped from outside is restarted and the warning says by what."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rstreams.errors import PipelineFileError, RStreamsError
+from rstreams.runtime.engine.workerpool import WorkerPool
+from rstreams.runtime.layout import JobLayout
+
+UPPER = """
+    from rstreams import StreamBuilder
+
+    def build():
+        b = StreamBuilder("up")
+        b.source("in").map(str.upper).sink("out")
+        return b
+"""
+
+
+def pool(tmp_path: Path, body: str, **kw) -> WorkerPool:
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(textwrap.dedent(body))
+    options = {"on_error": "fail", "worker_args": [], "max_restarts": 3, **kw}
+    return WorkerPool(
+        str(pipeline), JobLayout.of(tmp_path / "data", "up"), committed=dict, **options
+    )
+
+
+def check_until(p: WorkerPool, done, what: str) -> None:
+    """Call ``check`` until ``done()`` (it raises what the pool raises)."""
+    deadline = time.monotonic() + 120
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited too long for {what}")
+        p.check()
+        time.sleep(0.02)
+
+
+def test_an_error_a_restart_would_meet_again_ends_at_once_with_its_kind(tmp_path: Path) -> None:
+    p = pool(tmp_path, "def build():\n    raise ValueError('no pipeline here')\n")
+    try:
+        p.start(2)
+        with pytest.raises(PipelineFileError, match="no pipeline here") as info:
+            check_until(p, lambda: False, "the error")
+        assert "ValueError" in str(info.value)
+        assert p.spawned == 2 and p.restarts == 0
+        # Its output went to its log file too, the exit report last.
+        log = JobLayout.of(tmp_path / "data", "up").worker_log(0).read_text()
+        assert log.splitlines()[-1].startswith("rstreams worker exit: ")
+    finally:
+        p.stop()
+
+
+def test_options_a_worker_refuses_end_the_run(tmp_path: Path) -> None:
+    p = pool(tmp_path, UPPER, worker_args=["--no-such-option"])
+    try:
+        p.start(1)
+        with pytest.raises(RStreamsError, match="a worker stopped with exit code 2"):
+            check_until(p, lambda: False, "the error")
+    finally:
+        p.stop()
+
+
+def test_a_crash_loop_without_progress_gives_up_with_the_last_lines(tmp_path: Path) -> None:
+    body = """
+        import os, signal
+        print("about to die", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    p = pool(tmp_path, body, max_restarts=2)
+    try:
+        p.start(1)
+        with pytest.raises(RStreamsError) as info:
+            check_until(p, lambda: False, "giving up")
+        msg = str(info.value)
+        assert "worker 0 killed by SIGKILL; giving up after 2 restart(s) in a row" in msg
+        assert "--max-restarts 2" in msg and "worker-0.log" in msg and "about to die" in msg
+        assert p.spawned == 3 and p.restarts == 2 and len(p.failures) == 3
+        assert p.backoff == 0.4  # doubled after each restart
+    finally:
+        p.stop()
+
+
+def test_a_worker_stopped_from_outside_is_replaced_and_named(tmp_path: Path, caplog) -> None:
+    p = pool(tmp_path, UPPER)
+    group = JobLayout.of(tmp_path / "data", "up").coordination
+
+    def joined(member: str) -> bool:  # (its signal handlers are set by then)
+        return member in group.listed_members()
+
+    try:
+        p.start(1)
+        first = p.procs[0]
+        check_until(p, lambda: joined("w0-1"), "a worker")
+        first.send_signal(signal.SIGTERM)  # not the pool's: a restart
+        check_until(p, lambda: joined("w0-2"), "the replacement")
+        assert p.failures == ["exited 0 after a SIGTERM the supervisor did not send"]
+        assert "starting a replacement" in caplog.text
+        assert p.alive() == 1 and set(p.pids()) == {0}
+        slot = p.add_worker()
+        assert slot == 1 and p.spawned == 3
+        p.remove_worker(slot)  # asked to leave: not replaced
+        assert set(p.procs) == {0}
+    finally:
+        p.stop()
+    assert all(proc.returncode == 0 for proc in p.procs.values())

@@ -1,0 +1,65 @@
+"""Collector: the final tables, the skip counts and the output size of a durable job,
+read from its log and files after a real worker processed its input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rstreams import StreamBuilder
+from rstreams.runtime.engine.collect import Collector, publish_stats
+from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.stats import SupervisorStats, read_stats
+from rstreams.runtime.engine.worker import Worker, open_broker
+from rstreams.runtime.layout import JobLayout
+
+
+def finish(worker: Worker) -> None:
+    """Step until the worker owns its tasks and committed all their input."""
+    now = 0.0
+    worker.join(now)
+    for _ in range(20_000):
+        now += 0.05
+        moved = worker.step(now)
+        if (
+            not moved
+            and len(worker.tasks) == len(worker.wanted)
+            and not any(t.lag() or t.uncommitted for t in worker.tasks.values())
+        ):
+            return
+    raise AssertionError("the worker did not finish")
+
+
+def test_tables_skip_counts_and_records_out(tmp_path: Path) -> None:
+    b = StreamBuilder("ints")
+    b.source("in", queues=2).map(int).keyBy(lambda n: n % 2).count(queues=1).sink("parity")
+    topology = b.build()
+    broker = open_broker(tmp_path)
+    worker = Worker(topology, broker, tmp_path, member_id="w", engine=EngineConfig(on_error="skip"))
+    group = JobLayout(tmp_path, "ints").coordination
+    collect = Collector(broker, topology, worker.queue_counts, group)
+    try:
+        assert collect.tables() == {"parity": {}} and collect.skipped() == 0
+        broker.append("in", 0, [(0, None, v, ()) for v in (b"1", b"x", b"2")])
+        broker.append("in", 1, [(0, None, v, ()) for v in (b"3", b"y", b"z")])
+        finish(worker)
+        assert collect.tables() == {"parity": {0: 1, 1: 2}}
+        assert collect.skipped() == 3  # over both tasks that skipped
+        assert collect.records_out() >= 2  # (updates of a key may be coalesced)
+        assert collect.restoring() is None
+    finally:
+        worker.leave()
+        broker.close()
+
+
+def test_stats_of_a_failed_run_are_published_with_what_can_be_read(tmp_path: Path) -> None:
+    coord = JobLayout(tmp_path, "wc").coordination
+    stats = SupervisorStats(coord.dir, job="wc", pipeline="wc.py", workers_wanted=1)
+    publish_stats(stats, lambda: {"records_in": 5}, {0: None})
+    assert read_stats(coord.dir).supervisor["records_in"] == 5  # type: ignore[index]
+
+    def failing() -> dict[str, int]:
+        raise OSError("the log is gone")
+
+    publish_stats(stats, failing, {0: None}, "failed")
+    doc = read_stats(coord.dir).supervisor
+    assert doc is not None and doc["state"] == "failed" and doc["records_in"] == 5
