@@ -221,6 +221,11 @@ def test_userfn_sits_below_everything() -> None:
     assert {b for a, b, _ in EDGES if a == "rstreams.userfn"} <= {"rstreams.errors"}
 
 
+def test_the_job_layout_sits_below_everything_that_finds_a_file() -> None:
+    """The engine, the queues, the membership, admin and live all ask it for paths."""
+    assert {b for a, b, _ in EDGES if a == "rstreams.runtime.layout"} == set()
+
+
 if __name__ == "__main__":
     for kind in ("module", "function", "type"):
         print(f"{kind}-level imports: {sum(1 for e in EDGES if e[2] == kind)}")
