@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
@@ -17,20 +19,15 @@ from rstreams.runtime.queues.broker import Broker
 log = logging.getLogger("rstreams.supervisor")
 
 
+@attrs.frozen
 class Collector:
-    """Reads what the job's workers committed: sink tables, skip counts, output size."""
+    """Reads what the job's workers committed: sink tables, skip counts, output size.
+    ``queue_counts``: of every topic of ``topology``."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        topology: Topology,
-        queue_counts: dict[str, int],
-        group: GroupLayout,
-    ) -> None:
-        self.broker = broker
-        self.topology = topology
-        self.queue_counts = queue_counts
-        self.group = group
+    broker: Broker
+    topology: Topology
+    queue_counts: dict[str, int]
+    group: GroupLayout
 
     def tables(self) -> dict[str, dict[Any, Any]]:
         """Final table (last value per key) of every sink topic, read from the log."""

@@ -14,28 +14,24 @@ from __future__ import annotations
 
 import shutil
 
+import attrs
+
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.layout import GroupLayout
 from rstreams.runtime.queues.broker import Broker
 
 
+@attrs.frozen
 class EndOfInput:
     """Tells when the job's group has committed all its input, and declares end of input
     one sub-topology at a time (the supervisor's side; workers answer in
-    ``Worker._end_of_input``)."""
+    ``Worker._end_of_input``). ``queue_counts``: of every topic of ``topology``."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        topology: Topology,
-        queue_counts: dict[str, int],
-        group: GroupLayout,
-    ) -> None:
-        self.broker = broker
-        self.topology = topology
-        self.queue_counts = queue_counts
-        self.group = group
+    broker: Broker
+    topology: Topology
+    queue_counts: dict[str, int]
+    group: GroupLayout
 
     def reset(self) -> None:
         """A new bounded run: end of input is declared afresh when its input is done."""
