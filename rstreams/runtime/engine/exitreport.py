@@ -19,6 +19,7 @@ ConfigError('bad option')
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -63,7 +64,8 @@ class ExitReport:
 
     def tell(self) -> int:
         """Print the report (the worker's last line) and return its exit code."""
-        print(self.line(), file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # (no one to tell: the supervisor is gone)
+            print(self.line(), file=sys.stderr, flush=True)
         return self.exit_code
 
     @classmethod
