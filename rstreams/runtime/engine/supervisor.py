@@ -64,6 +64,7 @@ from rstreams.runtime.engine.ingest import (
     what_changed,
 )
 from rstreams.runtime.engine.joblock import JobLock
+from rstreams.runtime.engine.launch import WorkerLaunch, log_level_of
 from rstreams.runtime.engine.local import create_topics, wall_clock_ms
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
@@ -269,7 +270,6 @@ class Supervisor:
             self.n_workers = workers
             self.chunk_lines = config.chunk_lines
             self.max_restarts = config.max_restarts
-            self.worker_args = ["--guarantee", guarantee, "--state", state, *config.worker_args]
             self.progress = progress
             self.follow = config.follow
             self.max_ingest_rate = max_ingest_rate  # lines per second, None = as fast as it goes
@@ -315,21 +315,29 @@ class Supervisor:
     def _spawn(self, slot: int) -> None:
         self.spawned += 1
         member = f"w{slot}-{self.spawned}"
-        cmd = [
-            sys.executable, "-m", "rstreams.runtime.engine.worker", self.pipeline_path,
-            "--data-dir", str(self.root), "--member", member, "--on-error", self.on_error,
-            "--parent-pid", str(os.getpid()),
-            *self.worker_args,
-        ]  # fmt: skip
+        # Its configuration comes on its stdin, typed (never as arguments anyone can read).
+        launch = WorkerLaunch(
+            config=self.config.replace(pipeline=self.pipeline_path),
+            job_dir=str(self.root),
+            member=member,
+            parent_pid=os.getpid(),
+            log_level=log_level_of(log),
+        )
+        cmd = [sys.executable, "-m", "rstreams.runtime.engine.worker", "-"]
         # A session of its own: a signal sent to the run's process group (Ctrl-C) is the
         # supervisor's to handle; a worker that got it too would stop, exit 0 and be
         # restarted while the supervisor stops the others. A supervisor that dies without
-        # stopping them is noticed through --parent-pid.
+        # stopping them is noticed through its parent_pid.
         # Its output comes through a pipe, copied to its log file: on a full disk the log
         # loses lines, the supervisor does not (it reports the worker's last words).
         p = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+        launch.send(p)
         self.procs[slot] = p
         tail = self._tails.setdefault(slot, collections.deque(maxlen=TAIL_LINES))
         assert p.stdout is not None
