@@ -2,7 +2,10 @@
 
 `rstreams.run`, the ``rstreams run`` command, the durable runtime's Supervisor and the
 Spark runner all take a :class:`RunConfig` (or build one from their keyword arguments),
-so every option has one name, one default and one check.
+so every option has one name, one default and one check. The workers of the durable
+runtime take theirs, :class:`WorkerConfig`, inside it. Each option is declared once
+(:func:`rstreams.options.option`), with its flag and help text: the command line's
+arguments are generated from the declarations, and workers read them back typed.
 
     >>> from rstreams.config import RunConfig
     >>> c = RunConfig(workers=2, data_dir="jobs")
@@ -282,13 +285,17 @@ class RunConfig:
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
 
     def __attrs_post_init__(self) -> None:
-        self.worker_config()  # (refuses worker_args the workers would refuse)
+        if self.worker_args:
+            self.worker_config()  # (refuses worker_args the workers would refuse)
 
     def worker_config(self) -> WorkerConfig:
         """The workers' :class:`WorkerConfig`: :attr:`worker` with :attr:`worker_args`
         (flags of WorkerConfig's options) applied over it."""
-        changes = parse_flags(WorkerConfig, self.worker_args, "worker_args")
-        return attrs.evolve(self.worker, **changes) if changes else self.worker
+        if not self.worker_args:
+            return self.worker
+        return attrs.evolve(
+            self.worker, **parse_flags(WorkerConfig, self.worker_args, "worker_args")
+        )
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes``, checked like a new one; unknown names are refused."""
