@@ -17,7 +17,7 @@ import attrs
 from rstreams.config import RunConfig, WorkerConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.loader import load_topology
-from rstreams.options import add_argument, at_least, check_args, option
+from rstreams.options import add_argument, at_least, check_args, flagged, option
 
 if TYPE_CHECKING:
     from rstreams.live import LiveRunView, RunProgress
@@ -94,22 +94,17 @@ class RunCommandOptions:
     )
 
 
-#: The options of ``rstreams run`` in the order its help shows them, each with the class
-#: that declares it.
-RUN_OPTIONS: tuple[tuple[type, str], ...] = (
-    *((RunCommandOptions, n) for n in ("input", "bind", "output")),
-    *((RunConfig, n) for n in ("backend", "workers")),
-    (RunCommandOptions, "broker"),
-    (RunConfig, "master"),
-    *((RunCommandOptions, n) for n in ("conf", "streaming", "checkpoint")),
-    *((RunConfig, n) for n in ("data_dir", "fresh", "allow_topology_change")),
-    *((RunConfig, n) for n in ("guarantee", "state")),
-    *((WorkerConfig, n) for n in ("allocation", "rebalance_interval")),
-    *((RunConfig, n) for n in ("follow", "live", "idle_timeout")),
-    (RunCommandOptions, "in_memory"),
-    (RunConfig, "on_error"),
-    *((RunCommandOptions, n) for n in ("dead_letters", "top")),
-    *((RunConfig, n) for n in ("max_restarts", "metrics_port")),
+#: The options of ``rstreams run``, in the order its help shows them.
+RUN_FLAGS = (
+    "input", "bind", "output", "backend", "workers", "broker", "master", "conf",
+    "streaming", "checkpoint", "data_dir", "fresh", "allow_topology_change", "guarantee",
+    "state", "allocation", "rebalance_interval", "follow", "live", "idle_timeout",
+    "in_memory", "on_error", "dead_letters", "top", "max_restarts", "metrics_port",
+)  # fmt: skip
+#: Each of them with the class that declares it: the command's own, the run's, the workers'.
+RUN_OPTIONS: tuple[tuple[type, str], ...] = tuple(
+    (next(c for c in (RunCommandOptions, RunConfig, WorkerConfig) if name in flagged(c)), name)
+    for name in RUN_FLAGS
 )
 
 

@@ -206,11 +206,13 @@ class _FlagParser(argparse.ArgumentParser):
 def parse_flags(cls: type, argv: Sequence[str], what: str = "") -> dict[str, Any]:
     """The options of ``cls`` given as command-line flags in ``argv``, checked (errors
     start with ``what``): only those given."""
-    parser = _FlagParser(prog=what or cls.__name__, add_help=False, exit_on_error=False)
+    parser = _FlagParser(
+        prog=what or cls.__name__, add_help=False, allow_abbrev=False, exit_on_error=False
+    )
     for name in flagged(cls):
         add_argument(parser, cls, name)
     for action in parser._actions:
-        action.default = argparse.SUPPRESS
+        action.default = argparse.SUPPRESS  # (only what is given: it goes over a config)
     try:
         args, extra = parser.parse_known_args(list(argv))
     except argparse.ArgumentError as e:
