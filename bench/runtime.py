@@ -76,12 +76,13 @@ def worker_peak_rss(pipeline: Path, corpus: Path, out: Path, data_dir: Path) -> 
            "--output", str(out), "-q", "--workers", "1", "--data-dir", str(data_dir)]  # fmt: skip
     proc = subprocess.Popen(cmd)
     peak = 0
-    marker = str(data_dir).encode()
+    # The run's own workers: its children (their configuration is not on their command line).
+    parent = f"PPid:\t{proc.pid}\n"
     while proc.poll() is None:
         for status in Path("/proc").glob("[0-9]*/status"):
             try:
                 cmdline = (status.parent / "cmdline").read_bytes()
-                if b"rstreams.runtime.engine.worker" in cmdline and marker in cmdline:
+                if b"rstreams.runtime.engine.worker" in cmdline and parent in status.read_text():
                     for line in status.read_text().splitlines():
                         if line.startswith("VmHWM:"):
                             peak = max(peak, int(line.split()[1]))

@@ -493,44 +493,14 @@ def _on_data_dir(
 
 
 def add_parsers(sub: Any, common: Any) -> None:
+    """The log commands' parsers: topics, produce, consume, offsets, state and group."""
+
     def base(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
         p.add_argument("--job", default=None, help="the job whose log to use (DIR/JOB)")
         common(p)
 
-    p = sub.add_parser(
-        "topics",
-        help="list, create, describe, check or repair topics of a job's log",
-        description=(
-            "check: verify every frame of every queue (of TOPIC, default all) and every "
-            "committed offset; exit 1 if anything is damaged. repair: cut queue --queue of "
-            "TOPIC at offset --truncate-at (records from there on are removed) and report "
-            "what that affects; the job's next run must then be --fresh. "
-            "See docs/state.md#recovering-from-damage."
-        ),
-    )
-    p.add_argument(
-        "action",
-        choices=("list", "create", "describe", "check", "repair"),
-        help="what to do (see the description above)",
-    )
-    p.add_argument(
-        "name", nargs="?", metavar="TOPIC", help="the topic (check: default every topic)"
-    )
-    p.add_argument("--queues", type=int, default=1, help="queues of a new topic (default 1)")
-    p.add_argument("--compacted", action="store_true", help="create a compacted topic")
-    p.add_argument("--queue", type=int, metavar="Q", help="repair: the queue to cut")
-    p.add_argument(
-        "--truncate-at", type=int, metavar="OFFSET", help="repair: the first offset to remove"
-    )
-    base(p)
-    p.set_defaults(
-        func=_on_data_dir(
-            cmd_topics,
-            read_only=lambda args: args.action == "check",
-            creates=lambda args: args.action == "create",
-        )
-    )
+    _add_topics_parser(sub, base)
 
     p = sub.add_parser("produce", help="append stdin lines to a topic (one record per line)")
     p.add_argument("topic", help="the topic to append to (created if new)")
@@ -584,3 +554,39 @@ def add_parsers(sub: Any, common: Any) -> None:
     p.add_argument("group", nargs="?", help="default: the job id")
     base(p)
     p.set_defaults(func=_on_data_dir(cmd_group))
+
+
+def _add_topics_parser(sub: Any, base: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "topics",
+        help="list, create, describe, check or repair topics of a job's log",
+        description=(
+            "check: verify every frame of every queue (of TOPIC, default all) and every "
+            "committed offset; exit 1 if anything is damaged. repair: cut queue --queue of "
+            "TOPIC at offset --truncate-at (records from there on are removed) and report "
+            "what that affects; the job's next run must then be --fresh. "
+            "See docs/state.md#recovering-from-damage."
+        ),
+    )
+    p.add_argument(
+        "action",
+        choices=("list", "create", "describe", "check", "repair"),
+        help="what to do (see the description above)",
+    )
+    p.add_argument(
+        "name", nargs="?", metavar="TOPIC", help="the topic (check: default every topic)"
+    )
+    p.add_argument("--queues", type=int, default=1, help="queues of a new topic (default 1)")
+    p.add_argument("--compacted", action="store_true", help="create a compacted topic")
+    p.add_argument("--queue", type=int, metavar="Q", help="repair: the queue to cut")
+    p.add_argument(
+        "--truncate-at", type=int, metavar="OFFSET", help="repair: the first offset to remove"
+    )
+    base(p)
+    p.set_defaults(
+        func=_on_data_dir(
+            cmd_topics,
+            read_only=lambda args: args.action == "check",
+            creates=lambda args: args.action == "create",
+        )
+    )

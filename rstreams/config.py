@@ -2,7 +2,10 @@
 
 `rstreams.run`, the ``rstreams run`` command, the durable runtime's Supervisor and the
 Spark runner all take a :class:`RunConfig` (or build one from their keyword arguments),
-so every option has one name, one default and one check.
+so every option has one name, one default and one check. The workers of the durable
+runtime take theirs, :class:`WorkerConfig`, inside it. Each option is declared once
+(:func:`rstreams.options.option`), with its flag and help text: the command line's
+arguments are generated from the declarations, and workers read them back typed.
 
     >>> from rstreams.config import RunConfig
     >>> c = RunConfig(workers=2, data_dir="jobs")
@@ -24,17 +27,21 @@ from typing import Any, Literal, get_args
 import attrs
 
 from rstreams.errors import ConfigError
+from rstreams.options import above, at_least, option, parse_flags, within
 
 OnError = Literal["fail", "skip", "dead-letter"]
 Guarantee = Literal["exactly-once", "at-least-once"]
 StateBackend = Literal["rocksdb", "memory"]
 Backend = Literal["embedded", "spark"]
+#: How a job's consumer group splits its tasks among the workers (RocketMQ strategies).
+Allocation = Literal["averagely", "averagely_by_circle", "consistent_hash"]
 
 #: The allowed values, in the order help texts list them (argparse ``choices``).
 ON_ERROR: tuple[str, ...] = get_args(OnError)
 GUARANTEES: tuple[str, ...] = get_args(Guarantee)
 STATE_BACKENDS: tuple[str, ...] = get_args(StateBackend)
 BACKENDS: tuple[str, ...] = get_args(Backend)
+ALLOCATIONS: tuple[str, ...] = get_args(Allocation)
 
 #: Where the durable runtime keeps its jobs unless told otherwise.
 DEFAULT_DATA_DIR = ".rstreams"
@@ -67,6 +74,66 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+@attrs.frozen
+class WorkerConfig:
+    """Timing and sizing of a worker of the durable runtime. Defaults suit a small machine.
+
+    The options with a flag can be given as :attr:`RunConfig.worker_args`;
+    ``--allocation`` and ``--rebalance-interval`` are options of ``rstreams run`` too.
+
+    >>> WorkerConfig(rebalance_interval=0.5)
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.ConfigError: rebalance_interval must be >= 1 s; got 0.5
+    """
+
+    session_timeout: float = option(
+        5.0,
+        flag="--session-timeout",
+        metavar="S",
+        help="seconds without a heartbeat after which a worker counts as dead",
+        check=above(0),
+    )
+    heartbeat_interval: float = 0.5
+    rebalance_interval: float = option(
+        20.0,
+        flag="--rebalance-interval",
+        metavar="S",
+        help="seconds between periodic rebalances (min 1; membership changes act at once)",
+        check=at_least(1, " s"),
+    )
+    commit_interval: float = option(
+        1.0, flag="--commit-interval", metavar="S", help="seconds between commits", check=above(0)
+    )
+    cache_records: int = 5_000
+    pull_batch: int = 5_000
+    pull_interval: float = 0.1
+    batch_size: int = 5_000
+    idle_sleep: float = 0.01
+    #: Pull on a background thread rather than in the worker loop. Off: with CPython's
+    #: GIL a pulling thread does not run beside processing, it takes turns with it, and
+    #: the hand-overs cost more than they save (about 5% of a word count).
+    agent_thread: bool = False
+    #: How often a worker purges consumed shuffle records, compacts the changelogs of its
+    #: tasks and applies retention.
+    maintenance_interval: float = option(
+        30.0,
+        flag="--maintenance-interval",
+        metavar="S",
+        help="seconds between purges of consumed shuffle records, changelog compactions "
+        "and retention",
+        check=above(0),
+    )
+    #: A changelog queue is compacted once it holds this many records more than twice
+    #: its store's keys.
+    compact_min_records: int = 10_000
+    allocation: Allocation = option(
+        "averagely",
+        flag="--allocation",
+        help="how the group splits tasks among workers (RocketMQ strategies; default averagely)",
+    )
+
+
 @attrs.frozen(kw_only=True)
 class RunConfig:
     """Every option of a run, with the one default each has.
@@ -89,7 +156,9 @@ class RunConfig:
             ``"at-least-once"`` (faster; after a worker failure, records can be counted
             more than once).
         state: ``"rocksdb"`` (default) or ``"memory"`` state stores.
-        worker_args: more command-line arguments for each worker process.
+        worker_args: more options for each worker process as command-line flags of
+            :class:`WorkerConfig`'s options (``["--commit-interval", "0.2"]``), applied
+            over ``worker``.
         max_restarts: restarts of dead workers in a row without a commit before the run
             gives up (0: never restart).
         allow_topology_change: run even when the topology changed in a way that loses
@@ -99,41 +168,134 @@ class RunConfig:
             port); used by the command line.
         live: show the live dashboard instead of the progress bar; used by the
             command line.
+        idle_timeout: seconds after which a source queue with no new record stops
+            holding back event time after a shuffle (durable runtime; None: never).
+        worker: timing and sizing of each worker process of the durable runtime.
+
+    Each option is declared once, with its command-line flag, help text and check (see
+    :mod:`rstreams.options`): ``rstreams run`` is generated from these declarations.
     """
 
-    backend: Backend = "embedded"
-    on_error: OnError = "fail"
-    chunk_lines: int = 20_000
-    workers: int | None = None
-    data_dir: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
-    pipeline: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
-    fresh: bool = False
-    follow: bool = False
-    guarantee: Guarantee = "exactly-once"
-    state: StateBackend = "rocksdb"
-    worker_args: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    max_restarts: int = 5
-    allow_topology_change: bool = False
-    master: str | None = None
-    metrics_port: int | None = None
-    live: bool = False
+    backend: Backend = option(
+        "embedded",
+        flag="--backend",
+        help="embedded: rstreams' own runtime (durable, or --in-memory); spark: Apache Spark "
+        "through PySpark (default: %(default)s)",
+    )
+    on_error: OnError = option(
+        "fail",
+        flag="--on-error",
+        help="what to do with a record a user function throws on: stop the run (fail), "
+        "skip it, or skip it and keep it (dead-letter: the durable runtime appends it to "
+        "the topic <job-id>-dead-letter, read with `rstreams consume`; --in-memory and "
+        "Spark runs print the dead letters on stderr, or write them to --dead-letters "
+        "PATH) (default: %(default)s)",
+    )
+    chunk_lines: int = option(20_000, check=at_least(1))
+    workers: int | None = option(
+        None,
+        flag="--workers",
+        metavar="N",
+        help="worker processes of the embedded runtime (default: the number of cores)",
+        check=at_least(1),
+        errors_say_flag=True,
+    )
+    data_dir: str | None = option(
+        None,
+        flag="--data-dir",
+        metavar="DIR",
+        cli_default=DEFAULT_DATA_DIR,
+        help="log, offsets and state of the embedded runtime; a job lives in DIR/<job-id> "
+        "and a run resumes what an earlier one left (default ./.rstreams)",
+        converter=attrs.converters.optional(os.fspath),
+    )
+    pipeline: str | None = option(None, converter=attrs.converters.optional(os.fspath))
+    fresh: bool = option(
+        False, flag="--fresh", help="start the job over: delete DIR/<job-id> first"
+    )
+    follow: bool = option(
+        False,
+        flag="--follow",
+        help="keep reading lines appended to the input files until Ctrl-C, then report; an "
+        "input truncated, rewritten or replaced meanwhile stops the run (exit 2)",
+    )
+    guarantee: Guarantee = option(
+        "exactly-once",
+        flag="--guarantee",
+        help="processing guarantee of the embedded runtime (default: %(default)s). "
+        "at-least-once is faster but, after a worker fails and is restarted, counts the "
+        "records it processed since its last commit again: results may include duplicates "
+        "(the run then ends with a warning saying how many restarts happened)",
+    )
+    state: StateBackend = option(
+        "rocksdb",
+        flag="--state",
+        help="state stores of the embedded runtime (default: %(default)s)",
+    )
+    worker_args: tuple[str, ...] = option((), converter=tuple)
+    max_restarts: int = option(
+        5,
+        flag="--max-restarts",
+        metavar="N",
+        help="durable runtime: restart a worker that dies (killed, or an unexpected error) "
+        "with a backoff, and give up after N restarts in a row without progress (no "
+        "commit); 0: never restart (default %(default)s)",
+        check=at_least(0),
+        errors_say_flag=True,
+    )
+    allow_topology_change: bool = option(
+        False,
+        flag="--allow-topology-change",
+        help="run even if the pipeline changed since the job's last run in a way that "
+        "loses or misreads its state (without it such a run refuses and shows the diff: "
+        "see `rstreams diff`)",
+    )
+    master: str | None = option(
+        None,
+        flag="--master",
+        metavar="URL",
+        help="Spark master URL with --backend spark (default local[*], or spark-submit's)",
+    )
+    metrics_port: int | None = option(
+        None,
+        flag="--metrics-port",
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics) and /healthz on 127.0.0.1:PORT while the "
+        "run goes on (0: a free port, printed); needs pip install 'rstreams[ops]'",
+        check=within(0, 65535, " (0: any free port)"),
+        errors_say_flag=True,
+    )
+    live: bool = option(
+        False,
+        flag="--live",
+        help="show the dashboard of `rstreams top` on stderr while the run goes on "
+        "(steps, workers, queues, state stores) instead of the progress bar",
+    )
+    idle_timeout: float | None = option(
+        None,
+        flag="--idle-timeout",
+        metavar="S",
+        help="durable runtime: a source queue with no new record for S seconds stops holding "
+        "back event time (watermarks) after a shuffle, even where its input has records "
+        "still to come (default: never). Input files need none: a queue that has read all "
+        "the ingest gave it holds nothing back, and a file read to its end (for now, with "
+        "--follow) holds nothing back at all, so a followed run closes its windows",
+        check=at_least(0),
+    )
+    worker: WorkerConfig = attrs.field(factory=WorkerConfig)
 
     def __attrs_post_init__(self) -> None:
-        check_choice("backend", self.backend, BACKENDS)
-        check_choice("on_error", self.on_error, ON_ERROR)
-        check_choice("guarantee", self.guarantee, GUARANTEES)
-        check_choice("state", self.state, STATE_BACKENDS)
-        # Named as the command line spells them: most runs start there.
-        if self.chunk_lines < 1:
-            raise ConfigError(f"chunk_lines must be >= 1; got {self.chunk_lines}")
-        if self.workers is not None and self.workers < 1:
-            raise ConfigError(f"--workers must be >= 1; got {self.workers}")
-        if self.max_restarts < 0:
-            raise ConfigError(f"--max-restarts must be >= 0; got {self.max_restarts}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(
-                f"--metrics-port must be 0..65535 (0: any free port); got {self.metrics_port}"
-            )
+        if self.worker_args:
+            self.worker_config()  # (refuses worker_args the workers would refuse)
+
+    def worker_config(self) -> WorkerConfig:
+        """The workers' :class:`WorkerConfig`: :attr:`worker` with :attr:`worker_args`
+        (flags of WorkerConfig's options) applied over it."""
+        if not self.worker_args:
+            return self.worker
+        return attrs.evolve(
+            self.worker, **parse_flags(WorkerConfig, self.worker_args, "worker_args")
+        )
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes``, checked like a new one; unknown names are refused."""

@@ -189,6 +189,7 @@ def test_spark_imports_neither_the_engine_nor_what_sits_on_top() -> None:
             "rstreams.runtime.engine",
             "rstreams.runner",
             "rstreams.cli",
+            "rstreams.cli_run",
             "rstreams.testing",
         )
         == []
@@ -202,6 +203,7 @@ def test_engine_imports_nothing_that_sits_on_top() -> None:
             "rstreams.runtime.spark",
             "rstreams.runner",
             "rstreams.cli",
+            "rstreams.cli_run",
             "rstreams.testing",
         )
         == []
@@ -224,6 +226,15 @@ def test_userfn_sits_below_everything() -> None:
 def test_the_job_layout_sits_below_everything_that_finds_a_file() -> None:
     """The engine, the queues, the membership, admin and live all ask it for paths."""
     assert {b for a, b, _ in EDGES if a == "rstreams.runtime.layout"} == set()
+
+
+def test_options_and_config_sit_below_the_runtimes() -> None:
+    # The declarations every layer reads its options from: they import no layer.
+    assert {b for a, b, _ in EDGES if a == "rstreams.options"} <= {"rstreams.errors"}
+    assert {b for a, b, _ in EDGES if a == "rstreams.config"} <= {
+        "rstreams.errors",
+        "rstreams.options",
+    }
 
 
 if __name__ == "__main__":

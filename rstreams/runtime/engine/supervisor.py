@@ -144,12 +144,8 @@ class Supervisor:
         )
         self.queue_counts = create_topics(topology, self.broker, self.engine)
         self.on_error = config.on_error
-        self.worker_args = [
-            "--guarantee", config.guarantee, "--state", config.state, *config.worker_args,
-        ]  # fmt: skip
         self.pool = WorkerPool(
-            self.pipeline_path, self.layout, on_error=config.on_error,
-            worker_args=self.worker_args, max_restarts=config.max_restarts,
+            config.replace(pipeline=self.pipeline_path), self.layout,
             committed=lambda: self.broker.group_offsets(job),
         )  # fmt: skip
         group = self.layout.coordination

@@ -11,8 +11,9 @@ generation moves (a member joined, left or died) and every ``rebalance_interval`
 timer of the worker held in a :class:`Deadlines` record; :meth:`Worker.run` joins, calls
 it until stopped (waiting a little when a turn found nothing to do) and leaves.
 
-Run one with ``python -m rstreams.runtime.engine.worker PIPELINE.py --data-dir DIR``;
-``rstreams run`` starts and supervises them.
+Run one with ``python -m rstreams.runtime.engine.worker CONFIG.json`` (a
+:class:`~rstreams.runtime.engine.launch.WorkerLaunch`); ``rstreams run`` starts and
+supervises them, giving each its configuration on its standard input.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from rstreams.config import GUARANTEES, ON_ERROR, STATE_BACKENDS, RunConfig
+from rstreams.config import WorkerConfig
 from rstreams.errors import ProcessingError, RStreamsError, StorageError
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
@@ -40,6 +41,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
 from rstreams.runtime.engine.exitreport import EXIT_PROCESSING_ERROR as EXIT_PROCESSING_ERROR
 from rstreams.runtime.engine.exitreport import ExitReport
+from rstreams.runtime.engine.launch import WorkerLaunch
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.stats import StatsPublisher
@@ -53,13 +55,7 @@ from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
-from rstreams.runtime.queues.mapper import get_mapper
-from rstreams.runtime.rebalance import (
-    AllocateAveragely,
-    AllocateStrategy,
-    MessageQueue,
-    get_strategy,
-)
+from rstreams.runtime.rebalance import AllocateStrategy, MessageQueue, get_strategy
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.state.stores import StoreDamagedError
 
@@ -68,35 +64,6 @@ log = logging.getLogger("rstreams.worker")
 #: Rebuilds of damaged state a worker makes in a row, without a commit between them,
 #: before it gives up (the damage is not in the store's files: the disk, a bug...).
 MAX_REBUILDS = 3
-
-
-@attrs.frozen
-class WorkerConfig:
-    """Timing and sizing of a worker. Defaults suit a small machine."""
-
-    session_timeout: float = 5.0
-    heartbeat_interval: float = 0.5
-    rebalance_interval: float = 20.0
-    commit_interval: float = 1.0
-    cache_records: int = 5_000
-    pull_batch: int = 5_000
-    pull_interval: float = 0.1
-    batch_size: int = 5_000
-    idle_sleep: float = 0.01
-    #: Pull on a background thread rather than in the worker loop. Off: with CPython's
-    #: GIL a pulling thread does not run beside processing, it takes turns with it, and
-    #: the hand-overs cost more than they save (about 5% of a word count).
-    agent_thread: bool = False
-    #: How often a worker purges consumed shuffle records, compacts the changelogs of its
-    #: tasks and applies retention.
-    maintenance_interval: float = 30.0
-    #: A changelog queue is compacted once it holds this many records more than twice
-    #: its store's keys.
-    compact_min_records: int = 10_000
-
-    def __attrs_post_init__(self) -> None:
-        if self.rebalance_interval < 1:
-            raise ValueError(f"rebalance_interval must be >= 1 s; got {self.rebalance_interval}")
 
 
 def task_queue(job_id: str, task: TaskId) -> MessageQueue:
@@ -178,7 +145,7 @@ class Worker:
         self.broker = broker
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
-        self.strategy = strategy or AllocateAveragely()
+        self.strategy = strategy or get_strategy(self.config.allocation)
         self.group = topology.job_id
         self.member_id = member_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.membership = FileGroupMembership(
@@ -586,45 +553,17 @@ def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
-    gone), 3 a record failed processing, 4 another rstreams error or a full or failing
-    disk (fatal: a restart would meet it again), 1 an unexpected exception (traceback;
-    restarted)."""
+    gone), 3 a record failed processing, 4 another rstreams error (a bad configuration
+    too) or a full or failing disk (fatal: a restart would meet it again), 1 an
+    unexpected exception (traceback; restarted)."""
     ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
-    ap.add_argument("pipeline")
-    ap.add_argument("--data-dir", required=True, help="the job's directory (log, offsets, groups)")
-    ap.add_argument("--member", default=None)
-    defaults = RunConfig()
-    ap.add_argument("--on-error", default=defaults.on_error, choices=ON_ERROR)
-    ap.add_argument("--session-timeout", type=float, default=5.0)
-    ap.add_argument("--commit-interval", type=float, default=1.0)
-    ap.add_argument("--rebalance-interval", type=float, default=20.0)
-    ap.add_argument("--maintenance-interval", type=float, default=30.0)
-    ap.add_argument("--queue-mapper", default="modulo", choices=("modulo", "hash-ring"))
     ap.add_argument(
-        "--allocation",
-        default="averagely",
-        choices=("averagely", "averagely_by_circle", "consistent_hash"),
-    )
-    ap.add_argument("--guarantee", default=defaults.guarantee, choices=GUARANTEES)
-    ap.add_argument("--state", default=defaults.state, choices=STATE_BACKENDS)
-    ap.add_argument(
-        "--source-idle-ms",
-        type=int,
-        default=None,
-        help="a task whose source queues gave nothing for this long stops holding back "
-        "the watermark of the shuffles it writes (default: never)",
-    )
-    ap.add_argument("--log-level", default="WARNING")
-    ap.add_argument(
-        "--parent-pid",
-        type=int,
-        default=None,
-        help="stop when this process (the supervisor) is gone",
+        "launch",
+        metavar="CONFIG.json",
+        help="the worker's configuration (a WorkerLaunch as JSON): a file, or - to read it "
+        "from standard input, as `rstreams run` gives it",
     )
     args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s"
-    )
     stopped_on: list[str] = []
     worker: Worker | None = None
 
@@ -638,7 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        worker = _make_worker(args)
+        launch = WorkerLaunch.read(args.launch)
+        logging.basicConfig(
+            level=launch.log_level,
+            format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",
+        )
+        worker = _make_worker(launch)
         gctune.tune()
         if not stopped_on:
             worker.run()
@@ -659,35 +603,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _make_worker(args: argparse.Namespace) -> Worker:
+def _make_worker(launch: WorkerLaunch) -> Worker:
     from rstreams.loader import load_topology
 
-    topology = load_topology(args.pipeline)
+    run = launch.config
+    assert run.pipeline is not None  # (WorkerLaunch refuses a config without one)
+    topology = load_topology(run.pipeline)
+    idle = run.idle_timeout
+    config = run.worker_config()
     worker = Worker(
         topology,
-        open_broker(args.data_dir),
-        args.data_dir,
-        member_id=args.member,
-        strategy=get_strategy(args.allocation),
+        open_broker(launch.job_dir),
+        launch.job_dir,
+        member_id=launch.member,
         engine=EngineConfig(
-            on_error=args.on_error,
+            on_error=run.on_error,
             coalesce=True,
             combine=True,
-            queue_mapper=get_mapper(args.queue_mapper),
-            guarantee=args.guarantee,
-            state=args.state,
-            state_dir=str(JobLayout.at(args.data_dir).state),
-            source_idle_ms=args.source_idle_ms,
+            guarantee=run.guarantee,
+            state=run.state,
+            state_dir=str(JobLayout.at(launch.job_dir).state),
+            source_idle_ms=None if idle is None else round(idle * 1000),
             caught_up_idle=True,  # its sources are input files, read by the ingest
         ),
-        config=WorkerConfig(
-            session_timeout=args.session_timeout,
-            commit_interval=args.commit_interval,
-            rebalance_interval=args.rebalance_interval,
-            maintenance_interval=args.maintenance_interval,
-        ),
+        config=config,
     )
-    worker.parent_pid = args.parent_pid
+    worker.parent_pid = launch.parent_pid
+    log.info("%s: %s", worker.member_id, config)
     return worker
 
 

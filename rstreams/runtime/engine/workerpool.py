@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from rstreams.config import RunConfig
 from rstreams.errors import RStreamsError
 from rstreams.runtime.engine.exitreport import (
     EXIT_FATAL,
@@ -42,6 +43,7 @@ from rstreams.runtime.engine.exitreport import (
     describe_exit,
     worker_error,
 )
+from rstreams.runtime.engine.launch import WorkerLaunch, log_level_of
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.layout import JobLayout
 
@@ -85,25 +87,21 @@ class WorkerPool:
     """Worker processes of one job, one per slot, restarted when they die.
 
     ``committed`` returns the group's committed offsets: a restart after which they
-    moved on was one after progress. ``worker_args`` are more options for each worker.
+    moved on was one after progress. ``config`` is what every worker is told.
     """
 
     def __init__(
         self,
-        pipeline_path: str,
+        config: RunConfig,
         layout: JobLayout,
         *,
-        on_error: str,
-        worker_args: list[str],
-        max_restarts: int,
         committed: Callable[[], Offsets],
     ) -> None:
-        self.pipeline_path = pipeline_path
+        #: What every worker is told (its pipeline file included), as a typed config.
+        self.config = config
         self.layout = layout
         self.root = layout.root
-        self.on_error = on_error
-        self.worker_args = worker_args
-        self.max_restarts = max_restarts
+        self.max_restarts = config.max_restarts
         self.committed = committed
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         #: Restarts in a row without progress, and how each of those workers ended.
@@ -134,21 +132,29 @@ class WorkerPool:
     def _spawn(self, slot: int) -> None:
         self.spawned += 1
         member = f"w{slot}-{self.spawned}"
-        cmd = [
-            sys.executable, "-m", "rstreams.runtime.engine.worker", self.pipeline_path,
-            "--data-dir", str(self.root), "--member", member, "--on-error", self.on_error,
-            "--parent-pid", str(os.getpid()),
-            *self.worker_args,
-        ]  # fmt: skip
+        # Its configuration comes on its stdin, typed (never as arguments anyone can read).
+        launch = WorkerLaunch(
+            config=self.config,
+            job_dir=str(self.root),
+            member=member,
+            parent_pid=os.getpid(),
+            log_level=log_level_of(log),
+        )
+        cmd = [sys.executable, "-m", "rstreams.runtime.engine.worker", "-"]
         # A session of its own: a signal sent to the run's process group (Ctrl-C) is the
         # supervisor's to handle; a worker that got it too would stop, exit 0 and be
         # restarted while the supervisor stops the others. A supervisor that dies without
-        # stopping them is noticed through --parent-pid.
+        # stopping them is noticed through its parent_pid.
         # Its output comes through a pipe, copied to its log file: on a full disk the log
         # loses lines, the supervisor does not (it reports the worker's last words).
         p = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+        launch.send(p)
         self.procs[slot] = p
         tail = self._tails.setdefault(slot, collections.deque(maxlen=TAIL_LINES))
         assert p.stdout is not None
