@@ -79,7 +79,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rstreams.runtime.queues._files import CorruptLogError, FileLock, _atomic_write, _encode_name
+# (names imported from this module when it was one file are kept importable from here)
+from rstreams.runtime.queues._files import CorruptLogError, _encode_name
+from rstreams.runtime.queues._files import FileLock as _FileLock
+from rstreams.runtime.queues._files import _atomic_write as _atomic_write
 from rstreams.runtime.queues.filelog.broker import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_SEGMENT_BYTES,
@@ -95,15 +98,18 @@ from rstreams.runtime.queues.filelog.marks import (
     parse_durable,
     parse_start,
 )
-from rstreams.runtime.queues.filelog.segment import SEGMENT_NAME as _SEGMENT_NAME
-from rstreams.runtime.queues.filelog.segment import _fdatasync
-
-_FileLock = FileLock  # (its name when it lived here)
+from rstreams.runtime.queues.filelog.segment import SEGMENT_NAME as _SEGMENT_NAME  # noqa: F401
+from rstreams.runtime.queues.filelog.segment import _fdatasync as _fdatasync
 
 __all__ = [
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_SEGMENT_BYTES",
+    "DEFAULT_TOMBSTONE_RETENTION_MS",
     "DURABLE_FILE",
+    "FSYNC_POLICIES",
     "CorruptLogError",
     "FileBroker",
+    "_FileLock",
     "below_durable",
     "format_durable",
     "format_start",
