@@ -294,6 +294,7 @@ class Queue:
     def append(self, payload: bytes, count: int, max_ts: int) -> int:
         """Append an encoded batch as one frame; the first new offset."""
         with self.mutex, self.write_lock:
+            self._on_append(self)  # (first: a roll below leaves the directory to sync)
             self.catch_up(locked=True)
             base = self.end
             frame = build_frame(base, payload, count, count - 1, max_ts)
@@ -308,7 +309,6 @@ class Queue:
             elif self.fsync == "commit" and not seg.dirty:
                 seg.dirty = True
                 self.unsynced.add(seg)
-            self._on_append(self)
         return base
 
     def _roll(self) -> Segment:
