@@ -43,7 +43,7 @@ def _now_ms() -> int:
 class FileBroker:
     """Topics, queues and consumer-group offsets in files under ``root``.
 
-    ``fsync`` is ``"commit"`` (default), ``"always"`` or ``"never"`` (see the module
+    ``fsync`` is ``"commit"`` (default), ``"always"`` or ``"never"`` (see the package
     docs). ``segment_bytes`` and ``index_interval_bytes`` are the defaults for topics this
     broker creates; a topic keeps the values it was created with (in its ``meta.json``).
     """
