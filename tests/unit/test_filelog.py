@@ -25,6 +25,8 @@ from rstreams.runtime.queues import (
     offsets,
 )
 from rstreams.runtime.queues import _logformat as fmt
+from rstreams.runtime.queues.filelog import queue as filelog_queue
+from rstreams.runtime.queues.filelog import segment as filelog_segment
 
 Record = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 Value = bytes | None
@@ -786,7 +788,7 @@ def test_fsync_policy(
         b.create_topic("t", 1)
         data_syncs: list[int] = []
         all_syncs: list[int] = []
-        monkeypatch.setattr(filelog, "_fdatasync", data_syncs.append)
+        monkeypatch.setattr(filelog_segment, "_fdatasync", data_syncs.append)
         monkeypatch.setattr(os, "fsync", all_syncs.append)
         b.append("t", 0, [rec(b"a")])
         assert len(data_syncs) == after_append
@@ -807,9 +809,9 @@ def test_commit_makes_data_durable_before_recording_the_offset(
     with FileBroker(root) as b:
         b.create_topic("t", 1)
         b.append("t", 0, [rec(b"a")])
-        monkeypatch.setattr(filelog, "_fdatasync", lambda fd: events.append("data"))
+        monkeypatch.setattr(filelog_segment, "_fdatasync", lambda fd: events.append("data"))
         real = filelog._atomic_write
-        for module in (filelog, offsets):  # the durable point, the group offset
+        for module in (filelog_queue, offsets):  # the durable point, the group offset
             monkeypatch.setattr(
                 module, "_atomic_write", lambda *a, **k: (events.append(a[0].name), real(*a, **k))
             )

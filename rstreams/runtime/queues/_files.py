@@ -7,6 +7,7 @@ Shared by :mod:`~rstreams.runtime.queues.filelog` (segments, metadata) and
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import threading
@@ -152,3 +153,40 @@ def _makedirs(path: Path, *, sync: bool) -> None:
             d.mkdir()
         if sync:
             _fsync_dir(d.parent)
+
+
+class FileLock:
+    """Exclusive between threads (RLock) and processes (flock); re-entrant in a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mutex = threading.RLock()
+        self._fd = -1
+        self._pid = -1
+        self._depth = 0
+
+    def __enter__(self) -> FileLock:
+        self._mutex.acquire()
+        if self._depth == 0:
+            try:
+                if self._fd < 0 or self._pid != os.getpid():  # a forked child needs its own
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                    self._pid = os.getpid()
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._mutex.release()
+                raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._mutex.release()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._fd >= 0 and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd = -1

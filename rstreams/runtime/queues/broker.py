@@ -11,10 +11,45 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 
 #: One record to append: (timestamp ms, key, value, headers ((name, bytes), ...)).
 Record = tuple[int, bytes | None, bytes | None, tuple]
+
+
+def check_create_topic(name: str, queues: int, existing: int | None) -> bool:
+    """Check :meth:`Broker.create_topic`'s queue count against the topic's ``existing``
+    count (None: no such topic); whether the topic has to be created."""
+    if existing is not None:
+        if existing != queues:
+            raise ConfigError(f"topic {name!r} exists with {existing} queues; asked for {queues}")
+        return False
+    if queues < 1:
+        raise ConfigError(f"topic {name!r} needs at least one queue; got {queues}")
+    return True
+
+
+def unknown_topic(topic: str) -> ConfigError:
+    """The error for a topic that does not exist."""
+    return ConfigError(f"topic {topic!r} does not exist")
+
+
+def unknown_queue(topic: str, queue: int, count: int) -> ConfigError:
+    """The error for a queue number outside ``0 <= queue < count``."""
+    return ConfigError(f"topic {topic!r} has no queue {queue} (it has {count})")
+
+
+def purged(topic: str, queue: int, offset: int, start: int) -> ConfigError:
+    """The error for a read below a queue's start offset."""
+    return ConfigError(
+        f"offset {offset} of {topic}[{queue}] was purged; the queue starts at {start}"
+    )
+
+
+def not_compacted(topic: str) -> ConfigError:
+    """The error for compacting a topic not created with ``compacted=True``."""
+    return ConfigError(f"topic {topic!r} is not compacted; create it with compacted=True")
 
 
 class Broker(Protocol):

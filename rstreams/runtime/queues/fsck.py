@@ -48,7 +48,6 @@ from rstreams.runtime.queues._logformat import (
     iter_frames,
 )
 from rstreams.runtime.queues.filelog import (
-    _SEGMENT_NAME,
     DURABLE_FILE,
     CorruptLogError,
     FileBroker,
@@ -59,6 +58,7 @@ from rstreams.runtime.queues.filelog import (
     parse_durable,
     parse_start,
 )
+from rstreams.runtime.queues.filelog.segment import list_bases, segment_path
 
 __all__ = [
     "NEEDS_REBUILD_FILE",
@@ -110,10 +110,6 @@ class QueueCheck:
         return not any(f.fatal for f in self.findings)
 
 
-def _segments(qdir: Path) -> list[int]:
-    return sorted(int(m.group(1)) for m in map(_SEGMENT_NAME.match, os.listdir(qdir)) if m)
-
-
 def _committed(root: Path, broker: FileBroker, topic: str, queue: int) -> list[tuple[str, int]]:
     out = []
     gdirs = sorted((root / "groups").iterdir()) if (root / "groups").is_dir() else []
@@ -133,7 +129,7 @@ def _scan_queue(
     frame boundary that can be cut at, in order (the end of each segment included)."""
     qc = QueueCheck(topic, queue)
     cuts: list[tuple[int, int, int]] = []
-    bases = _segments(qdir)
+    bases = list_bases(qdir)
     qc.segments = len(bases)
     try:
         qc.start = parse_start((qdir / "start-offset").read_text())
@@ -146,75 +142,87 @@ def _scan_queue(
     at = bases[0] if bases else qc.start
     qc.start = max(qc.start, at)
     for i, base in enumerate(bases):
-        path = qdir / f"{base:020d}.log"
-        last = i == len(bases) - 1
-        nxt = None if last else bases[i + 1]
+        nxt = bases[i + 1] if i + 1 < len(bases) else None
         at = max(at, base) if compacted else base
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            pos = 0
-            try:
-                for pos, fbase, count, last_delta, _ts, _stop, crc, frame in iter_frames(
-                    fd, 0, size
-                ):
-                    if fbase != at and not (compacted and fbase > at):
-                        raise FrameError(pos, f"frame offset {fbase}; expected {at}")
-                    assert frame is not None
-                    if not frame_crc_ok(frame, crc):
-                        raise FrameError(pos, "crc mismatch")
-                    try:
-                        decode_columns(frame, fbase, count, last_delta)
-                    except FrameError as e:
-                        raise FrameError(pos, e.reason) from None
-                    if nxt is not None and fbase + last_delta >= nxt:
-                        raise FrameError(pos, f"its records run into the next segment ({nxt})")
-                    cuts.append((base, pos, at))
-                    qc.frames += 1
-                    qc.records += count
-                    at = fbase + last_delta + 1
-                pos = size
-                cuts.append((base, size, at))
-                if nxt is not None and not compacted and at != nxt:
-                    qc.findings.append(
-                        Finding(
-                            topic, queue, str(path), size, at,
-                            f"the segment ends at offset {at} but the next one starts at {nxt}: "
-                            f"records {at}..{nxt - 1} are missing (the file was cut short)",
-                        )
-                    )  # fmt: skip
-            except FrameError as e:
-                cuts.append((base, e.pos, at))
-                after = find_frame_after(fd, e.pos, size, at)
-                synced = below_durable(durable, base, e.pos)
-                if last and after is None and not synced:
-                    qc.findings.append(
-                        Finding(
-                            topic, queue, str(path), e.pos, at,
-                            f"{e.reason}: a torn tail of {size - e.pos} bytes written after "
-                            f"the last sync; the next open truncates it",
-                            fatal=False,
-                        )
-                    )  # fmt: skip
-                else:
-                    why = f"; a valid frame follows at byte {after}" if after is not None else ""
-                    if synced and after is None:
-                        why = "; it lies below the queue's durable point"
-                    qc.findings.append(Finding(topic, queue, str(path), e.pos, at, e.reason + why))
-        finally:
-            os.close(fd)
+        at = _scan_segment(qc, cuts, segment_path(qdir, base), base, at, nxt, compacted, durable)
     qc.end = at
     if durable is not None and qc.end < durable[2] and qc.ok:
         seg, size, end = durable
         qc.findings.append(
             Finding(
-                topic, queue, str(qdir / f"{seg:020d}.log"), size, qc.end,
+                topic, queue, str(segment_path(qdir, seg)), size, qc.end,
                 f"the log ends at offset {qc.end} but offsets up to {end - 1} were written "
                 f"whole: records {qc.end}..{end - 1} are missing (a segment was cut short or "
                 f"deleted)",
             )
         )  # fmt: skip
     return qc, cuts
+
+
+def _scan_segment(
+    qc: QueueCheck,
+    cuts: list[tuple[int, int, int]],
+    path: Path,
+    base: int,
+    at: int,
+    nxt: int | None,
+    compacted: bool,
+    durable: tuple[int, int, int] | None,
+) -> int:
+    """Walk the frames of one segment whose first frame should hold offset ``at`` (the
+    next segment starts at ``nxt``, None for the last): count them, note the cuts and
+    the findings in ``qc``; the offset after the last readable record."""
+    topic, queue = qc.topic, qc.queue
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            for pos, fbase, count, last_delta, _ts, _stop, crc, frame in iter_frames(fd, 0, size):
+                if fbase != at and not (compacted and fbase > at):
+                    raise FrameError(pos, f"frame offset {fbase}; expected {at}")
+                assert frame is not None
+                if not frame_crc_ok(frame, crc):
+                    raise FrameError(pos, "crc mismatch")
+                try:
+                    decode_columns(frame, fbase, count, last_delta)
+                except FrameError as e:
+                    raise FrameError(pos, e.reason) from None
+                if nxt is not None and fbase + last_delta >= nxt:
+                    raise FrameError(pos, f"its records run into the next segment ({nxt})")
+                cuts.append((base, pos, at))
+                qc.frames += 1
+                qc.records += count
+                at = fbase + last_delta + 1
+            cuts.append((base, size, at))
+            if nxt is not None and not compacted and at != nxt:
+                qc.findings.append(
+                    Finding(
+                        topic, queue, str(path), size, at,
+                        f"the segment ends at offset {at} but the next one starts at {nxt}: "
+                        f"records {at}..{nxt - 1} are missing (the file was cut short)",
+                    )
+                )  # fmt: skip
+        except FrameError as e:
+            cuts.append((base, e.pos, at))
+            after = find_frame_after(fd, e.pos, size, at)
+            synced = below_durable(durable, base, e.pos)
+            if nxt is None and after is None and not synced:
+                qc.findings.append(
+                    Finding(
+                        topic, queue, str(path), e.pos, at,
+                        f"{e.reason}: a torn tail of {size - e.pos} bytes written after "
+                        f"the last sync; the next open truncates it",
+                        fatal=False,
+                    )
+                )  # fmt: skip
+            else:
+                why = f"; a valid frame follows at byte {after}" if after is not None else ""
+                if synced and after is None:
+                    why = "; it lies below the queue's durable point"
+                qc.findings.append(Finding(topic, queue, str(path), e.pos, at, e.reason + why))
+    finally:
+        os.close(fd)
+    return at
 
 
 def _durable(
@@ -382,12 +390,12 @@ def _cut(
             f"at {below} and {above}: cut at one of those"
         )
     base, pos, _ = exact[0]  # the first: a segment's end and the next one's start coincide
-    bases = _segments(qdir)
-    seg_path = qdir / f"{base:020d}.log"
+    bases = list_bases(qdir)
+    seg_path = segment_path(qdir, base)
     removed_bytes = seg_path.stat().st_size - pos
     later = [b for b in bases if b > base]
     for b in later:
-        p = qdir / f"{b:020d}.log"
+        p = segment_path(qdir, b)
         removed_bytes += p.stat().st_size
     end_before = max(qc.end, durable[2] if durable else 0)
     fd = os.open(seg_path, os.O_RDWR)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rstreams.errors import ConfigError
 from rstreams.runtime.queues._logformat import _RECORD_SHAPE, HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
+from rstreams.runtime.queues.broker import (
+    check_create_topic,
+    not_compacted,
+    purged,
+    unknown_queue,
+    unknown_topic,
+)
 from rstreams.runtime.queues.offsets import MemoryGroupOffsets, check_name
 
 
@@ -78,15 +84,8 @@ class MemoryBroker:
         old = self._topics.get(name)
         if old is None:
             check_name(name)
-        if old is not None:
-            if old.queue_count != queues:
-                raise ConfigError(
-                    f"topic {name!r} exists with {old.queue_count} queues; asked for {queues}"
-                )
-            return
-        if queues < 1:
-            raise ConfigError(f"topic {name!r} needs at least one queue; got {queues}")
-        self._topics[name] = MemoryTopic(name, queues, compacted)
+        if check_create_topic(name, queues, None if old is None else old.queue_count):
+            self._topics[name] = MemoryTopic(name, queues, compacted)
 
     def queue_count(self, name: str) -> int | None:
         t = self._topics.get(name)
@@ -106,11 +105,9 @@ class MemoryBroker:
             q = self._queues[(topic, queue)] = self._topics[topic].queues[queue]
             return q
         except KeyError:
-            raise ConfigError(f"topic {topic!r} does not exist") from None
+            raise unknown_topic(topic) from None
         except IndexError:
-            raise ConfigError(
-                f"topic {topic!r} has no queue {queue} (it has {self._topics[topic].queue_count})"
-            ) from None
+            raise unknown_queue(topic, queue, self._topics[topic].queue_count) from None
 
     def append(
         self,
@@ -187,9 +184,7 @@ class MemoryBroker:
     ) -> list[tuple[int, int, bytes | None, bytes | None, tuple]]:
         q = self._queue(topic, queue)
         if offset < q.base:
-            raise ConfigError(
-                f"offset {offset} of {topic}[{queue}] was purged; the queue starts at {q.base}"
-            )
+            raise purged(topic, queue, offset, q.base)
         i = offset - q.base
         if max_records is None:
             return q.records[i:]
@@ -220,7 +215,7 @@ class MemoryBroker:
         Checks its arguments like the file log does."""
         self._queue(topic, queue)
         if not self._topics[topic].compacted:
-            raise ConfigError(f"topic {topic!r} is not compacted; create it with compacted=True")
+            raise not_compacted(topic)
         return 0
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
