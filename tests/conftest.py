@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,9 +50,42 @@ def corpus_lines(corpus_text: str) -> list[str]:
     return corpus_text.splitlines()
 
 
+# A pipeline whose step fails on a "0" line: parse() (line 3 of the file) raises
+# ZeroDivisionError; other lines are summed by parity into 'sums'.
+FAILING_PIPELINE = """
+from rstreams import StreamBuilder
+def parse(line):
+    return 10 // int(line)
+def build():
+    b = StreamBuilder("div")
+    b.source("numbers").map(parse).keyBy(lambda v: v % 2).sum().sink("sums")
+    return b
+"""
+
+
+@pytest.fixture(scope="session")
+def failing_pipeline() -> Callable[[Path], Path]:
+    """``failing_pipeline(tmp_path / "p.py")`` writes the pipeline "div" there and returns
+    the path: source 'numbers', step 'numbers-map-1' runs ``parse`` = ``10 // int(line)``
+    (line 3 of the file), so a "0" line fails with ZeroDivisionError; the results, summed
+    by ``value % 2``, go to 'sums'."""
+
+    def write(path: Path) -> Path:
+        path.write_text(textwrap.dedent(FAILING_PIPELINE))
+        return path
+
+    return write
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under pytest-xdist (--dist loadgroup) every Spark test runs in one worker process,
-    # so a run starts one SparkSession, not one per worker.
+    """Mark every test under tests/spark ``xdist_group("spark")``.
+
+    Under pytest-xdist (``--dist loadgroup``) the Spark tests then all run in one worker
+    process: one SparkSession and one standalone cluster per run, not one per worker.
+    ``tryfirst``: xdist's worker reads the marks in its own ``pytest_collection_modifyitems``
+    (it appends ``@spark`` to the test ids, which the scheduler groups by). Its plugin is
+    registered after this conftest, so it would run first and see no mark."""
     spark_dir = Path(__file__).parent / "spark"
     for item in items:
         if spark_dir in Path(item.fspath).parents:
