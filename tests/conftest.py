@@ -6,6 +6,7 @@ import importlib.util
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -77,16 +78,30 @@ def failing_pipeline() -> Callable[[Path], Path]:
     return write
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/spark ``xdist_group("spark")``.
+# Test files whose tests run in one pytest-xdist worker under --dist loadgroup, by
+# directory: every Spark test in one process, so a run starts one SparkSession and one
+# standalone cluster, not one per worker (two JVMs, or two clusters, on 2 cores).
+XDIST_GROUPS = {"tests/spark/": "spark"}
 
-    Under pytest-xdist (``--dist loadgroup``) the Spark tests then all run in one worker
-    process: one SparkSession and one standalone cluster per run, not one per worker.
-    ``tryfirst``: xdist's worker reads the marks in its own ``pytest_collection_modifyitems``
-    (it appends ``@spark`` to the test ids, which the scheduler groups by). Its plugin is
-    registered after this conftest, so it would run first and see no mark."""
-    spark_dir = Path(__file__).parent / "spark"
-    for item in items:
-        if spark_dir in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.xdist_group("spark"))
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that also groups by XDIST_GROUPS.
+
+    xdist's own grouping does not work with pytest 9.2: its worker appends ``@group``
+    to ``item._nodeid``, which ``Item.nodeid`` no longer reads (it is made from
+    ``item._id``), so ``xdist_group`` marks are silently ignored (pytest-xdist issue
+    1386). The controller only sees test ids, so the group is told by path. The
+    largest group is handed out first (xdist orders groups by size)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class DirectoryGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            for prefix, group in XDIST_GROUPS.items():
+                if nodeid.startswith(prefix):
+                    return group
+            return str(super()._split_scope(nodeid))
+
+    return DirectoryGroupScheduling(config, log)
