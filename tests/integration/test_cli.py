@@ -188,19 +188,8 @@ def test_not_yet_available_flags_exit_2(flags, message):
     assert r.returncode == 2 and message in r.stderr
 
 
-FAILING = """
-from rstreams import StreamBuilder
-def parse(line):
-    return 10 // int(line)
-def build():
-    b = StreamBuilder("div")
-    b.source("numbers").map(parse).keyBy(lambda v: v % 2).sum().sink("sums")
-    return b
-"""
-
-
-def test_user_function_failure_exit_1_names_step_and_offset(tmp_path):
-    p = write_pipeline(tmp_path, FAILING)
+def test_user_function_failure_exit_1_names_step_and_offset(tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "p.py")
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
     r = rstreams("run", "--in-memory", p, "--input", data)
@@ -210,8 +199,8 @@ def test_user_function_failure_exit_1_names_step_and_offset(tmp_path):
     assert "ZeroDivisionError" in r.stderr and "parse (p.py:3)" in r.stderr
 
 
-def test_on_error_skip_keeps_going(tmp_path):
-    p = write_pipeline(tmp_path, FAILING)
+def test_on_error_skip_keeps_going(tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "p.py")
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
     out = tmp_path / "o.jsonl"

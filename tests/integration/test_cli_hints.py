@@ -18,16 +18,6 @@ from rstreams.cli import main
 from rstreams.live import RunProgress
 from rstreams.runtime.results import Progress
 
-FAILING = """
-from rstreams import StreamBuilder
-def parse(line):
-    return 10 // int(line)
-def build():
-    b = StreamBuilder("div")
-    b.source("numbers").map(parse).keyBy(lambda v: v % 2).sum().sink("sums")
-    return b
-"""
-
 WINDOWED = """
 from rstreams import StreamBuilder, TumblingWindow
 def build():
@@ -57,8 +47,8 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def test_durable_dead_letters_warning_gives_a_command_that_reads_them(tmp_path):
-    p = write(tmp_path / "div.py", FAILING)
+def test_durable_dead_letters_warning_gives_a_command_that_reads_them(tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "div.py")
     data = write(tmp_path / "n.txt", "1\n0\n2\n0\n")
     r = rstreams(
         "run", p, "--input", data, "--on-error", "dead-letter", "--data-dir", "jobs",

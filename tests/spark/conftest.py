@@ -41,6 +41,27 @@ def make_lying_path(directory: Path) -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def one_spark_worker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist with ``--dist loadgroup`` (``./dev test``), every Spark test
+    runs in one worker (tests/conftest.py groups them): each worker that runs one notes
+    its id in the run's shared temp directory, and the last of them to finish finds
+    its own id only."""
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if worker is None or not request.config.getvalue("loadgroup"):
+        yield
+        return
+    # (basetemp is <the run's directory>/popen-gwN under xdist)
+    record = tmp_path_factory.getbasetemp().parent / "spark-workers"
+    with record.open("a") as f:
+        f.write(f"{worker}\n")
+    yield
+    workers = sorted(set(record.read_text().split()))
+    assert workers == [worker], f"Spark tests ran in more than one xdist worker: {workers}"
+
+
+@pytest.fixture(scope="session", autouse=True)
 def lying_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Put failing python3/python stubs first on PATH (and drop PYSPARK_PYTHON) for the
     whole Spark test session; yields that PATH for subprocesses."""

@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,20 +51,10 @@ def test_cli_runs_wordcount_on_spark(tmp_path: Path, corpus_lines: list[str]) ->
     assert "done: 300 records in" in r.stderr and str(out) in r.stderr
 
 
-FAILING = """
-from rstreams import StreamBuilder
-def parse(line):
-    return 10 // int(line)
-def build():
-    b = StreamBuilder("div")
-    b.source("numbers").map(parse).keyBy(lambda v: v % 2).sum().sink("sums")
-    return b
-"""
-
-
-def test_cli_spark_failure_exit_1_names_step_file_and_line(tmp_path: Path) -> None:
-    pipeline = tmp_path / "p.py"
-    pipeline.write_text(textwrap.dedent(FAILING))
+def test_cli_spark_failure_exit_1_names_step_file_and_line(
+    tmp_path: Path, failing_pipeline: Callable[[Path], Path]
+) -> None:
+    pipeline = failing_pipeline(tmp_path / "p.py")
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
     out = tmp_path / "o.jsonl"
@@ -77,9 +67,10 @@ def test_cli_spark_failure_exit_1_names_step_file_and_line(tmp_path: Path) -> No
     assert not out.exists()
 
 
-def test_cli_spark_writes_dead_letters_to_the_given_file(tmp_path: Path) -> None:
-    pipeline = tmp_path / "p.py"
-    pipeline.write_text(textwrap.dedent(FAILING))
+def test_cli_spark_writes_dead_letters_to_the_given_file(
+    tmp_path: Path, failing_pipeline: Callable[[Path], Path]
+) -> None:
+    pipeline = failing_pipeline(tmp_path / "p.py")
     data = tmp_path / "n.txt"
     data.write_text("1\n2\n0\n5\n")
     out, dead = tmp_path / "o.jsonl", tmp_path / "dead.jsonl"

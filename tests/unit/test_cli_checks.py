@@ -16,16 +16,6 @@ from rstreams.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 
-FAILING = """
-from rstreams import StreamBuilder
-def parse(line):
-    return 10 // int(line)
-def build():
-    b = StreamBuilder("div")
-    b.source("numbers").map(parse).keyBy(lambda v: v % 2).sum().sink("sums")
-    return b
-"""
-
 
 def write(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
@@ -195,8 +185,8 @@ def test_a_failed_table_write_leaves_no_temp_file(tmp_path):
 # -- hints and dead letters of the command line --------------------------------------------
 
 
-def test_a_failed_record_hints_at_the_command_line_option(capsys, tmp_path):
-    p = write(tmp_path / "div.py", FAILING)
+def test_a_failed_record_hints_at_the_command_line_option(capsys, tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "div.py")
     data = write(tmp_path / "n.txt", "1\n0\n")
     assert main(["run", "--in-memory", str(p), "--input", str(data)]) == 1
     err = capsys.readouterr().err
@@ -205,19 +195,19 @@ def test_a_failed_record_hints_at_the_command_line_option(capsys, tmp_path):
     assert "on_error=" not in err
 
 
-def test_a_failed_record_keeps_the_api_hint_in_python(tmp_path):
+def test_a_failed_record_keeps_the_api_hint_in_python(tmp_path, failing_pipeline):
     from rstreams import run
     from rstreams.errors import ProcessingError
     from rstreams.loader import load_topology
 
-    topology = load_topology(str(write(tmp_path / "div.py", FAILING)))
+    topology = load_topology(str(failing_pipeline(tmp_path / "div.py")))
     data = write(tmp_path / "n.txt", "1\n0\n")
     with pytest.raises(ProcessingError, match=r"set on_error='skip' or 'dead-letter'"):
         run(topology, {"numbers": str(data)})
 
 
-def test_in_memory_dead_letters_are_printed(capsys, tmp_path):
-    p = write(tmp_path / "div.py", FAILING)
+def test_in_memory_dead_letters_are_printed(capsys, tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "div.py")
     data = write(tmp_path / "n.txt", "1\n0\n2\n0\n")
     code = main(["run", "--in-memory", str(p), "--input", str(data), "--on-error", "dead-letter"])
     err = capsys.readouterr().err
@@ -229,8 +219,8 @@ def test_in_memory_dead_letters_are_printed(capsys, tmp_path):
     assert "2 dead-lettered" in err
 
 
-def test_in_memory_dead_letters_are_written_to_a_file(capsys, tmp_path):
-    p = write(tmp_path / "div.py", FAILING)
+def test_in_memory_dead_letters_are_written_to_a_file(capsys, tmp_path, failing_pipeline):
+    p = failing_pipeline(tmp_path / "div.py")
     data = write(tmp_path / "n.txt", "1\n0\n2\n0\n")
     out, dead = tmp_path / "sums.jsonl", tmp_path / "dead.jsonl"
     argv = ["run", "--in-memory", p, "--input", data, "--on-error", "dead-letter"]
@@ -255,8 +245,8 @@ def test_in_memory_dead_letters_are_written_to_a_file(capsys, tmp_path):
         ),
     ],
 )
-def test_dead_letters_option_refusals(capsys, tmp_path, flags, message):
-    p = write(tmp_path / "div.py", FAILING)
+def test_dead_letters_option_refusals(capsys, tmp_path, failing_pipeline, flags, message):
+    p = failing_pipeline(tmp_path / "div.py")
     data = write(tmp_path / "n.txt", "1\n")
     argv = ["run", p, "--input", data, "--dead-letters", tmp_path / "d.jsonl", *flags]
     err = refused(capsys, [*argv, "--data-dir", tmp_path / "data"])
