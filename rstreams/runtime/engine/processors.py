@@ -631,6 +631,8 @@ class ShuffleSinkProcessor(_SinkBase):
         self._acc: dict[Any, Any] = {}
         self._max_ts: int | None = None
         self._origin: tuple[str, int, int] = ("", 0, 0)
+        # Tells one queue of the topic the task's time (see send); None: not needed.
+        self._tell = ctx.tell.get(self.topic)
 
     def process(self, batch: Batch) -> None:
         if self.skip_null_keys:
@@ -657,11 +659,46 @@ class ShuffleSinkProcessor(_SinkBase):
             self.send(batch)
 
     def send(self, batch: Batch) -> None:
-        if batch.values:
-            ts = batch.max_timestamp  # the task's watermark follows what it has sent
-            if ts > self.ctx.out_time:
-                self.ctx.out_time = ts
+        if not batch.values:
+            return
+        if self._tell is not None:
+            self._send_told(batch, self._tell)
+            return
+        ts = batch.max_timestamp  # the task's watermark follows what it has sent
+        if ts > self.ctx.out_time:
+            self.ctx.out_time = ts
         super().send(batch)
+
+    def _send_told(self, batch: Batch, tell: Callable[[int, int], None]) -> None:
+        """Send ``batch``; before a record behind the largest timestamp sent so far,
+        tell that record's queue that time: a consumer then judges every record by the
+        time its producer had reached with it, however the records were spread over
+        the queues and batches (docs/windows.md, event time). Records in order need
+        nothing: their own timestamp is that time."""
+        top, start = self.ctx.out_time, 0
+        for i, ts in enumerate(batch.timestamps):
+            if ts >= top:
+                top = ts
+                continue
+            q = self._queue_of_row(batch.keys[i])
+            if q is None:
+                continue  # a key that can not be written: on_error has it below
+            if i > start:
+                super().send(batch.take(list(range(start, i))))
+            start = i
+            self.ctx.out_time = top
+            tell(q, top)
+        if top > self.ctx.out_time:
+            self.ctx.out_time = top
+        super().send(batch.take(list(range(start, len(batch)))) if start else batch)
+
+    def _queue_of_row(self, key: Any) -> int | None:
+        """The queue a record with ``key`` goes to (as :meth:`send` picks it)."""
+        try:
+            kb = self.key_serde.serialize(key)
+        except Exception:
+            return None
+        return 0 if self.queues == 1 else self.queue_of(kb, self.queues)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""
