@@ -3,9 +3,11 @@ engine's window and join processors, replayed per queue on Spark's RocksDB state
 
 **Why per queue.** On the embedded engine a window or join processor runs once per queue
 of its shuffle topic (``mmh3(msgpack(key)) % queues``, with the planner's queue count)
-and judges lateness, window closing and join expiry against that queue's *stream time*,
-the largest timestamp it has seen. Stream time is shared by all keys of a queue: a
-record of one key closes the windows of another. A Spark operator keyed by the record
+and judges lateness, window closing and join expiry against *stream time*: the step's,
+the largest timestamp its producer has sent to any of its queues (docs/windows.md,
+event time; here the producer is the query's source order, and :class:`_Route` sends
+every record that raises that time to every queue as a time row). Stream time is
+shared by all keys: a record of one key closes the windows of another. A Spark operator keyed by the record
 key could not replay that, and Spark's own session windows and stream-stream joins
 judge by one watermark per query and emit in append mode only once it has passed, so a
 bounded run would lose its last sessions and its unmatched outer-join records. Here
