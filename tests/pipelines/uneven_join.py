@@ -40,7 +40,5 @@ def lines() -> dict[str, list[str]]:
         orders.append(json.dumps({"id": i, "k": key, "t": t}))
         if i % 3:
             pays.append((t + rnd.randint(0, 80), key, i))
-    payments = [
-        json.dumps({"id": f"p{i}", "k": key, "t": pt}) for pt, key, i in sorted(pays)
-    ]
+    payments = [json.dumps({"id": f"p{i}", "k": key, "t": pt}) for pt, key, i in sorted(pays)]
     return {"orders": orders, "payments": payments}

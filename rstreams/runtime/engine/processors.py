@@ -31,6 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.nullkeys import NULL_KEYS
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
@@ -661,44 +662,23 @@ class ShuffleSinkProcessor(_SinkBase):
     def send(self, batch: Batch) -> None:
         if not batch.values:
             return
-        if self._tell is not None:
-            self._send_told(batch, self._tell)
+        if self._tell is not None:  # before a record behind, its queue is told the time
+            top = send_told(batch, self.ctx.out_time, super().send, self._tell_key)
+            self.ctx.out_time = max(self.ctx.out_time, top)
             return
         ts = batch.max_timestamp  # the task's watermark follows what it has sent
         if ts > self.ctx.out_time:
             self.ctx.out_time = ts
         super().send(batch)
 
-    def _send_told(self, batch: Batch, tell: Callable[[int, int], None]) -> None:
-        """Send ``batch``; before a record behind the largest timestamp sent so far,
-        tell that record's queue that time: a consumer then judges every record by the
-        time its producer had reached with it, however the records were spread over
-        the queues and batches (docs/windows.md, event time). Records in order need
-        nothing: their own timestamp is that time."""
-        top, start = self.ctx.out_time, 0
-        for i, ts in enumerate(batch.timestamps):
-            if ts >= top:
-                top = ts
-                continue
-            q = self._queue_of_row(batch.keys[i])
-            if q is None:
-                continue  # a key that can not be written: on_error has it below
-            if i > start:
-                super().send(batch.take(list(range(start, i))))
-            start = i
-            self.ctx.out_time = top
-            tell(q, top)
-        if top > self.ctx.out_time:
-            self.ctx.out_time = top
-        super().send(batch.take(list(range(start, len(batch)))) if start else batch)
-
-    def _queue_of_row(self, key: Any) -> int | None:
-        """The queue a record with ``key`` goes to (as :meth:`send` picks it)."""
+    def _tell_key(self, key: Any, time: int) -> None:
+        """Tell the queue a record with ``key`` goes to the task's time."""
+        assert self._tell is not None
         try:
             kb = self.key_serde.serialize(key)
         except Exception:
-            return None
-        return 0 if self.queues == 1 else self.queue_of(kb, self.queues)
+            return  # a key that can not be written: on_error has it when it is sent
+        self._tell(0 if self.queues == 1 else self.queue_of(kb, self.queues), time)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""

@@ -56,9 +56,11 @@ then rebuilt from its input with ``--fresh``; see docs/state.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
@@ -326,7 +328,8 @@ class Task:
                     producers += ps
                 elif carries_time(topology, topic, count):
                     self.told_inputs.add(topic)
-        self._timed = [p for p in self.processors if p.kind in TIMED_KINDS]
+        # (Any: their stream time, max_time, is theirs, not every processor's.)
+        self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
         self.input_marks = InputWatermarks(producers, probe)
         self.ctx.watermark = self.input_marks.value
@@ -350,7 +353,7 @@ class Task:
             # tells a queue its time before a record behind it (see the watermarks
             # module).
             if not self.marked_inputs and carries_time(topology, f.topic, count):
-                self.ctx.tell[f.topic] = lambda q, t, topic=f.topic: self._tell(topic, q, t)
+                self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
         self._told: dict[tuple[str, int], int] = {}
         self.ended = False
         self.idle = False
@@ -457,11 +460,12 @@ class Task:
     def _process(self, topic: str, records: RecordColumns) -> None:
         try:
             source = self.sources[topic]
-            if topic not in self.marked_inputs:
-                if self.idle or self.config.source_idle_ms is not None:
-                    self._last_input = self.clock()
-                    self.idle = False
-                    self.caught_up = None
+            if topic not in self.marked_inputs and (
+                self.idle or self.config.source_idle_ms is not None
+            ):
+                self._last_input = self.clock()
+                self.idle = False
+                self.caught_up = None
             if (
                 topic not in self.marked_inputs and topic not in self.told_inputs
             ) or None not in records.keys:  # no control record among them

@@ -59,7 +59,7 @@ the moment such a window comes out are the queue's own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import msgpack
@@ -150,6 +150,26 @@ def carries_time(topology: Any, topic: str, queue_count: Any) -> bool:
     return any(
         f.kind in TIMED_KINDS for sub in topology.subtopology_of_topic(topic) for f in sub.factories
     )
+
+
+def send_told(
+    batch: Any, top: int, send: Callable[[Any], None], tell: Callable[[Any, int], None]
+) -> int:
+    """Send ``batch`` (a producer's records, in its order) with ``send``, in parts: before
+    a record behind ``top`` and the timestamps before it, ``tell(key, time)`` tells the
+    record's queue that time. Records in order need nothing: their own timestamp is
+    that time. Returns the largest timestamp sent."""
+    start = 0
+    for i, ts in enumerate(batch.timestamps):
+        if ts >= top:
+            top = ts
+            continue
+        if i > start:
+            send(batch.take(list(range(start, i))))
+            start = i
+        tell(batch.keys[i], top)
+    send(batch.take(list(range(start, len(batch)))) if start else batch)
+    return top
 
 
 class InputWatermarks:

@@ -7,10 +7,11 @@ and judges lateness, window closing and join expiry against *stream time*: the s
 the largest timestamp its producer has sent to any of its queues (docs/windows.md,
 event time; here the producer is the query's source order, and :class:`_Route` sends
 every record that raises that time to every queue as a time row). Stream time is
-shared by all keys: a record of one key closes the windows of another. A Spark operator keyed by the record
-key could not replay that, and Spark's own session windows and stream-stream joins
-judge by one watermark per query and emit in append mode only once it has passed, so a
-bounded run would lose its last sessions and its unmatched outer-join records. Here
+shared by all keys: a record of one key closes the windows of another. A Spark
+operator keyed by the record key could not replay that, and Spark's own session windows
+and stream-stream joins judge by one watermark per query and emit in append mode only
+once it has passed, so a bounded run would lose its last sessions and its unmatched
+outer-join records. Here
 each record goes to the embedded engine's queue (column ``_q``), and
 ``applyInPandasWithState`` grouped by queue runs, per queue and micro-batch, the
 queue's records in source order (``_o``) through :class:`WindowQueue` or
