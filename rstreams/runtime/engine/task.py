@@ -87,6 +87,7 @@ from rstreams.runtime.engine.watermarks import (
     decode_control,
     encode_control,
     ingest_group,
+    producer_time_group,
     producers_of,
 )
 from rstreams.runtime.inputs import InputLocator
@@ -365,6 +366,12 @@ class Task:
         # The largest watermark sent short of END (and the largest timestamp sent), as of
         # the last commit of an earlier owner.
         self.ctx.out_time, self._high = self._restored_times
+        #: At least once, a task that tells its time keeps it with its offsets.
+        self._kept_time: int | None = None
+        if self.ctx.tell and not self.exactly_once:
+            kept = self.broker.group_offsets(producer_time_group(topology.job_id))
+            times = [kept.get((t, self.queue), NO_TIME) for t in self.ctx.tell]
+            self.ctx.out_time = self._kept_time = max(self.ctx.out_time, *times)
 
     # -- watermarks ----------------------------------------------------------------------
 
@@ -656,6 +663,12 @@ class Task:
 
     def _commit_end(self, c: Commit) -> None:
         self.committer.end(c, self.stores.values(), self.positions)
+        out_time = self.ctx.out_time
+        if self._kept_time is not None and out_time > max(self._kept_time, -1):
+            group = producer_time_group(self.topology.job_id)
+            for topic in self.ctx.tell:
+                self.broker.commit(group, topic, self.queue, out_time)
+            self._kept_time = out_time
 
     def close(self) -> None:
         try:

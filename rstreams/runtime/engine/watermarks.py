@@ -81,6 +81,14 @@ def ingest_group(job_id: str) -> str:
     return f"{job_id}.ingest-end"
 
 
+def producer_time_group(job_id: str) -> str:
+    """The group under which a task that tells its consumers its time (at least once:
+    exactly-once keeps it in its transactions) records, at each commit, the largest
+    timestamp it has sent, for each shuffle topic it tells (as the offset of the
+    topic's queue of the task's number), so that its next owner goes on from there."""
+    return f"{job_id}.producer-time"
+
+
 class Control(NamedTuple):
     """A watermark control record. ``caught_up``: the positions, when the producer is
     idle because it read all its input (``idle`` is then true too)."""
