@@ -238,18 +238,15 @@ STREAMING_EXAMPLES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STREAMING_EXAMPLES))
-def test_window_and_join_examples_streaming(
-    name: str, example_topology: Callable[[str], Topology], spark: Any, tmp_path: Path
-) -> None:
-    """Structured Streaming over one directory per topic, one bounded run: the driver's
-    tables once the input has ended (sessions closed, unpaid orders emitted)."""
-    topology = example_topology(name)
-    data = Path(__file__).resolve().parents[2] / "examples" / "data"
+def driver_and_inboxes(
+    topology: Topology, texts: dict[str, tuple[str, str]], tmp_path: Path
+) -> tuple[dict[str, dict[Any, Any]], dict[str, str]]:
+    """The driver's final tables for ``texts`` (topic -> (file name, text)), each topic's
+    lines piped in turn (source order), then the end of input; and the inputs of a
+    streaming run: one directory per topic holding its file."""
     inputs = {}
     with TopologyTestDriver(topology) as driver:
-        for topic, file in STREAMING_EXAMPLES[name].items():
-            text = (data / file).read_text(encoding="utf-8")
+        for topic, (file, text) in texts.items():
             for line in text.splitlines():
                 driver.pipe(topic, line.encode("utf-8"))  # the raw line, as Spark reads it
             inbox = tmp_path / topic
@@ -258,6 +255,21 @@ def test_window_and_join_examples_streaming(
             inputs[topic] = str(inbox)
         driver.end_of_input()
         expected = {t: driver.read_table(t) for t in topology.sink_topics}
+    return expected, inputs
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING_EXAMPLES))
+def test_window_and_join_examples_streaming(
+    name: str, example_topology: Callable[[str], Topology], spark: Any, tmp_path: Path
+) -> None:
+    """Structured Streaming over one directory per topic, one bounded run: the driver's
+    tables once the input has ended (sessions closed, unpaid orders emitted)."""
+    topology = example_topology(name)
+    data = Path(__file__).resolve().parents[2] / "examples" / "data"
+    texts = {
+        t: (f, (data / f).read_text(encoding="utf-8")) for t, f in STREAMING_EXAMPLES[name].items()
+    }
+    expected, inputs = driver_and_inboxes(topology, texts, tmp_path)
     assert all(expected.values())
     got = run_spark(
         topology, inputs, spark=spark, streaming=True, checkpoint=str(tmp_path / "checkpoint")
@@ -312,17 +324,8 @@ def test_uneven_queues_streaming(name: str, spark: Any, tmp_path: Path) -> None:
     is late (the join)."""
     module = runpy.run_path(str(UNEVEN / f"{name}.py"))
     topology = module["build"]().build()
-    inputs = {}
-    with TopologyTestDriver(topology) as driver:
-        for topic, lines in module["lines"]().items():  # topic after topic (source order)
-            for line in lines:
-                driver.pipe(topic, line.encode("utf-8"))
-            inbox = tmp_path / topic
-            inbox.mkdir()
-            (inbox / "part.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            inputs[topic] = str(inbox)
-        driver.end_of_input()
-        expected = {t: driver.read_table(t) for t in topology.sink_topics}
+    texts = {t: ("part.txt", "\n".join(ls) + "\n") for t, ls in module["lines"]().items()}
+    expected, inputs = driver_and_inboxes(topology, texts, tmp_path)
     assert all(expected.values())
     got = run_spark(
         topology, inputs, spark=spark, streaming=True, checkpoint=str(tmp_path / "checkpoint")
