@@ -43,10 +43,11 @@ sends, is the largest timestamp it has sent up to and including that record, on 
 queue of the shuffle. A record in order carries that time itself; before a record
 *behind* it (out of order), the producer tells that record's queue its time with a
 control record (not the other queues: they are told before their own next record
-behind it, or, where the shuffle has several producers, after the batch). So a consumer judges every record by the time
-its producer had reached with it, whatever the batch sizes, the queue the earlier
-records went to, or where a restart fell (control records are in the log, in the
-transaction of the records they precede).
+behind it, or, where the shuffle has several producers, after the batch). So a
+consumer judges every record by the time its producer had reached with it, whatever
+the batch sizes, the queue the earlier records went to, or where a restart fell
+(control records are in the log, in the transaction of the records they precede; at
+least once, the producer keeps its time with its commit: :func:`producer_time_group`).
 
 A shuffle with a single producer carries only those, and only when the step reading it
 judges event time (a windowed aggregation or a join, :func:`carries_time`): its
