@@ -9,8 +9,9 @@ commit: processors flush and stores serialize their changes, so whatever a commi
 raise (a state value that can not be stored) is raised by that ``pipe()``. The writes
 (changelogs, stores, offsets) follow together every 1,000 pipes and whenever
 :meth:`~TopologyTestDriver.state` reads the stores; nothing else can see them. Event
-time is Kafka Streams' stream time, the largest timestamp a windowed step has seen (no
-watermarks: the order records are piped in is the order they are processed in). Only
+time is Kafka Streams' stream time, the largest timestamp a windowed step has seen, on
+any of its queues (the piped records are one producer: the order they are piped in is
+the order they are processed in; see docs/windows.md, event time). Only
 event time closes windows and expires join records, and only up to the last record
 piped: call :meth:`~TopologyTestDriver.end_of_input` to get the final results of
 close-mode windows and left/outer joins, as a bounded run gives them.
@@ -56,6 +57,9 @@ from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
 
 __all__ = ["OutputRecord", "TopologyTestDriver"]
+
+#: The processors that judge event time (windowed aggregations and joins).
+TIMED_KINDS = frozenset({"window-aggregate", "join"})
 
 #: Pipes between two commits that write (each pipe prepares the commit of the tasks it
 #: made work: see TopologyTestDriver._commit_later).
@@ -204,6 +208,14 @@ class TopologyTestDriver:
         # last commit (see _commit_later).
         self._prepared: dict[Any, None] = {}
         self._pipes = 0
+        # The tasks of each windowed step or join with several queues, with its
+        # processor in each: they judge by one time (see _share_time).
+        steps: dict[str, list[tuple[Any, Any]]] = {}
+        for task in self._engine.tasks:
+            for p in task.processors:
+                if p.kind in TIMED_KINDS:
+                    steps.setdefault(p.name, []).append((task, p))
+        self._timed_steps = [s for s in steps.values() if len(s) > 1]
 
     # -- input -------------------------------------------------------------------------
 
@@ -278,6 +290,8 @@ class TopologyTestDriver:
                     task.process_one(topic, offset, ts, key, value, headers)
                 else:
                     task.process_next(topic)
+                if self._timed_steps:
+                    self._share_time(touched)
             if commit_all:
                 self._commit(all_tasks=True)
             elif touched:
@@ -285,6 +299,19 @@ class TopologyTestDriver:
             touched.clear()
             if not pending:
                 return
+
+    def _share_time(self, touched: dict[Any, None]) -> None:
+        """After each record: every task of a windowed step or join gets the largest
+        timestamp any of them has seen, the time the pipe sequence (one producer) has
+        reached at that step, whatever queue its records went to (docs/windows.md,
+        event time). What that time closes or expires in any task comes out now."""
+        for step in self._timed_steps:
+            top = max(p.max_time for _, p in step)
+            for task, p in step:
+                if p.max_time < top:
+                    p.max_time = top
+                    touched[task] = None
+                    p.on_watermark()
 
     def _commit_later(self, touched: dict[Any, None]) -> None:
         """Commit ``touched`` now in all but the writing: each task prepares its commit

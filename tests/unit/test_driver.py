@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rstreams import ConfigError, SerdeError, StreamBuilder, Topology, Windowed
+from rstreams import ConfigError, SerdeError, SessionWindow, StreamBuilder, Topology, Windowed
 from rstreams.testing import OutputRecord, TopologyTestDriver
 
 WORD = re.compile(r"\w+")
@@ -456,3 +456,29 @@ def test_end_of_input_closes_the_last_sessions_and_emits_unmatched_left_records(
         (Windowed("bob", 55 * minute, 55 * minute), 1, "end-of-input"),
     }
     assert last_orders == {2: None, 3: None}
+
+
+def test_stream_time_is_one_partitions_whatever_the_queues_after_the_shuffle() -> None:
+    # Each task of a windowed step sees only its own queue's records; the driver gives
+    # them all the step's time after each record, so a session of a quiet key closes
+    # when later records of other keys pass it, and a record of a quiet key behind
+    # that time is late, as with one queue (docs/windows.md, event time).
+    def sessions(queues: int) -> tuple[list[tuple[str, int, int]], list[str]]:
+        b = StreamBuilder("clicks")
+        counts = (
+            b.source("clicks")
+            .keyBy(lambda user: user)
+            .window(SessionWindow(gap=10), emit="close")
+            .count(name="sessions", queues=queues)
+        )
+        counts.toRStream().sink("out")
+        counts.late().sink("late")
+        clicks = [("ann", 0), ("bob", 1), ("cat", 2), ("ann", 5), ("dan", 40), ("bob", 3)]
+        with TopologyTestDriver(b.build()) as driver:
+            for user, ts in clicks:
+                driver.pipe("clicks", user, timestamp=ts)
+            out = sorted((r.key.key, r.key.start, r.value) for r in driver.read("out"))
+            return out, driver.read_values("late")
+
+    assert sessions(1) == ([("ann", 0, 2), ("bob", 1, 1), ("cat", 2, 1)], ["bob"])
+    assert sessions(4) == sessions(1)

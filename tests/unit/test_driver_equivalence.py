@@ -61,6 +61,8 @@ class OneAtATimeDriver(TopologyTestDriver):
                     task._process(topic, RecordColumns(one, (ts,), (key,), (value,), (headers,)))
                 else:
                     task.process_next(topic)
+                if self._timed_steps:
+                    self._share_time(touched)  # one time per step, after each record
             if commit_all:
                 self._engine.commit()
             elif touched:

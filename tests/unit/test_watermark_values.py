@@ -6,6 +6,7 @@ import itertools
 import json
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -130,6 +131,32 @@ def test_one_producer_sends_no_control_records() -> None:
     for q in range(2):
         assert all(r.key is not None for r in broker.read("wm-agg-shuffle", q, 0, 100))
     assert [t.ctx.watermark for t in downstream(engine)] == [END, END]
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 1000])
+@pytest.mark.parametrize("cut", [None, 3])
+def test_one_producer_tells_a_queue_its_time_before_a_record_behind_it(
+    batch_size: int, cut: int | None
+) -> None:
+    # "a" and "b" go to different queues of 2. b@500 moves the producer's time; a@30,
+    # in order in its own queue, is behind it: that queue is told 500 first, so [0, 100)
+    # of "a" closes by event time and a@30 is late, whatever the batches and wherever
+    # a restart falls (at least once: the producer keeps its time with its commit).
+    records = [("a", 10), ("a", 20), ("b", 500), ("a", 30), ("b", 510)]
+    broker = MemoryBroker()
+    late = 0
+    for part in [records] if cut is None else [records[:cut], records[cut:]]:
+        engine = LocalEngine(window_count(1, 2), broker, EngineConfig(batch_size=batch_size))
+        feed(engine, 0, *part)
+        late += engine.metrics().get("late", 0)
+        engine.close()
+    assert late == 1
+    out = [(r.key, r.value) for r in broker.read("out", 0, 0, 100)]
+    assert (b'{"@windowed":["a",0,100],"closed":"event-time"}', b"2") in out
+    (told,) = [
+        decode_control(r.value) for r in broker.read("wm-agg-shuffle", 1, 0) if r.key is None
+    ]
+    assert told.watermark == 500
 
 
 def test_an_idle_source_queue_stops_holding_the_watermark_back() -> None:

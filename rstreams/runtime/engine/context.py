@@ -165,6 +165,10 @@ class StreamContext:
         self.watermark: int = END
         #: The largest timestamp this task has sent through a shuffle sink.
         self.out_time: int = NO_TIME
+        #: Shuffle topic -> fn(queue, time): tells that queue of the topic this task's
+        #: time, before a record sent behind it (set by the task; see the watermarks
+        #: module).
+        self.tell: dict[str, Callable[[int, int], None]] = {}
         #: (topic, queue, offset) -> (input file, line) of a record read from a file, for
         #: error messages (set by the task: source topics only); None: never known.
         self.locate: Callable[[str, int, int], tuple[str, int] | None] | None = None

@@ -31,6 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.nullkeys import NULL_KEYS
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.serde import INTERNAL_SERDE, Serde
@@ -631,6 +632,8 @@ class ShuffleSinkProcessor(_SinkBase):
         self._acc: dict[Any, Any] = {}
         self._max_ts: int | None = None
         self._origin: tuple[str, int, int] = ("", 0, 0)
+        # Tells one queue of the topic the task's time (see send); None: not needed.
+        self._tell = ctx.tell.get(self.topic)
 
     def process(self, batch: Batch) -> None:
         if self.skip_null_keys:
@@ -657,11 +660,25 @@ class ShuffleSinkProcessor(_SinkBase):
             self.send(batch)
 
     def send(self, batch: Batch) -> None:
-        if batch.values:
-            ts = batch.max_timestamp  # the task's watermark follows what it has sent
-            if ts > self.ctx.out_time:
-                self.ctx.out_time = ts
+        if not batch.values:
+            return
+        if self._tell is not None:  # before a record behind, its queue is told the time
+            top = send_told(batch, self.ctx.out_time, super().send, self._tell_key)
+            self.ctx.out_time = max(self.ctx.out_time, top)
+            return
+        ts = batch.max_timestamp  # the task's watermark follows what it has sent
+        if ts > self.ctx.out_time:
+            self.ctx.out_time = ts
         super().send(batch)
+
+    def _tell_key(self, key: Any, time: int) -> None:
+        """Tell the queue a record with ``key`` goes to the task's time."""
+        assert self._tell is not None
+        try:
+            kb = self.key_serde.serialize(key)
+        except Exception:
+            return  # a key that can not be written: on_error has it when it is sent
+        self._tell(0 if self.queues == 1 else self.queue_of(kb, self.queues), time)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""

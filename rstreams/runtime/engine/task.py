@@ -56,8 +56,10 @@ then rebuilt from its input with ``--fresh``; see docs/state.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
@@ -77,11 +79,14 @@ from rstreams.runtime.engine.transaction import TXN_HEADER
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
+    TIMED_KINDS,
     InputWatermarks,
     Positions,
+    carries_time,
     decode_control,
     encode_control,
     ingest_group,
+    producer_time_group,
     producers_of,
 )
 from rstreams.runtime.inputs import InputLocator
@@ -311,14 +316,21 @@ class Task:
         count = self.broker.queue_count
         topology = self.topology
         producers: list[tuple[int, int]] = []
-        #: Shuffle topics read whose records include watermark control records.
+        #: Shuffle topics read whose records include watermark control records: from
+        #: several producers (their minimum is this task's watermark), or from one
+        #: (``told_inputs``: what it says raises the time of the timed steps).
         self.marked_inputs: set[str] = set()
+        self.told_inputs: set[str] = set()
         for topic in self.sources:
             if self.config.watermarks and topology.topics[topic].role == "shuffle":
                 ps = producers_of(topology, topic, count)
                 if len(ps) > 1:
                     self.marked_inputs.add(topic)
                     producers += ps
+                elif carries_time(topology, topic, count):
+                    self.told_inputs.add(topic)
+        # (Any: their stream time, max_time, is theirs, not every processor's.)
+        self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
         self.input_marks = InputWatermarks(producers, probe)
         self.ctx.watermark = self.input_marks.value
@@ -338,6 +350,12 @@ class Task:
             entry = (f.topic, count(f.topic) or 0)
             if len(producers_of(topology, f.topic, count)) > 1 and entry not in self.marked_outputs:
                 self.marked_outputs.append(entry)
+            # What this task sends bounds its watermark (it reads no watermarks): it
+            # tells a queue its time before a record behind it (see the watermarks
+            # module).
+            if not self.marked_inputs and carries_time(topology, f.topic, count):
+                self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
+        self._told: dict[tuple[str, int], int] = {}
         self.ended = False
         self.idle = False
         #: The positions this task was idle at because it had read all its input.
@@ -348,6 +366,12 @@ class Task:
         # The largest watermark sent short of END (and the largest timestamp sent), as of
         # the last commit of an earlier owner.
         self.ctx.out_time, self._high = self._restored_times
+        #: At least once, a task that tells its time keeps it with its offsets.
+        self._kept_time: int | None = None
+        if self.ctx.tell and not self.exactly_once:
+            kept = self.broker.group_offsets(producer_time_group(topology.job_id))
+            times = [kept.get((t, self.queue), NO_TIME) for t in self.ctx.tell]
+            self.ctx.out_time = self._kept_time = max(self.ctx.out_time, *times)
 
     # -- watermarks ----------------------------------------------------------------------
 
@@ -383,8 +407,27 @@ class Task:
             for q in range(n):
                 self.producer.send(topic, q, None, value, 0, ())
 
-    def _on_control(self, value: bytes | None) -> None:
+    def _tell(self, topic: str, queue: int, time: int) -> None:
+        """Tell queue ``queue`` of ``topic`` this task's time, before a record behind it."""
+        if self._told.get((topic, queue), NO_TIME) >= time:
+            return
+        self._told[(topic, queue)] = time
+        if time > self._high:
+            self._high = time
+        value = encode_control((self.sub.id, self.queue), time, False, self._high)
+        self.producer.send(topic, queue, None, value, 0, ())
+
+    def _on_control(self, value: bytes | None, topic: str) -> None:
         c = decode_control(value)
+        if topic in self.told_inputs:
+            # One producer: its time (or, at its end, the last time it had before)
+            # is the time of this task's timed steps.
+            told = c.watermark if c.watermark < END else c.high
+            for p in self._timed:
+                if told > p.max_time:
+                    p.max_time = told
+                    p.on_watermark()
+            return
         if self.input_marks.update(c.producer, c.watermark, c.idle, c.high, c.caught_up):
             self._watermark_moved()
 
@@ -424,13 +467,15 @@ class Task:
     def _process(self, topic: str, records: RecordColumns) -> None:
         try:
             source = self.sources[topic]
-            if topic not in self.marked_inputs:
-                if self.idle or self.config.source_idle_ms is not None:
-                    self._last_input = self.clock()
-                    self.idle = False
-                    self.caught_up = None
-                source.process_log(self.queue, records)
-            elif None not in records.keys:  # no control record among them
+            if topic not in self.marked_inputs and (
+                self.idle or self.config.source_idle_ms is not None
+            ):
+                self._last_input = self.clock()
+                self.idle = False
+                self.caught_up = None
+            if (
+                topic not in self.marked_inputs and topic not in self.told_inputs
+            ) or None not in records.keys:  # no control record among them
                 source.process_log(self.queue, records)
             else:
                 keys, start = records.keys, 0
@@ -438,7 +483,7 @@ class Task:
                     if k is None:
                         if i > start:
                             source.process_log(self.queue, records.slice(start, i))
-                        self._on_control(records.values[i])
+                        self._on_control(records.values[i], topic)
                         start = i + 1
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
@@ -460,11 +505,13 @@ class Task:
         stored (the test driver's path: no columns built for one record). The caller
         has moved the position past it."""
         try:
-            marked = topic in self.marked_inputs
+            marked = topic in self.marked_inputs or topic in self.told_inputs
             if marked and key is None:
-                self._on_control(value)  # a watermark: a control record has no key
+                self._on_control(value, topic)  # a watermark: a control record has no key
             else:
-                if not marked and (self.idle or self.config.source_idle_ms is not None):
+                if topic not in self.marked_inputs and (
+                    self.idle or self.config.source_idle_ms is not None
+                ):
                     self._last_input = self.clock()
                     self.idle = False
                     self.caught_up = None
@@ -616,6 +663,12 @@ class Task:
 
     def _commit_end(self, c: Commit) -> None:
         self.committer.end(c, self.stores.values(), self.positions)
+        out_time = self.ctx.out_time
+        if self._kept_time is not None and out_time > max(self._kept_time, -1):
+            group = producer_time_group(self.topology.job_id)
+            for topic in self.ctx.tell:
+                self.broker.commit(group, topic, self.queue, out_time)
+            self._kept_time = out_time
 
     def close(self) -> None:
         try:

@@ -38,13 +38,29 @@ it sends again (for sources whose writers pause; files need no timeout).
 A consumer's watermark never goes back: a producer that comes back from idle with older
 data holds time where it got, it does not reopen what has closed.
 
-A shuffle with a single producer carries no control records: its consumers judge time
-by the largest timestamp they have seen, exactly as before watermarks existed.
+**One time per producer, record by record.** A producer's time, as of a record it
+sends, is the largest timestamp it has sent up to and including that record, on any
+queue of the shuffle. A record in order carries that time itself; before a record
+*behind* it (out of order), the producer tells that record's queue its time with a
+control record (not the other queues: they are told before their own next record
+behind it, or, where the shuffle has several producers, after the batch). So a
+consumer judges every record by the time its producer had reached with it, whatever
+the batch sizes, the queue the earlier records went to, or where a restart fell
+(control records are in the log, in the transaction of the records they precede; at
+least once, the producer keeps its time with its commit: :func:`producer_time_group`).
+
+A shuffle with a single producer carries only those, and only when the step reading it
+judges event time (a windowed aggregation or a join, :func:`carries_time`): its
+consumers judge by the largest timestamp they have seen or been told. No control
+record follows a batch there, and none says the input ended, so a window of a queue
+that gets no later record closes at the end of input (``closed="end-of-input"``) even
+where the producer's time had passed it: what is late is exact, only that label and
+the moment such a window comes out are the queue's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import msgpack
@@ -64,6 +80,14 @@ def ingest_group(job_id: str) -> str:
     input's topic, the queue's end when it last reached the end of the input file.
     (Recorded as a consumer group's offsets: every broker keeps those, durably.)"""
     return f"{job_id}.ingest-end"
+
+
+def producer_time_group(job_id: str) -> str:
+    """The group under which a task that tells its consumers its time (at least once:
+    exactly-once keeps it in its transactions) records, at each commit, the largest
+    timestamp it has sent, for each shuffle topic it tells (as the offset of the
+    topic's queue of the task's number), so that its next owner goes on from there."""
+    return f"{job_id}.producer-time"
 
 
 class Control(NamedTuple):
@@ -121,6 +145,40 @@ def producers_of(topology: Any, topic: str, queue_count: Any) -> list[Producer]:
         if any(f.kind == "shuffle-sink" and f.topic == topic for f in sub.factories):
             out.extend((sub.id, q) for q in range(task_count(topology, sub, queue_count)))
     return out
+
+
+#: The processor kinds that judge event time.
+TIMED_KINDS = frozenset({"window-aggregate", "join"})
+
+
+def carries_time(topology: Any, topic: str, queue_count: Any) -> bool:
+    """Does shuffle topic ``topic`` carry control records: it has several producers, or
+    one and a consumer that judges event time?"""
+    if len(producers_of(topology, topic, queue_count)) > 1:
+        return True
+    return any(
+        f.kind in TIMED_KINDS for sub in topology.subtopology_of_topic(topic) for f in sub.factories
+    )
+
+
+def send_told(
+    batch: Any, top: int, send: Callable[[Any], None], tell: Callable[[Any, int], None]
+) -> int:
+    """Send ``batch`` (a producer's records, in its order) with ``send``, in parts: before
+    a record behind ``top`` and the timestamps before it, ``tell(key, time)`` tells the
+    record's queue that time. Records in order need nothing: their own timestamp is
+    that time. Returns the largest timestamp sent."""
+    start = 0
+    for i, ts in enumerate(batch.timestamps):
+        if ts >= top:
+            top = ts
+            continue
+        if i > start:
+            send(batch.take(list(range(start, i))))
+            start = i
+        tell(batch.keys[i], top)
+    send(batch.take(list(range(start, len(batch)))) if start else batch)
+    return top
 
 
 class InputWatermarks:

@@ -3,12 +3,15 @@ engine's window and join processors, replayed per queue on Spark's RocksDB state
 
 **Why per queue.** On the embedded engine a window or join processor runs once per queue
 of its shuffle topic (``mmh3(msgpack(key)) % queues``, with the planner's queue count)
-and judges lateness, window closing and join expiry against that queue's *stream time*,
-the largest timestamp it has seen. Stream time is shared by all keys of a queue: a
-record of one key closes the windows of another. A Spark operator keyed by the record
-key could not replay that, and Spark's own session windows and stream-stream joins
-judge by one watermark per query and emit in append mode only once it has passed, so a
-bounded run would lose its last sessions and its unmatched outer-join records. Here
+and judges lateness, window closing and join expiry against *stream time*: the step's,
+the largest timestamp its producer has sent to any of its queues (docs/windows.md,
+event time; here the producer is the query's source order, and :class:`_Route` sends
+every record that raises that time to every queue as a time row). Stream time is
+shared by all keys: a record of one key closes the windows of another. A Spark
+operator keyed by the record key could not replay that, and Spark's own session windows
+and stream-stream joins judge by one watermark per query and emit in append mode only
+once it has passed, so a bounded run would lose its last sessions and its unmatched
+outer-join records. Here
 each record goes to the embedded engine's queue (column ``_q``), and
 ``applyInPandasWithState`` grouped by queue runs, per queue and micro-batch, the
 queue's records in source order (``_o``) through :class:`WindowQueue` or
@@ -76,8 +79,11 @@ MARKERS = "_end-of-input"
 #: Ordering-key prefix of what a queue emits at the end of input (after every record).
 _AT_END = b"\xff\xff"
 _NO_TIME = -(2**62)
-#: ``_s``: the side of a record (windows use LEFT), or an end-of-input marker.
-LEFT, RIGHT, END = 0, 1, 2
+#: ``_s``: the side of a record (windows use LEFT), an end-of-input marker, or a time row
+#: (the event time another queue's record reached, see :class:`_Route`).
+LEFT, RIGHT, END, TIME = 0, 1, 2, 3
+#: Ordering-key infix of what a time row's expiry emits (after its record's results).
+_AFTER = b"\xff\xff\xff\xff"
 
 _ROUTED = "k_m binary, _t bigint, v_m binary, _o binary, _s int, _q int"
 OUTPUT = "k_m binary, v_m binary, _o binary, _late boolean"
@@ -205,7 +211,15 @@ def _markers(comp: Compiler, queues: int) -> DataFrame:
 @attrs.frozen
 class _Route:
     """mapInArrow: adds the side ``_s`` and the queue ``_q`` of each record's packed key,
-    as the embedded shuffle sink picks it (the default modulo queue mapper)."""
+    as the embedded shuffle sink picks it (the default modulo queue mapper).
+
+    Event time is the step's, not the queue's (docs/windows.md, event time): a record
+    is judged by the largest timestamp of the records before it in source order, on
+    any queue. So every record whose timestamp is above those before it in its Arrow
+    batch (in ``_o`` order) also goes to every other queue as a *time row* (``_s`` =
+    TIME, no key or value): each queue then sees every record that set a new largest
+    timestamp, whichever batch or partition it was in (a record that set none is below
+    one that did, earlier in its batch, which every queue sees)."""
 
     queues: int
     side: int
@@ -214,13 +228,41 @@ class _Route:
         from rstreams.runtime.queues.mapper import ModuloQueueMapper
 
         mapper = ModuloQueueMapper()
+        names = ["k_m", "_t", "v_m", enc.ORDER, "_s", "_q"]
         for rb in batches:
             queue = mapper.queues_for(rb.column(0).to_pylist(), self.queues)
             side = pa.array([self.side] * rb.num_rows, pa.int32())
             yield pa.RecordBatch.from_arrays(
-                [*rb.columns, side, pa.array(queue, pa.int32())],
-                names=["k_m", "_t", "v_m", enc.ORDER, "_s", "_q"],
+                [*rb.columns, side, pa.array(queue, pa.int32())], names=names
             )
+            if self.queues > 1 and rb.num_rows:
+                yield self._time_rows(rb.column(1).to_pylist(), rb.column(3).to_pylist(), queue)
+
+    def _time_rows(self, ts: list[int], order: list[bytes], queue: list[int]) -> pa.RecordBatch:
+        out_t: list[int] = []
+        out_o: list[bytes] = []
+        out_q: list[int] = []
+        top = _NO_TIME
+        for i in sorted(range(len(ts)), key=order.__getitem__):
+            if ts[i] > top:
+                top = ts[i]
+                for q in range(self.queues):
+                    if q != queue[i]:
+                        out_t.append(top)
+                        out_o.append(order[i])
+                        out_q.append(q)
+        n = len(out_t)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(n, pa.binary()),
+                pa.array(out_t, pa.int64()),
+                pa.nulls(n, pa.binary()),
+                pa.array(out_o, pa.binary()),
+                pa.array([TIME] * n, pa.int32()),
+                pa.array(out_q, pa.int32()),
+            ],
+            names=["k_m", "_t", "v_m", enc.ORDER, "_s", "_q"],
+        )
 
 
 # -- what a queue replays ---------------------------------------------------------------------
@@ -609,6 +651,9 @@ class Replay:
             if side == END:
                 q.end_of_input(emit)
                 prefix = _AT_END + enc.be32(queue)
+            elif side == TIME:
+                _advance(q, ts, emit)
+                prefix = o + _AFTER
             else:
                 k, v = unpack(km), unpack(vm)
                 try:
@@ -636,6 +681,14 @@ class Replay:
         state.update((pack(q.save()),))
         if out_k:
             yield pd.DataFrame({"k_m": out_k, "v_m": out_v, enc.ORDER: out_o, "_late": out_late})
+
+
+def _advance(q: WindowQueue | JoinQueue, ts: int, emit: Emit) -> None:
+    """A time row: the step's time reached ``ts`` (a record of another queue); close
+    and expire what that allows, as the record's own queue does."""
+    if ts > q.time:
+        q.time = ts
+        q._expire(emit)
 
 
 def _appender(results: list[tuple[Any, Any]]) -> Emit:
