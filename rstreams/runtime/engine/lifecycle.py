@@ -28,7 +28,6 @@ rstreams.errors.IllegalStateError: task 0_0: invalid transition from RUNNING to 
 from __future__ import annotations
 
 import enum
-from types import TracebackType
 
 from rstreams.errors import IllegalStateError
 
@@ -96,11 +95,6 @@ class Lifecycle:
         if self.state not in _PROCESSING:
             raise IllegalStateError(f"task {self.name} is {self.state.name}: it can not process")
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None:
             self.fail()
