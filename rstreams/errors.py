@@ -116,6 +116,15 @@ class StateStoreError(RStreamsError, RuntimeError):
         self.path = path
 
 
+class IllegalStateError(RStreamsError, RuntimeError):
+    """An object was asked for something its lifecycle state does not allow: a task
+    closed, or asked to move from one state to a state that can not follow it.
+
+    >>> issubclass(IllegalStateError, RuntimeError)
+    True
+    """
+
+
 class JobNeedsRebuildError(RStreamsError, RuntimeError):
     """Records a job had consumed were removed from its log (``rstreams topics repair``):
     its state and outputs cannot be trusted, so it only runs again with ``--fresh``."""

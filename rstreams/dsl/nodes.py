@@ -189,9 +189,6 @@ class LateNode(Node):
     kind: ClassVar[str] = "late"
 
 
-JOIN_TYPES = ("inner", "left", "outer")
-
-
 @attrs.frozen(kw_only=True, eq=False, repr=False)
 class JoinNode(Node):
     """A stream-stream join of its two parents (left, right) on key functions.

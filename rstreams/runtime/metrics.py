@@ -25,6 +25,7 @@ from rstreams.errors import ConfigError
 from rstreams.runtime.engine.stats import JobStats, read_stats
 
 if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("rstreams.metrics")
@@ -95,81 +96,105 @@ class JobCollector:
 
 def families(stats: JobStats, job: str) -> list[Metric]:
     """The metric families of ``stats`` (see docs/operations.md for the list)."""
-    from prometheus_client.core import (
-        CounterMetricFamily,
-        GaugeMetricFamily,
-        HistogramMetricFamily,
-    )
+    return [
+        *_supervisor_families(stats, job),
+        *_worker_counters(stats, job),
+        *_detail_families(stats, job),
+    ]
 
-    def counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-        return CounterMetricFamily(name, doc, labels=["job", *labels])
 
-    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, doc, labels=["job", *labels])
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    from prometheus_client.core import CounterMetricFamily
 
+    return CounterMetricFamily(name, doc, labels=["job", *labels])
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(name, doc, labels=["job", *labels])
+
+
+def _supervisor_families(stats: JobStats, job: str) -> list[Metric]:
+    """Whether the job runs and, while a supervisor publishes, the run's totals."""
     out: list[Metric] = []
     sup = stats.supervisor
-    running = gauge("rstreams_running", "1 while a supervisor runs the job", [])
+    running = _gauge("rstreams_running", "1 while a supervisor runs the job", [])
     running.add_metric([job], 1.0 if stats.running else 0.0)
     out.append(running)
     if sup is not None:
         for name, kind, key, doc in (
-            ("rstreams_input_records", counter, "records_in", "Input lines ingested by this run"),
-            ("rstreams_input_bytes", counter, "bytes_read", "Input bytes ingested by this run"),
-            ("rstreams_input_size_bytes", gauge, "bytes_total", "Size of the input files"),
-            ("rstreams_output_records", counter, "records_out", "Records in the sink topics"),
-            ("rstreams_lag", gauge, "lag", "Records not yet committed, over every input queue"),
-            ("rstreams_generation", gauge, "generation", "Consumer group generation"),
-            ("rstreams_workers_wanted", gauge, "workers_wanted", "Worker processes wanted"),
+            ("rstreams_input_records", _counter, "records_in", "Input lines ingested by this run"),
+            ("rstreams_input_bytes", _counter, "bytes_read", "Input bytes ingested by this run"),
+            ("rstreams_input_size_bytes", _gauge, "bytes_total", "Size of the input files"),
+            ("rstreams_output_records", _counter, "records_out", "Records in the sink topics"),
+            ("rstreams_lag", _gauge, "lag", "Records not yet committed, over every input queue"),
+            ("rstreams_generation", _gauge, "generation", "Consumer group generation"),
+            ("rstreams_workers_wanted", _gauge, "workers_wanted", "Worker processes wanted"),
         ):
             family = kind(name, doc, [])
             family.add_metric([job], float(sup.get(key) or 0))
             out.append(family)
-        workers = gauge("rstreams_workers", "Worker processes alive", [])
+        workers = _gauge("rstreams_workers", "Worker processes alive", [])
         workers.add_metric([job], float(sum(1 for w in sup["workers"] if w.get("alive"))))
-        restarts = counter("rstreams_worker_restarts", "Restarts of dead workers", ["slot"])
+        restarts = _counter("rstreams_worker_restarts", "Restarts of dead workers", ["slot"])
         for w in sup["workers"]:
             restarts.add_metric([job, str(w["slot"])], float(w.get("restarts", 0)))
         out += [workers, restarts]
+    return out
 
-    def per_worker(name: str, doc: str, key: str, make: Callable[..., Any] = counter) -> None:
-        family = make(name, doc, ["worker"])
-        for w in stats.workers:
-            family.add_metric([job, w["member"]], float(w.get(key, 0)))
-        out.append(family)
 
-    per_worker("rstreams_processed_records", "Input records processed by a worker", "processed")
-    per_worker(
-        "rstreams_restore_records", "Changelog records replayed into state", "restored_records"
-    )
-    per_worker("rstreams_late_records", "Records too late for their window or join", "late")
-    per_worker("rstreams_skipped_records", "Records that failed and were skipped", "skipped")
-    per_worker(
+#: The counters of each worker: (metric, help, key of the worker's statistics).
+_WORKER_COUNTERS = (
+    ("rstreams_processed_records", "Input records processed by a worker", "processed"),
+    ("rstreams_restore_records", "Changelog records replayed into state", "restored_records"),
+    ("rstreams_late_records", "Records too late for their window or join", "late"),
+    ("rstreams_skipped_records", "Records that failed and were skipped", "skipped"),
+    (
         "rstreams_null_key_records",
         "Records whose join or grouping key was None: dropped, or joined with nothing",
         "null_keys",
-    )
-    per_worker(
+    ),
+    (
         "rstreams_dead_lettered_records",
         "Records that failed and went to the dead-letter topic",
         "dead_lettered",
+    ),
+)
+
+
+def _worker_counters(stats: JobStats, job: str) -> list[Metric]:
+    out: list[Metric] = []
+    for name, doc, key in _WORKER_COUNTERS:
+        family = _counter(name, doc, ["worker"])
+        for w in stats.workers:
+            family.add_metric([job, w["member"]], float(w.get(key, 0)))
+        out.append(family)
+    return out
+
+
+def _detail_families(stats: JobStats, job: str) -> list[Metric]:
+    """Per step, queue, task and store of each worker, and its commit durations."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    steps_in = _counter("rstreams_step_records_in", "Records a step received", ["worker", "step"])
+    steps_out = _counter(
+        "rstreams_step_records_out", "Records a step passed on", ["worker", "step"]
     )
-    steps_in = counter("rstreams_step_records_in", "Records a step received", ["worker", "step"])
-    steps_out = counter("rstreams_step_records_out", "Records a step passed on", ["worker", "step"])
-    lag = gauge("rstreams_queue_lag", "Records of a queue not processed yet", _QUEUE_LABELS)
-    position = gauge("rstreams_queue_position", "Next offset a task processes", _QUEUE_LABELS)
-    restoring = gauge(
+    lag = _gauge("rstreams_queue_lag", "Records of a queue not processed yet", _QUEUE_LABELS)
+    position = _gauge("rstreams_queue_position", "Next offset a task processes", _QUEUE_LABELS)
+    restoring = _gauge(
         "rstreams_restore_remaining_records",
         "Changelog offsets a task still replays before it starts",
         ["worker", "task"],
     )
-    watermark = gauge(
+    watermark = _gauge(
         "rstreams_watermark_seconds", "Event time a task's input got to", ["worker", "task"]
     )
-    entries = gauge(
+    entries = _gauge(
         "rstreams_store_entries", "Entries of a state store (estimate)", ["worker", "store", "task"]
     )
-    size = gauge(
+    size = _gauge(
         "rstreams_store_bytes", "Bytes of a state store (RocksDB)", ["worker", "store", "task"]
     )
     commits = HistogramMetricFamily(
@@ -202,8 +227,7 @@ def families(stats: JobStats, job: str) -> list[Metric]:
         if c:
             buckets = [(_bound(b), float(n)) for b, n in c["buckets"]]
             commits.add_metric([job, member], buckets, float(c["seconds_sum"]))
-    out += [steps_in, steps_out, lag, position, restoring, watermark, entries, size, commits]
-    return out
+    return [steps_in, steps_out, lag, position, restoring, watermark, entries, size, commits]
 
 
 def _bound(b: Any) -> str:

@@ -159,9 +159,6 @@ class Batch:
             self.offsets[i],
         )
 
-    def rows(self) -> list[Record]:
-        return [self.row(i) for i in range(len(self))]
-
     def with_values(self, values: list[Any]) -> Batch:
         return Batch(
             self.topic, self.queue, self.keys, values, self.timestamps, self._offsets,
@@ -201,21 +198,6 @@ class Batch:
             list(compress(self.timestamps, mask)),
             list(compress(self.offsets, mask)),
             None if self.headers is None else list(compress(self.headers, mask)),
-        )
-
-    @classmethod
-    def from_records(cls, records: list[Record]) -> Batch:
-        """Build a batch from rows (all from the same topic and queue)."""
-        first = records[0]
-        headers = [r.headers for r in records]
-        return cls(
-            first.topic,
-            first.queue,
-            [r.key for r in records],
-            [r.value for r in records],
-            [r.timestamp for r in records],
-            [r.offset for r in records],
-            headers if any(headers) else None,
         )
 
     def __repr__(self) -> str:

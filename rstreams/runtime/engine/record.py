@@ -12,7 +12,7 @@ class Record:
     """A deserialized record plus where it came from (source topic/queue/offset).
 
     Records are never mutated once forwarded (a parent may fan the same record out to
-    several children); ``with_*`` build a new one.
+    several children).
     """
 
     __slots__ = ("headers", "key", "offset", "queue", "timestamp", "topic", "value")
@@ -34,24 +34,6 @@ class Record:
         self.topic = topic
         self.queue = queue
         self.offset = offset
-
-    def with_value(self, value: Any) -> Record:
-        return Record(
-            self.key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset
-        )
-
-    def with_key(self, key: Any) -> Record:
-        return Record(
-            key, self.value, self.timestamp, self.headers, self.topic, self.queue, self.offset
-        )
-
-    def with_timestamp(self, timestamp: int) -> Record:
-        return Record(
-            self.key, self.value, timestamp, self.headers, self.topic, self.queue, self.offset
-        )
-
-    def with_key_value(self, key: Any, value: Any) -> Record:
-        return Record(key, value, self.timestamp, self.headers, self.topic, self.queue, self.offset)
 
     def __repr__(self) -> str:
         return (

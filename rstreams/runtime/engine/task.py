@@ -61,11 +61,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from rstreams.errors import ConfigError, RStreamsError, SerdeError, StateStoreError
+from rstreams.errors import ConfigError, IllegalStateError, RStreamsError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
 from rstreams.runtime.engine.commit import Commit, Committer
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
+from rstreams.runtime.engine.lifecycle import Lifecycle, TaskState
 from rstreams.runtime.engine.processors import Processor, SourceProcessor
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.registry import PROCESSORS
@@ -102,6 +103,7 @@ __all__ = [
     "RESEND_WATERMARK_MS",
     "TXN_HEADER",
     "Task",
+    "TaskState",
     "commit_tasks",
     "discard_damaged_store",
     "relieve_memory",
@@ -145,7 +147,7 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
             t._commit_end(c)
     except BaseException:
         for t in tasks:
-            t.failed = True  # nothing more of it is committed
+            t.mark_failed()  # nothing more of it is committed
         raise
     return [q for _, c in begun for q in c.written]
 
@@ -184,6 +186,9 @@ class Task:
     initialized. A processor's ``init()`` rebuilds what it keeps in memory (window and
     join indexes, stream time) from the restored store, so nothing a processor holds
     can predate its queue's state.
+
+    Its :attr:`state` follows :mod:`~rstreams.runtime.engine.lifecycle`: RESTORING
+    while built, then RUNNING until it fails or is closed.
     """
 
     def __init__(
@@ -201,6 +206,7 @@ class Task:
         on_restore: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.id = str(TaskId(sub.id, queue))  # its name on disk and in transactions
+        self.lifecycle = Lifecycle(self.id)
         self.topology = topology
         #: Called with (task id, changelog offsets replayed, offsets to replay) while
         #: restoring (about twice a second) and once at the end.
@@ -221,34 +227,33 @@ class Task:
             txn_queue if self.exactly_once else None,
         )  # fmt: skip
         self.fetch: Fetch = fetch or broker.read_columns
-        #: Set when processing raised: nothing of this task is committed after that, so
-        #: the failed record (and everything after it) is read again on restart.
-        self.failed = False
         self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
         #: The task's stores, each the top of its stack of layers.
         self.stores: dict[str, MeteredStore] = {}
         discarded: set[str] = set()
+        self.lifecycle.to(TaskState.RESTORING)
         while True:
             try:
                 self._build(topology, sub, producer, clock)
                 break
             except StoreDamagedError as e:
-                self._close_stores()  # a RocksDB store stays locked until closed
                 if e.path is None or e.path in discarded:
+                    self.abandon()
                     raise  # a new copy is damaged too: not the store's files
+                self._close_stores()  # a RocksDB store stays locked until closed
                 discarded.add(e.path)
                 discard_damaged_store(e, config.state_dir, f"task {self.id}")
             except BaseException:
-                self._close_stores()
+                self.abandon()
                 raise
         self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
         self.committer.committed = dict(self.positions)
+        self.lifecycle.to(TaskState.RUNNING)
 
     def _build(
         self, topology: Topology, sub: SubTopology, producer: Producer, clock: Callable[[], int]
     ) -> None:
         """Open the stores, finish the last transaction, restore, build the processors."""
-        self.failed = False  # a store write of an earlier attempt may have set it
         self.stores = {}
         for name in sub.stores:
             self.stores[name] = store_stack(
@@ -281,10 +286,27 @@ class Task:
             with contextlib.suppress(StateStoreError):
                 s.close()
 
+    @property
+    def state(self) -> TaskState:
+        """Where the task is in its life (see :mod:`~rstreams.runtime.engine.lifecycle`)."""
+        return self.lifecycle.state
+
+    @property
+    def failed(self) -> bool:
+        """Processing or a commit raised, or the task was abandoned: nothing of it is
+        committed after that, so the failed record (and everything after it) is read
+        again on restart."""
+        return self.lifecycle.state in (TaskState.FAILED, TaskState.ABANDONED)
+
+    def mark_failed(self) -> None:
+        """Commit nothing more of this task (a commit it took part in, or the disk,
+        failed). A no-op on a task already failed or closed."""
+        self.lifecycle.fail()
+
     def abandon(self) -> None:
         """Close without committing anything (damaged state was found): the task's next
         owner restores its state and goes on from its last commit."""
-        self.failed = True
+        self.lifecycle.to(TaskState.ABANDONED)
         self._close_stores()
 
     def _build_processors(self, job_id: str, producer: Producer, clock: Callable[[], int]) -> None:
@@ -301,9 +323,9 @@ class Task:
             job_id, self.id, self.queue, producer, self.stores, self.config, clock
         )
         # Records of the topics that input files are appended to (not shuffles).
-        user_sources = [t for t in self.sources if self.topology.topics[t].role != "shuffle"]
-        if user_sources:
-            self.ctx.locate = InputLocator(self.broker, user_sources).locate
+        self._input_topics = [t for t in self.sources if self.topology.topics[t].role != "shuffle"]
+        if self._input_topics:
+            self.ctx.locate = InputLocator(self.broker, self._input_topics).locate
         self._init_watermarks()
         for p in self.processors:
             p.init(self.ctx)
@@ -339,8 +361,8 @@ class Task:
         self.unmarked_input = len(self.marked_inputs) < len(self.sources)
         #: Reads input files only (see EngineConfig.caught_up_idle): says it is caught up
         #: when it has read all its queues hold.
-        self.reads_inputs = self.config.caught_up_idle and all(
-            topology.topics[t].role != "shuffle" for t in self.sources
+        self.reads_inputs = self.config.caught_up_idle and len(self._input_topics) == len(
+            self.sources
         )
         #: (shuffle topic, queue count) this task must send its watermark to.
         self.marked_outputs: list[tuple[str, int]] = []
@@ -465,7 +487,7 @@ class Task:
         return n
 
     def _process(self, topic: str, records: RecordColumns) -> None:
-        try:
+        with self.lifecycle:  # an error fails the task
             source = self.sources[topic]
             if topic not in self.marked_inputs and (
                 self.idle or self.config.source_idle_ms is not None
@@ -488,9 +510,6 @@ class Task:
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
             self._send_watermark()
-        except BaseException:
-            self.failed = True
-            raise
 
     def process_one(
         self,
@@ -504,7 +523,7 @@ class Task:
         """:meth:`_process` of the one record at ``offset`` of ``topic``, given as it is
         stored (the test driver's path: no columns built for one record). The caller
         has moved the position past it."""
-        try:
+        with self.lifecycle:  # an error fails the task
             marked = topic in self.marked_inputs or topic in self.told_inputs
             if marked and key is None:
                 self._on_control(value, topic)  # a watermark: a control record has no key
@@ -518,9 +537,6 @@ class Task:
                 self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
             if self.marked_outputs:
                 self._send_watermark()
-        except BaseException:
-            self.failed = True
-            raise
 
     def process_next(self, topic: str) -> None:
         """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
@@ -532,7 +548,7 @@ class Task:
 
     def punctuate(self, now: int) -> None:
         """Wall-clock driven work of the processors (e.g. closing idle windows)."""
-        try:
+        with self.lifecycle:  # an error fails the task
             for p in self.processors:
                 p.punctuate(now)
             idle_ms = self.config.source_idle_ms
@@ -558,22 +574,16 @@ class Task:
             # (what it had read before its last commit is not read again).
             again = self._sent_mark[0] != NO_TIME and now - self._sent_at >= RESEND_WATERMARK_MS
             self._send_watermark(again)
-        except BaseException:
-            self.failed = True
-            raise
 
     def end_of_input(self) -> None:
         """Bounded input is over for this task's inputs: let processors finish."""
-        try:
+        with self.lifecycle:  # an error fails the task
             for p in self.processors:
                 p.end_of_input()
             for p in self.processors:
                 p.flush()  # what waits for a commit goes before the final watermark
             self.ended = True
             self._send_watermark()
-        except BaseException:
-            self.failed = True
-            raise
 
     def input_ended(self) -> None:
         """End of input was declared, and handled by an earlier owner of this task:
@@ -622,18 +632,15 @@ class Task:
             return
         if self.committer.exactly_once:
             raise ConfigError(f"task {self.id}: a commit is prepared only at least once")
-        for p in self._flushing:
-            p.flush()
-        if self.marked_outputs:
-            self._send_watermark()
-        now = self.clock()
-        try:
+        with self.lifecycle:  # an error fails the task, as it would fail the commit
+            for p in self._flushing:
+                p.flush()
+            if self.marked_outputs:
+                self._send_watermark()
+            now = self.clock()
             for store in self.stores.values():
                 # A full cache stays: the changes it holds are not written yet.
                 store.flush(now, empty_full=False)
-        except (SerdeError, StateStoreError):
-            self.failed = True  # nothing more of this task is committed
-            raise
 
     def write_prepared(self) -> None:
         """Write the changes prepared commits took and no commit has written (at least
@@ -647,8 +654,10 @@ class Task:
     def _commit_begin(self) -> Commit | None:
         """First phase of a commit: flush processors, then the committer's first phase
         (see :class:`~rstreams.runtime.engine.commit.Committer`)."""
-        if self.failed:
+        if self.state is TaskState.FAILED:
             return None
+        if self.state is not TaskState.RUNNING:
+            raise IllegalStateError(f"task {self.id} is {self.state.name}: it can not commit")
         maybe_crash("commit-start")
         for p in self._flushing:
             p.flush()  # coalesced updates go out now
@@ -671,6 +680,10 @@ class Task:
             self._kept_time = out_time
 
     def close(self) -> None:
+        """Commit (unless the task failed), close the processors and the stores. A
+        no-op on a closed task."""
+        if self.state in (TaskState.CLOSED, TaskState.ABANDONED):
+            return
         try:
             self.commit()
             for p in self.processors:
@@ -679,8 +692,9 @@ class Task:
             self.abandon()
             raise
         if self.failed:  # the error that failed it is the one to report
-            self._close_stores()
+            self.abandon()
             return
+        self.lifecycle.to(TaskState.CLOSED)
         for s in self.stores.values():
             s.close()
 

@@ -303,7 +303,7 @@ class Worker:
         self._rebuilds += 1
         if self._rebuilds > MAX_REBUILDS:
             for task in self.tasks.values():
-                task.failed = True  # nothing more is committed
+                task.mark_failed()  # nothing more is committed
             raise error
         log.warning(
             "%s: state store %r turned out damaged while running; dropping the %d task(s) "
@@ -413,7 +413,7 @@ class Worker:
             # tasks whose last commit went through (leaving would); their next owners go
             # on from there.
             for task in self.tasks.values():
-                task.failed = True
+                task.mark_failed()
             raise
         # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
         self.stats.publish(

@@ -61,7 +61,6 @@ _LAYOUT: dict[str, tuple[tuple[str, str, pa.DataType], ...]] = {
     MIXED: (("s", "string", pa.string()), ("x", "binary", pa.binary())),
     PACKED: (("m", "binary", pa.binary()),),
 }
-_SUFFIX_TYPE = {suffix: arrow for layout in _LAYOUT.values() for suffix, _, arrow in layout}
 
 ORDER = "_o"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -109,12 +108,6 @@ _NATIVE_WIDENING = {(STR, ANY), (LONG, ANY), (STR, MIXED)}
 def widens_natively(src: str, dst: str) -> bool:
     """Is ``dst`` ``src`` plus null columns (no Python needed to convert)?"""
     return src == dst or (src == NONE and dst != PACKED) or (src, dst) in _NATIVE_WIDENING
-
-
-def missing_suffixes(src: str, dst: str) -> list[tuple[str, pa.DataType]]:
-    """Columns ``dst`` has and ``src`` lacks (filled with nulls when widening)."""
-    have = {s for s, _, _ in _LAYOUT[src]}
-    return [(s, a) for s, _, a in _LAYOUT[dst] if s not in have]
 
 
 # -- Python values -> Arrow -------------------------------------------------------------
@@ -250,12 +243,6 @@ def decode(arrays: list[Any], kind: str, n: int) -> list[Any]:
     return out
 
 
-def decode_value(row: dict[str, Any], prefix: str, kind: str) -> Any:
-    """Decode one field of one row given as a ``{column: value}`` dict."""
-    names = columns(prefix, kind)
-    return decode([[row[c]] for c in names], kind, 1)[0]
-
-
 def be32(i: int) -> bytes:
     """4-byte big-endian position, appended to ordering keys by flatMap."""
     return i.to_bytes(4, "big")
@@ -275,10 +262,6 @@ def describe_order(o: bytes | None) -> tuple[int, str, int, int] | None:
     block = int.from_bytes(o[end + 1 : end + 9], "big")
     row = int.from_bytes(o[end + 9 : end + 17], "big")
     return src, path, block, row
-
-
-def suffix_type(suffix: str) -> pa.DataType:
-    return _SUFFIX_TYPE[suffix]
 
 
 def hashable(key: Any) -> Any:

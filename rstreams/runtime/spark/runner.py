@@ -181,23 +181,8 @@ def run_spark(
     if config is not None:
         on_error, master = config.on_error, config.master
     check_choice("on_error", on_error, ON_ERROR)
-    pipeline = topology.pipeline
-    if pipeline is None:
-        raise ConfigError("this Topology has no logical pipeline; build it with StreamBuilder")
     outputs = dict(outputs or {})
-    _check_bindings(topology, inputs, outputs)
-    if streaming and not checkpoint:
-        raise ConfigError(
-            "streaming mode needs a checkpoint directory (checkpoint=...); running again "
-            "with the same one continues the counts"
-        )
-    if not collect and any(t not in outputs for t in topology.sink_topics):
-        raise ConfigError("collect=False needs an output path for every sink topic")
-    order = {t: i for i, t in enumerate(pipeline.sources)}
-    sources = {
-        topic: SourceInfo(order[topic], topic, _resolve_input(topic, path, streaming))
-        for topic, path in inputs.items()
-    }
+    pipeline, sources = _check_run(topology, inputs, outputs, streaming, checkpoint, collect)
     session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
@@ -229,31 +214,18 @@ def run_spark(
         if reporter:
             reporter.start()
         try:
-            if streaming:
-                from rstreams.runtime.spark.streaming import run_streaming
-
-                assert checkpoint is not None
-                tables, records_in, records_out = run_streaming(
-                    compiler, topology, outputs, checkpoint, trigger_once, failures
-                )
-            else:
-                from rstreams.runtime.spark.batch import run_batch
-
-                tables, records_in, records_out = run_batch(
-                    compiler, topology, outputs, collect, failures
-                )
+            tables, records_in, records_out = _run_queries(
+                compiler, topology, outputs, failures, checkpoint if streaming else None,
+                trigger_once, collect,
+            )  # fmt: skip
         except (PySparkException, Py4JError, RecordFailed) as e:
             if watcher.signalled:  # the jobs failed because the watcher cancelled them
                 raise KeyboardInterrupt from None
             raise translate_error(e, session, sources) from None
         if accumulator is not None:
             failures.add_worker(accumulator.value)
-        failures.log()
-        if on_error == "dead-letter" and dead_letter_topic(topology.job_id) in outputs:
-            _write_dead_letters(failures, outputs[dead_letter_topic(topology.job_id)])
-        metrics = {"records_in": records_in, **failures.metrics()}
-        dead = failures.dead_letters() if on_error == "dead-letter" else []
         elapsed = time.monotonic() - start
+        metrics, dead = _report_failures(failures, records_in, topology.job_id, outputs)
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -267,6 +239,68 @@ def run_spark(
                     df.unpersist()
         if created:
             stop_session(session)
+
+
+def _check_run(
+    topology: Topology,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+    streaming: bool,
+    checkpoint: str | None,
+    collect: bool,
+) -> tuple[n.Pipeline, dict[str, SourceInfo]]:
+    """The logical pipeline of ``topology`` and its sources (each with the input files
+    it reads), once the arguments of :func:`run_spark` are known to fit it."""
+    pipeline = topology.pipeline
+    if pipeline is None:
+        raise ConfigError("this Topology has no logical pipeline; build it with StreamBuilder")
+    _check_bindings(topology, inputs, outputs)
+    if streaming and not checkpoint:
+        raise ConfigError(
+            "streaming mode needs a checkpoint directory (checkpoint=...); running again "
+            "with the same one continues the counts"
+        )
+    if not collect and any(t not in outputs for t in topology.sink_topics):
+        raise ConfigError("collect=False needs an output path for every sink topic")
+    order = {t: i for i, t in enumerate(pipeline.sources)}
+    sources = {
+        topic: SourceInfo(order[topic], topic, _resolve_input(topic, path, streaming))
+        for topic, path in inputs.items()
+    }
+    return pipeline, sources
+
+
+def _run_queries(
+    compiler: Compiler,
+    topology: Topology,
+    outputs: dict[str, str],
+    failures: Failures,
+    checkpoint: str | None,
+    trigger_once: bool,
+    collect: bool,
+) -> tuple[dict[str, dict[Any, Any]], int, int]:
+    """Run the compiled pipeline: as streaming queries when given a ``checkpoint``,
+    else as batch jobs. Returns (tables, records in, records out)."""
+    if checkpoint is not None:
+        from rstreams.runtime.spark.streaming import run_streaming
+
+        return run_streaming(compiler, topology, outputs, checkpoint, trigger_once, failures)
+    from rstreams.runtime.spark.batch import run_batch
+
+    return run_batch(compiler, topology, outputs, collect, failures)
+
+
+def _report_failures(
+    failures: Failures, records_in: int, job_id: str, outputs: dict[str, str]
+) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The run's metrics and dead letters: the failed records are logged, counted, and
+    written where the outputs name the dead-letter topic (``on_error="dead-letter"``)."""
+    failures.log()
+    dead_letter = failures.on_error == "dead-letter"
+    if dead_letter and dead_letter_topic(job_id) in outputs:
+        _write_dead_letters(failures, outputs[dead_letter_topic(job_id)])
+    metrics = {"records_in": records_in, **failures.metrics()}
+    return metrics, failures.dead_letters() if dead_letter else []
 
 
 def _pickle_user_code_by_value(pipeline: n.Pipeline) -> list[types.ModuleType]:

@@ -1,0 +1,301 @@
+"""The terminal side of the live view: ``rstreams top`` (refreshing the dashboard until
+Ctrl-C), and the progress of ``rstreams run`` (a bar, plain lines, or ``--live``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from rich.console import Console
+
+from rstreams.errors import ConfigError, RStreamsError
+from rstreams.live.render import _age, _pct, plain_line, render
+from rstreams.live.snapshot import LiveSnapshot, load_pipeline, pick_job, snapshot
+from rstreams.runtime.engine.stats import read_stats
+from rstreams.runtime.layout import JobLayout
+
+__all__ = ["LiveRunView", "LiveWatcher", "RunProgress", "add_parsers", "progress_text", "run_top"]
+
+
+# -- refreshing ---------------------------------------------------------------------------
+
+
+class _Pacer:
+    """Keeps the snapshot to measure rates against: the newest at least ``span`` seconds
+    older than the current one, so that rates span more than one publication (about
+    one a second) and do not jump when a refresh sees a file twice."""
+
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self.recent: list[LiveSnapshot] = []
+
+    def push(self, snap: LiveSnapshot) -> LiveSnapshot | None:
+        older = [s for s in self.recent if snap.time - s.time >= self.span]
+        previous = older[-1] if older else None
+        self.recent = [s for s in self.recent if snap.time - s.time < 4 * self.span] + [snap]
+        return previous
+
+
+class LiveWatcher:
+    """Snapshots of one job, with the previous one for rates and the pipeline loaded once
+    (``rstreams run --live`` feeds it from its progress callback)."""
+
+    def __init__(self, data_dir: str, job: str, span: float = 2.0) -> None:
+        self.data_dir, self.job = data_dir, job
+        self._pacer = _Pacer(span)
+        self._topology: Any = None
+        self._note: str | None = None
+
+    def take(self) -> tuple[LiveSnapshot, LiveSnapshot | None]:
+        if self._topology is None:
+            coord = JobLayout.of(self.data_dir, self.job).coordination.dir
+            supervisor = read_stats(coord).supervisor
+            if supervisor is not None:  # (until it publishes, the path is not known)
+                topology, self._note = load_pipeline(supervisor)
+                self._topology = topology if topology is not None else False
+        topology = False if self._topology is None else self._topology
+        snap = snapshot(self.data_dir, self.job, topology=topology)
+        if topology is False:
+            snap = attrs.evolve(snap, note=self._note)
+        return snap, self._pacer.push(snap)
+
+    def set_topology(self, topology: Any) -> None:
+        self._topology = topology
+
+
+def run_top(
+    data_dir: str,
+    job: str | None = None,
+    refresh: float = 1.0,
+    once: bool = False,
+    *,
+    console: Console | None = None,
+) -> int:
+    """Watch a job until Ctrl-C: the dashboard when ``console`` (stdout) is a terminal,
+    else one :func:`plain_line` per refresh until the job ends. ``once``: one view and
+    return (while the job runs, of two snapshots two seconds or ``refresh`` apart, for
+    its rates)."""
+    from rich.live import Live
+
+    if refresh <= 0:
+        raise ConfigError(f"--refresh must be > 0 seconds; got {refresh}")
+    job = pick_job(data_dir, job)
+    console = console or Console()
+    watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh))
+    snap, previous = watcher.take()
+    if once:
+        if snap.running:
+            time.sleep(max(refresh, 2.0))  # (statistics are published once a second)
+            previous, (snap, _) = snap, watcher.take()
+        if console.is_terminal:
+            console.print(render(snap, previous))
+        else:
+            print(plain_line(snap, previous), flush=True)
+        return 0
+    if not console.is_terminal:
+        while True:
+            print(plain_line(snap, previous), flush=True)
+            if snap.supervisor is not None and not snap.running:
+                return 0
+            time.sleep(refresh)
+            snap, previous = watcher.take()
+    with Live(render(snap, previous), console=console, auto_refresh=False, screen=False) as live:
+        while True:
+            time.sleep(refresh)
+            snap, previous = watcher.take()
+            live.update(render(snap, previous), refresh=True)
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def cmd_top(args: Any) -> int:
+    from rstreams.runtime.results import check_data_dir
+
+    # (a data directory that does not exist: "no job" says more than "can not be created")
+    check_data_dir(args.data_dir, write=os.path.exists(args.data_dir))
+    return run_top(args.data_dir, args.job, refresh=args.refresh, once=args.once)
+
+
+def add_parsers(sub: Any, common: Callable[[Any], None]) -> None:
+    """Register ``rstreams top``."""
+    import argparse
+
+    p = sub.add_parser(
+        "top",
+        help="watch a running job: steps, workers, queues, state stores",
+        description="""\
+A live dashboard of a job of the embedded runtime, refreshed from what its
+supervisor and workers publish under the data directory: records per second
+per step, each queue's lag and owning worker, the group's generation and
+members, state store sizes and restore progress, commit latency, late and
+skipped records, the last errors. It works from another terminal while
+`rstreams run` goes on. When stdout is not a terminal it prints one plain line
+per refresh instead, and stops when the job ends.
+
+exit codes: 0 ok, 1 no such job (or its files can not be read), 2 bad usage
+(e.g. several jobs and no JOB given), 130 interrupted (Ctrl-C)""",
+        epilog="""\
+example:
+  rstreams run examples/wordcount.py --input big.txt --workers 2   # one terminal
+  rstreams top wordcount                                          # another one
+  rstreams top --once > status.txt                                # one line, for scripts
+
+`rstreams run --live` shows the same dashboard in the terminal of the run.""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("job", nargs="?", metavar="JOB", help="the job id (default: the only job)")
+    p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
+    p.add_argument(
+        "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"
+    )
+    p.add_argument("--once", action="store_true", help="show one view and exit (for scripts)")
+    common(p)
+    p.set_defaults(func=cmd_top)
+
+
+# -- rstreams run: progress and --live ----------------------------------------------------
+
+
+def progress_text(p: Any, workers: bool = True) -> str:
+    """What a :class:`~rstreams.runtime.results.Progress` says beside the bar: records in
+    and out, lag, records per second, workers, restore progress (or the backend's own
+    ``detail``, e.g. the running Spark stage).
+
+    >>> from rstreams.runtime.results import Progress
+    >>> progress_text(Progress(1500, 20, 10, 100, 2.0, lag=7, workers=2))
+    '1,500 records in, 20 out, lag 7, 750 records/s, 2 workers'
+    """
+    if getattr(p, "detail", ""):
+        return str(p.detail)
+    rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
+    parts = [f"{p.records_in:,} records in", f"{p.records_out:,} out"]
+    if p.lag is not None:
+        parts.append(f"lag {p.lag:,}")
+    parts.append(f"{rate:,.0f} records/s")
+    n = getattr(p, "workers", None)
+    if workers and n is not None:
+        parts.append(f"{n} worker{'s' if n != 1 else ''}")
+    restoring = getattr(p, "restoring", None)
+    if restoring:
+        parts.append(f"restoring state {_pct(*restoring)}")
+    return ", ".join(parts)
+
+
+class RunProgress:
+    """The progress of ``rstreams run`` on stderr: on a terminal a ``rich`` progress bar
+    (bytes of input read, with :func:`progress_text` beside it), cleared at the end;
+    otherwise (a CI log, a file) one plain line every ``every`` seconds. Silent when not
+    ``enabled`` (``-q``). Call it with each Progress, then :meth:`done`."""
+
+    def __init__(self, enabled: bool, every: float = 5.0, console: Console | None = None) -> None:
+        self.enabled = enabled
+        self.console = console or Console(stderr=True)
+        self.every = every
+        self._bar: Any = None
+        self._task: Any = None
+        self._started = time.monotonic()
+        self._last_line = self._started
+
+    def __call__(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        if not self.console.is_terminal:
+            now = time.monotonic()
+            if now - self._last_line >= self.every:
+                self._last_line = now
+                # (capped: a growing input may have been read past the size it had when
+                # the snapshot's total was taken)
+                pct = (
+                    f", {min(100.0, 100 * p.bytes_read / p.bytes_total):.0f}% of input"
+                    if p.bytes_total
+                    else ""
+                )
+                print(
+                    f"  {progress_text(p)}{pct} ({p.elapsed:,.0f}s)",
+                    file=self.console.file,
+                    flush=True,
+                )
+            return
+        if self._bar is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                BarColumn(bar_width=30),
+                DownloadColumn(),
+                # (the run's own clock: rich's stops when the bar is full, which is when
+                # the input is read, not processed)
+                TextColumn("{task.fields[info]}  {task.fields[elapsed]}", markup=False),
+                console=self.console,
+                transient=True,
+                refresh_per_second=4,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("run", total=None, info="", elapsed="")
+        self._bar.update(
+            self._task,
+            completed=min(p.bytes_read, p.bytes_total) if p.bytes_total else p.bytes_read,
+            total=p.bytes_total or None,
+            info=progress_text(p),
+            elapsed=_age(p.elapsed),
+        )
+
+    def done(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+class LiveRunView:
+    """``rstreams run --live``: the dashboard of :func:`render` on stderr while the run
+    goes on in this process, refreshed from its progress callback every ``refresh``
+    seconds (one :func:`plain_line` per refresh when stderr is not a terminal). The last
+    view stays on screen after the run."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        job: str,
+        topology: Any = None,
+        refresh: float = 1.0,
+        console: Console | None = None,
+    ) -> None:
+        self.watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh))
+        if topology is not None:
+            self.watcher.set_topology(topology)
+        self.refresh = refresh
+        self.console = console or Console(stderr=True)
+        self._live: Any = None
+        self._next = 0.0
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.refresh
+        try:
+            snap, previous = self.watcher.take()
+        except RStreamsError:
+            return  # the job's directory is being created: the next refresh shows it
+        if not self.console.is_terminal:
+            print(plain_line(snap, previous), file=self.console.file, flush=True)
+            return
+        if self._live is None:
+            from rich.live import Live
+
+            self._live = Live(console=self.console, auto_refresh=False, redirect_stdout=False)
+            self._live.start()
+        self._live.update(render(snap, previous), refresh=True)
+
+    def done(self) -> None:
+        if self._live is not None:
+            try:
+                snap, previous = self.watcher.take()
+                self._live.update(render(snap, previous), refresh=True)
+            except RStreamsError:
+                pass
+            self._live.stop()
+            self._live = None
