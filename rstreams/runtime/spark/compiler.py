@@ -350,7 +350,7 @@ class Compiler:
 
     def without_null_keys(self, s: Stream) -> Stream:
         """``s`` (flushed, its key kept) less the records whose key is None: what an
-        aggregation reads (see ``rstreams.runtime.nullkeys``)."""
+        aggregation reads (see ``rstreams.semantics.nullkeys``)."""
         return attrs.evolve(s, df=s.df.where(~null_key(s.key)))
 
     @functools.cached_property

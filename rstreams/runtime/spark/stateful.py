@@ -63,7 +63,7 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
-from rstreams.runtime.nullkeys import null_key_pair
+from rstreams.semantics.nullkeys import null_key_pair
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream
 from rstreams.runtime.spark.segments import ErrorPolicy, update_rule

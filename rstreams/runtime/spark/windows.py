@@ -367,7 +367,7 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     ls = timed_frame(comp, left_node, node, True, enc.PACKED, node.left_key)
     rs = timed_frame(comp, right_node, node, True, enc.PACKED, node.right_key)
     # A None join key becomes SQL's NULL, which equals nothing: the join drops it (inner)
-    # or keeps it unmatched (left/full), as rstreams.runtime.nullkeys says.
+    # or keeps it unmatched (left/full), as rstreams.semantics.nullkeys says.
     join_key = F.when(~null_key(enc.PACKED), F.col("k_m"))
     left = ls.df.select(
         join_key.alias("lk"),
