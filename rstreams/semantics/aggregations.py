@@ -115,6 +115,13 @@ class Aggregation:
         ``pyspark.sql.functions``), or None when only a Python fold computes it."""
         return None
 
+    def spark_exact(self, functions: Any, column: Any, suffix: str, batch: bool) -> Any:
+        """A boolean Spark aggregate: whether :meth:`spark` over ``column`` (of the
+        encoding's typed column ``suffix``: "l" ints, "d" floats, "s" str, "b" bytes)
+        gives Python's result for the group; None when it never does (``batch``: a
+        batch run, which can fold the other groups exactly instead)."""
+        return None
+
 
 class _Combinable(Aggregation):
     combinable = True
@@ -172,8 +179,30 @@ class Sum(_Combinable):
     def spark(self, functions: Any, column: Any) -> Any:
         return functions.try_sum(column)  # null on overflow: Python's ints do not
 
+    def spark_exact(self, functions: Any, column: Any, suffix: str, batch: bool) -> Any:
+        F = functions
+        if suffix in ("b", "s") or (suffix == "d" and batch):
+            return None  # float sums depend on order: a batch run folds them exactly
+        pure = F.count(column) == F.count(F.lit(1))
+        if suffix == "l":
+            pure = pure & self.spark(F, column).isNotNull()  # overflowed
+        return pure
 
-class Min(_Combinable):
+
+class _MinMax(_Combinable):
+    __slots__ = ()
+
+    def spark_exact(self, functions: Any, column: Any, suffix: str, batch: bool) -> Any:
+        F = functions
+        if suffix == "b":
+            return None
+        pure = F.count(column) == F.count(F.lit(1))
+        if suffix == "d":  # NaN orders differently in Spark
+            pure = pure & (F.sum(F.when(F.isnan(column), 1).otherwise(0)) == 0)
+        return pure
+
+
+class Min(_MinMax):
     op = "min"
     __slots__ = ()
 
@@ -184,7 +213,7 @@ class Min(_Combinable):
         return functions.min(column)
 
 
-class Max(_Combinable):
+class Max(_MinMax):
     op = "max"
     __slots__ = ()
 

@@ -15,7 +15,9 @@ indexes over the state, rebuilt by :meth:`WindowCore.restore`.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
@@ -34,11 +36,22 @@ class WindowCore(TimedCore):
     With ``idle``, set :attr:`now` (wall ms) before recording.
     """
 
-    def __init__(self, agg: Aggregation, window: Any, emit_mode: str, state: State, emit: Emit,
-                 time: int = NO_TIME, idle: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        agg: Aggregation,
+        window: Any,
+        emit_mode: str,
+        state: State,
+        emit: Emit,
+        time: int = NO_TIME,
+        idle: int | None = None,
+        update: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
         super().__init__(state, emit, time)
         self.agg = agg
-        self.update = agg.update
+        #: update(aggregate or None, value): the aggregation's over raw values unless
+        #: the caller's values are partials already (``agg.fold_update``).
+        self.update = agg.update if update is None else update
         self.spec = window
         self.grace: int = window.grace
         self.session = isinstance(window, SessionWindow)
@@ -49,6 +62,7 @@ class WindowCore(TimedCore):
         self.now = 0
         self.heap: list[tuple[int, HeapKey, int]] = []  # (close time, key, start)
         self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
+        self.starts: dict[Any, list[int]] = {}  # key -> its sessions' starts, in order
         self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
 
     def restore(self, heap: list[tuple[int, Any, int]] | None = None) -> None:
@@ -77,6 +91,7 @@ class WindowCore(TimedCore):
             heapq.heappush(self.heap, (end + self.grace + self.gap, HeapKey(key), start))
         if self.session:
             self.sessions.setdefault(key, {})[start] = end
+            bisect.insort(self.starts.setdefault(key, []), start)
         if self.idle is not None:
             self.touched[(key, start)] = self.now
 
@@ -116,22 +131,32 @@ class WindowCore(TimedCore):
     def _session(self, k: Any, v: Any, ts: int, off: int) -> bool:
         gap = self.gap
         mine = self.sessions.get(k, {})
-        overlapping = sorted((s, e) for s, e in mine.items() if s - gap <= ts <= e + gap)
-        start = min([ts, *(s for s, _ in overlapping)])
-        end = max([ts, *(e for _, e in overlapping)])
+        starts = self.starts.get(k, [])
+        # The sessions within gap of ts (start <= ts + gap, end >= ts - gap): sessions
+        # of a key are more than gap apart, so their ends are in start order too.
+        hi = bisect.bisect_right(starts, ts + gap)
+        lo = hi
+        while lo > 0 and mine[starts[lo - 1]] >= ts - gap:
+            lo -= 1
+        merged = starts[lo:hi]
+        start = min(ts, merged[0]) if merged else ts
+        end = max(ts, mine[merged[-1]]) if merged else ts
         if end < self.time - self.grace:
             return False
+        state = self.state
+        # Merged first (in start order), changed after: a failing merge changes nothing.
         agg = self.update(None, v)
         merge = self.agg.merge
-        for s, e in overlapping:
-            old = self.state.get(("s", k, s))
-            agg = merge(old[1], agg)
-            self.state.delete(("s", k, s))
-            del mine[s]
+        for s in merged:
+            agg = merge(state.get(("s", k, s))[1], agg)
+        for s in merged:
+            e = mine.pop(s)
+            state.delete(("s", k, s))
             self.touched.pop((k, s), None)
             if not self.emit_close and (s, e) != (start, end):
                 self.emit(Windowed(k, s, e), None, e, off)  # the merged-away session
-        self.state.put(("s", k, start), (end, agg))
+        del starts[lo:hi]
+        state.put(("s", k, start), (end, agg))
         self._track(k, start, end)
         if not self.emit_close:
             # A session's end is its largest record timestamp: results carry it.
@@ -153,7 +178,7 @@ class WindowCore(TimedCore):
             end, agg = value
             if why == "event-time" and self.close_time(end) > self.time:
                 return  # extended since: a later heap entry closes it
-            self.sessions.get(key, {}).pop(start, None)
+            self._forget(key, start)
             top = end
         else:
             end, (agg, top) = start + self.size, value
@@ -161,6 +186,16 @@ class WindowCore(TimedCore):
             self.emit(Windowed(key, start, end, closed=why), agg, top, off)
         self.state.delete(skey)
         self.touched.pop((key, start), None)
+
+    def _forget(self, key: Any, start: int) -> None:
+        """A closed session leaves the per-key indexes."""
+        mine = self.sessions.get(key)
+        if mine is None or mine.pop(start, None) is None:
+            return
+        starts = self.starts[key]
+        del starts[bisect.bisect_left(starts, start)]
+        if not mine:
+            del self.sessions[key], self.starts[key]
 
     def end_of_input(self) -> None:
         """Bounded input ended: with emit="close", close every open window (results say
