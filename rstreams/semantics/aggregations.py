@@ -190,7 +190,15 @@ class Sum(_Combinable):
 
 
 class _MinMax(_Combinable):
+    #: The builtin ``min`` or ``max``: it merges, and names the Spark function.
+    pick: ClassVar[Any]
     __slots__ = ()
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self.pick(a, b)
+
+    def spark(self, functions: Any, column: Any) -> Any:
+        return getattr(functions, self.op)(column)
 
     def spark_exact(self, functions: Any, column: Any, suffix: str, batch: bool) -> Any:
         F = functions
@@ -204,24 +212,14 @@ class _MinMax(_Combinable):
 
 class Min(_MinMax):
     op = "min"
+    pick = min
     __slots__ = ()
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return min(a, b)
-
-    def spark(self, functions: Any, column: Any) -> Any:
-        return functions.min(column)
 
 
 class Max(_MinMax):
     op = "max"
+    pick = max
     __slots__ = ()
-
-    def merge(self, a: Any, b: Any) -> Any:
-        return max(a, b)
-
-    def spark(self, functions: Any, column: Any) -> Any:
-        return functions.max(column)
 
 
 class Reduce(Aggregation):
