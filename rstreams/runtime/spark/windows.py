@@ -15,8 +15,9 @@ window or join only map, flatMap, filter, keyBy and peek may appear.
   packed ``Windowed(key, start, end)`` of every window it belongs to, then folded in
   source order like a non-windowed reduce (``Compiler.fold``).
 - Sessions in update mode (every op) and reduce/aggregate over sessions (batch): each
-  key's records are replayed in source order by :class:`SessionFold`, the embedded
-  engine's session logic, which also gives the ``None`` of merged-away sessions.
+  key's records are replayed in source order by :class:`SessionFold` through the
+  semantics core's sessions (the embedded engine's), which also gives the ``None`` of
+  merged-away sessions.
 - Windowed joins: an equi-join on the packed join key plus the JoinWindow time range
   (both bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
 - Joins without window (batch): each record meets the other side's latest value of its
@@ -192,9 +193,9 @@ class SessionFold:
     """Session windows of each key, replayed record by record in source order.
 
     The callable given to ``mapInArrow`` after ``repartition(k_m)`` and
-    ``sortWithinPartitions(k_m, _o)``. It is the embedded engine's session logic
-    (``WindowAggregateProcessor._session``) without stream time, as everywhere in batch
-    mode: a record joins every session of its key it is at most ``gap`` from (merging
+    ``sortWithinPartitions(k_m, _o)``. Each key's records run through a
+    :class:`~rstreams.semantics.windows.WindowCore` (the embedded engine's sessions)
+    whose stream time never moves, as everywhere in batch mode: a record joins every session of its key it is at most ``gap`` from (merging
     them: ``merge(older, newer)`` in start order), nothing is late and no session closes
     before the end of input. Emits one row per ``Windowed(key, start, end)``: its last
     value and the ``_o`` of the record that emitted it. In update mode that includes the
