@@ -712,6 +712,24 @@ def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     )
 
 
+def _fail_inexact(node: n.AggregateNode, table: DataFrame) -> DataFrame:
+    """Streaming: ``table`` failing the query at a group (``_x``) Spark's aggregate does
+    not compute exactly (no Python fold of just those groups there)."""
+    message = F.concat(
+        F.lit(FAILURE_MARK),
+        F.to_json(
+            F.struct(
+                F.lit(node.name).alias("step"),
+                F.lit(
+                    f"TypeError: {node.op}() over values of mixed or non-numeric types is not "
+                    "exact on Spark Structured Streaming; use reduce()"
+                ).alias("error"),
+            )
+        ),
+    )
+    return table.where(F.when(F.col("_x"), F.raise_error(message)).otherwise(F.lit(True)))
+
+
 def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     """sum/min/max: Spark's aggregates where they give Python's result exactly (all
     values of a key are ints; for min/max also all floats without NaN, or all str),
@@ -755,21 +773,8 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     out_cols.append(impure.alias("_x"))
     table = grouped.select(*out_cols)
     if comp.streaming:
-        message = F.concat(
-            F.lit(FAILURE_MARK),
-            F.to_json(
-                F.struct(
-                    F.lit(node.name).alias("step"),
-                    F.lit(
-                        f"TypeError: {op}() over values of mixed or non-numeric types is not "
-                        "exact on Spark Structured Streaming; use reduce()"
-                    ).alias("error"),
-                )
-            ),
-        )
-        table = table.where(F.when(F.col("_x"), F.raise_error(message)).otherwise(F.lit(True)))
         return Stream(
-            table.drop("_x"),
+            _fail_inexact(node, table).drop("_x"),
             s.key,
             s.value,
             ordered=ordered,

@@ -195,9 +195,10 @@ class SessionFold:
     The callable given to ``mapInArrow`` after ``repartition(k_m)`` and
     ``sortWithinPartitions(k_m, _o)``. Each key's records run through a
     :class:`~rstreams.semantics.windows.WindowCore` (the embedded engine's sessions)
-    whose stream time never moves, as everywhere in batch mode: a record joins every session of its key it is at most ``gap`` from (merging
-    them: ``merge(older, newer)`` in start order), nothing is late and no session closes
-    before the end of input. Emits one row per ``Windowed(key, start, end)``: its last
+    whose stream time never moves, as everywhere in batch mode: a record joins every
+    session of its key it is at most ``gap`` from (merging them: ``merge(older,
+    newer)`` in start order), nothing is late and no session closes before the end of
+    input. Emits one row per ``Windowed(key, start, end)``: its last
     value and the ``_o`` of the record that emitted it. In update mode that includes the
     ``None`` of every session merged away, as in the embedded final table; in close mode
     only the final sessions.
