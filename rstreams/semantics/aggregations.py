@@ -46,7 +46,10 @@ class Aggregation:
         self.initializer = initializer
         self.merger = merger
         #: value -> partial, or None when the partial is the value itself.
-        self.to_partial: Fn | None = None
+        self.to_partial = self._partial_fn(fn)
+
+    def _partial_fn(self, fn: Fn | None) -> Fn | None:
+        return None
 
     @staticmethod
     def of(node: n.AggregateNode | n.WindowAggregateNode) -> Aggregation:
@@ -127,10 +130,8 @@ class _Combinable(Aggregation):
     combinable = True
     __slots__ = ()
 
-    def __init__(self, fn: Fn | None = None, initializer: Fn | None = None,
-                 merger: Fn | None = None) -> None:  # fmt: skip
-        super().__init__(fn, initializer, merger)
-        self.to_partial = fn
+    def _partial_fn(self, fn: Fn | None) -> Fn | None:
+        return fn
 
     def update(self, acc: Any, value: Any) -> Any:
         p = value if self.fn is None else self.fn(value)
@@ -146,10 +147,8 @@ class Count(_Combinable):
     adds = True
     __slots__ = ()
 
-    def __init__(self, fn: Fn | None = None, initializer: Fn | None = None,
-                 merger: Fn | None = None) -> None:  # fmt: skip
-        super().__init__(fn, initializer, merger)
-        self.to_partial = _one
+    def _partial_fn(self, fn: Fn | None) -> Fn | None:
+        return _one
 
     def update(self, acc: Any, value: Any) -> Any:
         return 1 if acc is None else acc + 1
