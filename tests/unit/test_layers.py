@@ -219,6 +219,22 @@ def test_dsl_imports_no_planner_runtime_or_state_but_build_calls_the_planner() -
     ]
 
 
+def test_semantics_sits_between_the_backends_and_the_dsl() -> None:
+    """The semantics core (windows, joins, aggregations) is plain Python over the DSL's
+    nodes: no runtime, no Spark, no state stack; the DSL and planner do not use it."""
+    core = "rstreams.semantics"
+    found = {b for a, b, _ in EDGES if _in(a, core) and not _in(b, core)}
+    assert found <= {
+        "rstreams.dsl.nodes",
+        "rstreams.dsl.windows",
+        "rstreams.errors",
+        "rstreams.serde",
+        "rstreams.windowed",
+    }
+    assert imports_from("rstreams.dsl", "rstreams.semantics") == []
+    assert imports_from("rstreams.planner", "rstreams.semantics") == []
+
+
 def test_userfn_sits_below_everything() -> None:
     assert {b for a, b, _ in EDGES if a == "rstreams.userfn"} <= {"rstreams.errors"}
 

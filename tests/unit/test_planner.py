@@ -10,8 +10,8 @@ from rstreams import StreamBuilder, Topology, TopologyError, UnsupportedOperatio
 from rstreams.dsl import nodes as n
 from rstreams.planner import ProcessorFactory
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES
+from rstreams.runtime.engine.aggregate import AggregateProcessor
 from rstreams.runtime.engine.processors import (
-    AggregateProcessor,
     FlatMapProcessor,
     Processor,
     UserSourceProcessor,

@@ -26,18 +26,17 @@ from itertools import chain, repeat
 from typing import Any
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import SerdeError, StateStoreError
+from rstreams.errors import SerdeError
 from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch, gather
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.watermarks import send_told
-from rstreams.runtime.nullkeys import NULL_KEYS
 from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.nullkeys import NULL_KEYS
 from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.userfn import as_timestamp
-
-COMBINABLE = n.COMBINABLE
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -86,7 +85,7 @@ class Processor:
 
     def without_null_keys(self, batch: Batch) -> Batch:
         """``batch`` less its records whose key is None, counted under ``null_keys`` in
-        the task's metrics: aggregations skip them (see ``rstreams.runtime.nullkeys``)."""
+        the task's metrics: aggregations skip them (see ``rstreams.semantics.nullkeys``)."""
         keys = batch.keys
         if None not in keys:
             return batch
@@ -130,26 +129,6 @@ def _hashable(obj: Any) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _fold_partials(
-    into: dict[Any, Any],
-    prior: Callable[[Any, Any], Any],
-    keys: list[Any],
-    values: list[Any],
-    add: bool,
-    merge: Callable[[Any, Any], Any],
-) -> None:
-    """``into[k]`` = partial ``v`` merged onto ``prior(k, _MISSING)``, key by key (with
-    ``+`` when ``add``: count and sum, no call per key). Raises if a merge fails."""
-    if add:
-        for k, v in zip(keys, values):
-            old = prior(k, _MISSING)
-            into[k] = v if old is _MISSING else old + v
-    else:
-        for k, v in zip(keys, values):
-            old = prior(k, _MISSING)
-            into[k] = v if old is _MISSING else merge(old, v)
 
 
 def apply_column(
@@ -296,169 +275,6 @@ class PrintProcessor(Processor):
 class PassThroughProcessor(Processor):
     def process(self, batch: Batch) -> None:
         self.forward(batch)
-
-
-def _partial_rules(
-    node: n.AggregateNode,
-) -> tuple[Callable[[Any], Any] | None, Callable[[Any, Any], Any]]:
-    """(value -> partial, merge(partial, partial)) of a combinable aggregation."""
-    op, fn = node.op, node.fn
-    if op == "count":
-        return (lambda v: 1), (lambda a, b: a + b)
-    if op == "sum":
-        return fn, (lambda a, b: a + b)
-    if op == "min":
-        return fn, min
-    if op == "max":
-        return fn, max
-    raise AssertionError(op)
-
-
-def _update_rule(node: n.AggregateNode) -> Callable[[Any, Any], Any]:
-    """new = update(old or None, value): the aggregation over raw values."""
-    fn = node.fn
-    op = node.op
-    if op in COMBINABLE:
-        to_partial, merge = _partial_rules(node)
-        if op == "count":
-            return lambda old, v: 1 if old is None else old + 1
-        if to_partial is None:
-            return lambda old, v: v if old is None else merge(old, v)
-        tp = to_partial
-        return lambda old, v: tp(v) if old is None else merge(old, tp(v))
-    if op == "reduce":
-        assert fn is not None
-        return lambda old, v: v if old is None else fn(old, v)
-    if op == "aggregate":
-        init = node.initializer
-        assert fn is not None and init is not None
-        return lambda old, v: fn(init() if old is None else old, v)
-    raise AssertionError(op)
-
-
-@register_processor("aggregate", BUILDERS)
-class AggregateProcessor(Processor):
-    """Keyed aggregation over a state store; emits (key, new aggregate) per input record.
-
-    With ``coalesce`` on, only the latest update per key is kept and emitted at flush;
-    partial aggregates (count/sum/min/max behind a shuffle) are then merged a batch at a
-    time: per key within the batch, then one state read and write per distinct key.
-    """
-
-    def __init__(self, factory: ProcessorFactory) -> None:
-        super().__init__(factory)
-        node = factory.node
-        assert isinstance(node, n.AggregateNode)
-        self.store_name = factory.stores[0]
-        self.user_fn = node.fn
-        self.add = node.op in ("count", "sum")  # partials merge with +
-        self.partials = bool(factory.options.get("partials"))
-        if self.partials:
-            _, merge = _partial_rules(node)
-            self.merge = merge
-            self.update: Callable[[Any, Any], Any] = lambda old, p: (
-                p if old is None else merge(old, p)
-            )
-        else:
-            self.update = _update_rule(node)
-        # The coalesced updates: value, timestamp and source offset per key.
-        self.pending: dict[Any, Any] = {}
-        self.pending_ts: dict[Any, int] = {}
-        self.pending_offsets: dict[Any, int] = {}
-        self._origin = ("", 0)
-
-    def init(self, ctx: StreamContext) -> None:
-        super().init(ctx)
-        self.store = ctx.store(self.store_name)
-        self.coalesce = ctx.config.coalesce
-
-    def process(self, batch: Batch) -> None:
-        batch = self.without_null_keys(batch)
-        if not batch.values:
-            return
-        if self.coalesce:
-            if self.partials and self._merge_batch(batch):
-                return
-        elif len(batch.values) == 1:  # the test driver's: one record, one update
-            k = batch.keys[0]
-            try:
-                new = self.update(self.store.get(k), batch.values[0])
-                self.store.put(k, new)
-            except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(0), e, self.user_fn)
-                return
-            self.forward(batch.with_values([new]))
-            return
-        get, put, update = self.store.get, self.store.put, self.update
-        out: list[Any] = []
-        failed: list[int] = []
-        for i, (k, v) in enumerate(zip(batch.keys, batch.values)):
-            try:
-                new = update(get(k), v)
-                put(k, new)
-            except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, self.user_fn)
-                failed.append(i)
-                continue
-            out.append(new)
-        if failed:
-            bad = set(failed)
-            batch = batch.take([i for i in range(len(batch)) if i not in bad])
-        if not self.coalesce:
-            self.forward(batch.with_values(out))
-            return
-        self._remember(batch.keys, out, batch)
-
-    def _merge_batch(self, batch: Batch) -> bool:
-        """Merge a batch of partials into state; False (nothing done) if any merge fails,
-        so the record-by-record path can apply the error policy."""
-        keys, values = batch.keys, batch.values
-        try:
-            if len(set(keys)) != len(keys):
-                keys, values = self._combine(keys, values)
-            olds = self.store.get_many(keys)
-            if self.add:
-                news = [p if o is None else o + p for o, p in zip(olds, values)]
-            else:
-                merge = self.merge
-                news = [p if o is None else merge(o, p) for o, p in zip(olds, values)]
-        except StateStoreError:
-            raise  # the store's failure, not a record's
-        except Exception:
-            return False
-        self.store.put_many(keys, news)
-        self._remember(keys, news, batch)
-        return True
-
-    def _combine(self, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
-        acc: dict[Any, Any] = {}
-        _fold_partials(acc, acc.get, keys, values, self.add, self.merge)
-        return list(acc), list(acc.values())
-
-    def _remember(self, keys: list[Any], values: list[Any], batch: Batch) -> None:
-        self.pending.update(zip(keys, values))
-        self.pending_ts.update(zip(batch.keys, batch.timestamps))  # the key's last record
-        self.pending_offsets.update(zip(batch.keys, batch.offsets))
-        self._origin = (batch.topic, batch.queue)
-
-    @property
-    def holds(self) -> bool:
-        return self.coalesce
-
-    def held(self) -> int:
-        return len(self.pending)
-
-    def flush(self) -> None:
-        if self.pending:
-            keys = list(self.pending)
-            values = list(self.pending.values())
-            timestamps = list(map(self.pending_ts.__getitem__, keys))
-            offsets = list(map(self.pending_offsets.__getitem__, keys))
-            self.pending.clear()
-            self.pending_ts.clear()
-            self.pending_offsets.clear()
-            topic, queue = self._origin
-            self.forward(Batch(topic, queue, keys, values, timestamps, offsets))
 
 
 class _SinkBase(Processor):
@@ -618,9 +434,9 @@ class ShuffleSinkProcessor(_SinkBase):
         self.fn_step = node.name
         if self.partials:
             assert isinstance(node, n.AggregateNode)
+            self.agg = Aggregation.of(node)
             self.op = node.op
-            self.add = node.op in ("count", "sum")  # partials merge with +
-            self.to_partial, self.merge = _partial_rules(node)
+            self.to_partial, self.merge = self.agg.to_partial, self.agg.merge
             self.user_fn = node.fn
 
     def init(self, ctx: StreamContext) -> None:
@@ -712,7 +528,7 @@ class ShuffleSinkProcessor(_SinkBase):
         acc = self._acc
         merged: dict[Any, Any] = {}  # keys are distinct within a batch: no chaining
         try:
-            _fold_partials(merged, acc.get, keys, values, self.add, self.merge)
+            self.agg.fold_partials(merged, acc.get, keys, values)
         except Exception:
             # Partials of different batches that do not merge: send what came before
             # as it is, start over with this batch; the aggregation reports the failure.

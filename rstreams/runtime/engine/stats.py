@@ -64,7 +64,7 @@ import attrs
 from rstreams.errors import StateStoreError
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.layout import GroupLayout, JobLayout
-from rstreams.runtime.nullkeys import NULL_KEYS
+from rstreams.semantics.nullkeys import NULL_KEYS
 
 if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task

@@ -52,6 +52,7 @@ from rstreams.runtime.spark.segments import (
     fn_label,
 )
 from rstreams.runtime.spark.support import BACKEND, check_supported
+from rstreams.semantics.aggregations import Aggregation
 from rstreams.serde import Serde, StrSerde
 
 #: Name prefix of the streaming observations counting native-step failures.
@@ -350,7 +351,7 @@ class Compiler:
 
     def without_null_keys(self, s: Stream) -> Stream:
         """``s`` (flushed, its key kept) less the records whose key is None: what an
-        aggregation reads (see ``rstreams.runtime.nullkeys``)."""
+        aggregation reads (see ``rstreams.semantics.nullkeys``)."""
         return attrs.evolve(s, df=s.df.where(~null_key(s.key)))
 
     @functools.cached_property
@@ -693,7 +694,7 @@ def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.flush(comp.get(node.parents[0], ordered), value=False, encode_step=node.name)
     s = comp.without_null_keys(s)
     kc = enc.columns("k", s.key)
-    aggs = [F.count(F.lit(1)).alias("v_l")]
+    aggs = [Aggregation.of(node).spark(F, None).alias("v_l")]
     if ordered:
         aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
     df = s.df.groupBy(*kc).agg(*aggs)
@@ -709,6 +710,24 @@ def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
         python=s.python,
         nonnull=True,
     )
+
+
+def _fail_inexact(node: n.AggregateNode, table: DataFrame) -> DataFrame:
+    """Streaming: ``table`` failing the query at a group (``_x``) Spark's aggregate does
+    not compute exactly (no Python fold of just those groups there)."""
+    message = F.concat(
+        F.lit(FAILURE_MARK),
+        F.to_json(
+            F.struct(
+                F.lit(node.name).alias("step"),
+                F.lit(
+                    f"TypeError: {node.op}() over values of mixed or non-numeric types is not "
+                    "exact on Spark Structured Streaming; use reduce()"
+                ).alias("error"),
+            )
+        ),
+    )
+    return table.where(F.when(F.col("_x"), F.raise_error(message)).otherwise(F.lit(True)))
 
 
 def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
@@ -727,25 +746,16 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
             )
         full = comp.flush(_partial(comp, comp.get(node.parents[0], True), node))
         return comp.fold(comp.without_null_keys(full), node, op, ordered)
-    agg: Callable[[Column], Column] = {"sum": F.try_sum, "min": F.min, "max": F.max}[op]
-    total = F.count(F.lit(1))
-    aggs: list[Column] = [total.alias("_n")]
+    aggregation = Aggregation.of(node)
+    aggs: list[Column] = [F.count(F.lit(1)).alias("_n")]
     results: dict[str, Column] = {}
     pure_any: list[Column] = []
     for suffix in (c.split("_", 1)[1] for c in enc.columns("v", s.value)):
         col = F.col(f"v_{suffix}")
-        if suffix == "b" or (suffix == "s" and op == "sum"):
+        pure = aggregation.spark_exact(F, col, suffix, not comp.streaming)
+        if pure is None:
             continue
-        pure = F.count(col) == total
-        value = agg(col)
-        if suffix == "l" and op == "sum":
-            pure = pure & value.isNotNull()  # try_sum: null on overflow (Python has bigints)
-        if suffix == "d":
-            if op == "sum" and not comp.streaming:
-                continue  # float sums depend on order: fold them exactly (batch)
-            if op != "sum":
-                pure = pure & (F.sum(F.when(F.isnan(col), 1).otherwise(0)) == 0)
-        aggs += [pure.alias(f"_pure_{suffix}"), value.alias(f"_agg_{suffix}")]
+        aggs += [pure.alias(f"_pure_{suffix}"), aggregation.spark(F, col).alias(f"_agg_{suffix}")]
         results[suffix] = F.when(F.col(f"_pure_{suffix}"), F.col(f"_agg_{suffix}"))
         pure_any.append(F.col(f"_pure_{suffix}"))
     if ordered:
@@ -763,21 +773,8 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     out_cols.append(impure.alias("_x"))
     table = grouped.select(*out_cols)
     if comp.streaming:
-        message = F.concat(
-            F.lit(FAILURE_MARK),
-            F.to_json(
-                F.struct(
-                    F.lit(node.name).alias("step"),
-                    F.lit(
-                        f"TypeError: {op}() over values of mixed or non-numeric types is not "
-                        "exact on Spark Structured Streaming; use reduce()"
-                    ).alias("error"),
-                )
-            ),
-        )
-        table = table.where(F.when(F.col("_x"), F.raise_error(message)).otherwise(F.lit(True)))
         return Stream(
-            table.drop("_x"),
+            _fail_inexact(node, table).drop("_x"),
             s.key,
             s.value,
             ordered=ordered,

@@ -35,6 +35,7 @@ from pyspark.accumulators import AccumulatorParam
 from rstreams.runtime.gctune import tuned
 from rstreams.runtime.results import row_json
 from rstreams.runtime.spark import encoding as enc
+from rstreams.semantics.aggregations import Aggregation
 from rstreams.userfn import as_timestamp, describe_fn
 from rstreams.windowed import result_row
 
@@ -410,22 +411,6 @@ class Segment:
 
 
 _SEQUENCES = {list, tuple}
-_MERGES: dict[str, Callable[[Any, Any], Any]] = {"sum": operator.add, "min": min, "max": max}
-
-
-def update_rule(op: str, fn: Any, initializer: Any) -> Callable[[Any, Any], Any]:
-    """``new = update(old or None, value)``: the embedded engine's rules
-    (``_update_rule`` and the partial merges); sum/min/max receive partials."""
-    if op in ("sum", "min", "max"):
-        merge = _MERGES[op]
-        return lambda old, p: p if old is None else merge(old, p)
-    if op == "count":
-        return lambda old, v: 1 if old is None else old + 1
-    if op == "reduce":
-        return lambda old, v: v if old is None else fn(old, v)
-    if op == "aggregate":
-        return lambda old, v: fn(initializer() if old is None else old, v)
-    raise AssertionError(op)
 
 
 @attrs.frozen
@@ -458,7 +443,7 @@ class Fold:
             yield from self._run(batches)
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        update = update_rule(self.op, self.fn, self.initializer)
+        update = Aggregation.of_parts(self.op, self.fn, self.initializer).fold_update
         kcols = enc.columns("k", self.key_kind)
         vcols = enc.columns("v", self.value_kind)
         out_keys: list[tuple[Any, ...]] = []
@@ -555,7 +540,7 @@ class StreamFold:
         from rstreams.serde import INTERNAL_SERDE
 
         pack, unpack = INTERNAL_SERDE.serialize, INTERNAL_SERDE.deserialize
-        update = update_rule(self.op, self.fn, self.initializer)
+        update = Aggregation.of_parts(self.op, self.fn, self.initializer).fold_update
         acc = unpack(state.get[0]) if state.exists else None
         frames = [p for p in pdfs if len(p)]
         if not frames:

@@ -15,9 +15,9 @@ outer-join records. Here
 each record goes to the embedded engine's queue (column ``_q``), and
 ``applyInPandasWithState`` grouped by queue runs, per queue and micro-batch, the
 queue's records in source order (``_o``) through :class:`WindowQueue` or
-:class:`JoinQueue`: the logic of ``WindowAggregateProcessor`` and ``JoinProcessor``
-(``rstreams/runtime/engine/windowing.py``; the two backends do not import each other,
-so it is restated here, and the tests compare both on the same input). Window
+:class:`JoinQueue`: adapters of the semantics core (:mod:`rstreams.semantics.windows`,
+:mod:`rstreams.semantics.joins`) that the embedded engine's ``WindowAggregateProcessor``
+and ``JoinProcessor`` run too, here over a dict. Window
 assignment, session merging, both emit modes (``Windowed.closed`` included), lateness
 and ``.late()``, join buffering within the JoinWindow (a late join record is joined
 but not buffered), table joins with ``ttl`` and the unmatched results of left/outer
@@ -51,11 +51,10 @@ stream time stay, so a later run continues them; join buffers are emptied).
 
 from __future__ import annotations
 
-import heapq
 import operator
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -64,21 +63,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
-from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
-from rstreams.runtime.nullkeys import null_key_pair
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream
-from rstreams.runtime.spark.segments import ErrorPolicy, update_rule
+from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.runtime.spark.tables import is_local, local_path, write_bytes_atomically
 from rstreams.runtime.spark.timed import timed_frame
-from rstreams.windowed import Windowed
+from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.joins import JoinCore
+from rstreams.semantics.timing import NO_TIME, DictState, Emit
+from rstreams.semantics.windows import WindowCore
 
 #: Directory (under the checkpoint) of the end-of-input markers of bounded runs.
 MARKERS = "_end-of-input"
 #: Ordering-key prefix of what a queue emits at the end of input (after every record).
 _AT_END = b"\xff\xff"
-_NO_TIME = -(2**62)
 #: ``_s``: the side of a record (windows use LEFT), an end-of-input marker, or a time row
 #: (the event time another queue's record reached, see :class:`_Route`).
 LEFT, RIGHT, END, TIME = 0, 1, 2, 3
@@ -242,7 +241,7 @@ class _Route:
         out_t: list[int] = []
         out_o: list[bytes] = []
         out_q: list[int] = []
-        top = _NO_TIME
+        top = NO_TIME
         for i in sorted(range(len(ts)), key=order.__getitem__):
             if ts[i] > top:
                 top = ts[i]
@@ -302,300 +301,106 @@ class JoinSpec:
         return cls(node.name, node.join_type, node.joiner, node.window, node.ttl)
 
 
-class _Key:
-    """Heap entries compare by time, then start; keys themselves may not be orderable
-    (the embedded engine's heap entries, exactly, so equal times pop in the same order)."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-
-    def __lt__(self, other: _Key) -> bool:
-        return False
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-#: ``emit(key, value)``: a result of the record being replayed.
-Emit = Callable[[Any, Any], None]
-
-
-def _window_update(spec: WindowSpec) -> Callable[[Any, Any], Any]:
-    """new = update(old or None, value): the embedded ``_update_rule`` over raw values."""
-    rule = update_rule(spec.op, spec.fn, spec.initializer)
-    fn = spec.fn
-    if spec.op in ("sum", "min", "max") and fn is not None:
-        return lambda old, v: rule(old, fn(v))
-    return rule
-
-
-def _session_merge(spec: WindowSpec) -> Callable[[Any, Any], Any]:
-    """How two sessions' aggregates combine (the embedded ``_merge_rule``)."""
-    if spec.op in ("count", "sum"):
-        return operator.add
-    if spec.op in ("min", "max"):
-        return min if spec.op == "min" else max
-    fn = spec.fn if spec.op == "reduce" else spec.merger
-    assert fn is not None
-    return fn
-
-
 class WindowQueue:
-    """One queue of a window step: ``WindowAggregateProcessor`` on plain data.
-
-    ``store`` maps ``(key, start)`` to the aggregate (tumbling/hopping) or to
-    ``(end, aggregate)`` (sessions); ``heap`` holds ``(close time, key, start)``,
-    cleaned lazily as on the embedded engine.
-    """
+    """One queue of a window step: :class:`~rstreams.semantics.windows.WindowCore` over
+    a dict, saved as ``{"t": stream time, "w": [[key, start, end, aggregate, largest
+    timestamp]], "h": [[close time, key, start]]}`` (an earlier version's rows have no
+    largest timestamp: results carry no event time here, so the start stands in)."""
 
     def __init__(self, spec: WindowSpec, saved: dict[str, Any] | None) -> None:
-        self.spec = spec
-        window = spec.window
-        self.session = isinstance(window, SessionWindow)
-        self.grace = window.grace
-        self.gap = window.gap if self.session else 0
-        self.size = 0 if self.session else window.size
-        self.emit_close = spec.emit == "close"
-        self.update = _window_update(spec)
-        self.merge = _session_merge(spec) if self.session else None
-        self.time = _NO_TIME
-        self.store: dict[tuple[Any, int], Any] = {}
-        self.sessions: dict[Any, dict[int, int]] = {}
-        self.heap: list[tuple[int, _Key, int]] = []
+        agg = Aggregation.of_parts(spec.op, spec.fn, spec.initializer, spec.merger)
+        self.state = DictState()
+        self.core = WindowCore(agg, spec.window, spec.emit, self.state, _ignore)
+        self.session = self.core.session
         if saved is not None:
-            self._load(saved)
+            self.core.time = self.core.max_time = saved["t"]
+            for k, s, e, agg_value, *top in saved["w"]:
+                if self.session:
+                    self.state.put(("s", k, s), (e, agg_value))
+                else:
+                    self.state.put(("w", k, s), (agg_value, top[0] if top else s))
+            self.core.restore(saved["h"])
 
-    # -- state ------------------------------------------------------------------------
-
-    def _load(self, saved: dict[str, Any]) -> None:
-        self.time = saved["t"]
-        for k, s, e, agg in saved["w"]:
-            if self.session:
-                self.store[(k, s)] = (e, agg)
-                self.sessions.setdefault(k, {})[s] = e
-            else:
-                self.store[(k, s)] = agg
-        self.heap = [(c, _Key(k), s) for c, k, s in saved["h"]]
+    @property
+    def time(self) -> int:
+        return self.core.time
 
     def save(self) -> dict[str, Any]:
         rows = []
-        for (k, s), value in self.store.items():
-            if value is None:
-                continue  # a None aggregate is an absent one (the embedded store's get)
-            e, agg = value if self.session else (s + self.size, value)
-            rows.append([k, s, e, agg])
-        heap = [[c, wk.key, s] for c, wk, s in self.heap]
-        return {"t": self.time, "w": rows, "h": heap}
+        for (_, k, s), value in self.state.items():
+            if self.session:
+                rows.append([k, s, value[0], value[1]])
+            else:
+                rows.append([k, s, s + self.core.size, value[0], value[1]])
+        return {"t": self.core.time, "w": rows, "h": self.core.saved_heap()}
 
-    # -- records ----------------------------------------------------------------------
-
-    def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit) -> bool | None:
-        """Replay one record: True if it counted, False if it was late, None if the
-        update failed (reported by the caller; no expiry then, as on the engine)."""
-        if ts > self.time:
-            self.time = ts
-        ok = self._session(k, v, ts, emit) if self.session else self._windows(k, v, ts, emit)
-        self._expire(emit)
-        return ok
-
-    def _get(self, key: tuple[Any, int]) -> Any:
-        return self.store.get(key)
-
-    def _track(self, key: Any, start: int, end: int) -> None:
-        close = end + self.grace + self.gap
-        heapq.heappush(self.heap, (close, _Key(key), start))
-        if self.session:
-            self.sessions.setdefault(key, {})[start] = end
-
-    def _windows(self, k: Any, v: Any, ts: int, emit: Emit) -> bool:
-        window = self.spec.window
-        assert isinstance(window, (TumblingWindow, HoppingWindow))
-        live = [(s, e) for s, e in window.windows_for(ts) if e > self.time - self.grace]
-        for s, e in live:
-            old = self._get((k, s))
-            new = self.update(old, v)
-            self.store[(k, s)] = new
-            if old is None:
-                self._track(k, s, e)
-            if not self.emit_close:
-                emit(Windowed(k, s, e), new)
-        return bool(live)
-
-    def _session(self, k: Any, v: Any, ts: int, emit: Emit) -> bool:
-        gap = self.gap
-        mine = self.sessions.get(k, {})
-        overlapping = sorted((s, e) for s, e in mine.items() if s - gap <= ts <= e + gap)
-        start = min([ts, *(s for s, _ in overlapping)])
-        end = max([ts, *(e for _, e in overlapping)])
-        if end < self.time - self.grace:
-            return False
-        agg = self.update(None, v)
-        assert self.merge is not None
-        for s, e in overlapping:
-            agg = self.merge(self.store[(k, s)][1], agg)
-            del self.store[(k, s)]
-            del mine[s]
-            if not self.emit_close and (s, e) != (start, end):
-                emit(Windowed(k, s, e), None)  # the merged-away session
-        self.store[(k, start)] = (end, agg)
-        self._track(k, start, end)
-        if not self.emit_close:
-            emit(Windowed(k, start, end), agg)
-        return True
-
-    def _expire(self, emit: Emit) -> None:
-        heap = self.heap
-        while heap and heap[0][0] <= self.time:
-            _, wk, start = heapq.heappop(heap)
-            self._close(wk.key, start, emit, "event-time")
-
-    def _close(self, key: Any, start: int, emit: Emit, why: str) -> None:
-        value = self._get((key, start))
-        if value is None:
-            return  # merged away or closed already (the heap is cleaned lazily)
-        if self.session:
-            end, agg = value
-            if why == "event-time" and end + self.grace + self.gap > self.time:
-                return  # extended since: a later heap entry closes it
-            self.sessions.get(key, {}).pop(start, None)
-        else:
-            end, agg = start + self.size, value
-        if self.emit_close:
-            emit(Windowed(key, start, end, closed=why), agg)
-        del self.store[(key, start)]
+    def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit,
+               watermark: int | None = None) -> bool | None:  # fmt: skip
+        """Replay one record: True if it counted, False if it was late; raises if the
+        update failed (then nothing expires, as on the engine)."""
+        self.core.emit = emit
+        return self.core.record(k, v, ts, -1, watermark)
 
     def end_of_input(self, emit: Emit) -> None:
         """Close every open window (close mode); update mode keeps them for more input."""
-        if not self.emit_close:
-            return
-        while self.heap:
-            _, wk, start = heapq.heappop(self.heap)
-            self._close(wk.key, start, emit, "end-of-input")
+        self.core.emit = emit
+        self.core.end_of_input()
 
 
 class JoinQueue:
-    """One queue of a join step: ``JoinProcessor`` on plain data.
-
-    Windowed: ``buffers[(side, key)][(ts, seq)] = [value, matched]`` with ``seq`` the
-    record's offset in the queue (a counter kept in the state, as the shuffle topic's
-    offsets are). Table join: ``table[(side, key)] = (value, ts)``. ``heap`` holds
-    ``(expiry, side, key, ts, seq)``.
-    """
+    """One queue of a join step: :class:`~rstreams.semantics.joins.JoinCore` over a
+    dict. A record's sequence number is its offset in the queue (a counter kept in the
+    state, as the shuffle topic's offsets are). Saved as ``{"t": stream time, "n":
+    counter, "j": [[side, key, ts, seq, value, matched]], "h": the heap}``."""
 
     def __init__(self, spec: JoinSpec, saved: dict[str, Any] | None) -> None:
-        self.spec = spec
-        self.joiner = spec.joiner
+        self.state = DictState()
         self.window = spec.window
-        self.outer_left = spec.join_type in ("left", "outer")
-        self.outer_right = spec.join_type == "outer"
-        self.time = _NO_TIME
+        self.core = JoinCore(
+            spec.join_type, spec.joiner, spec.window, spec.ttl, self.state, _ignore
+        )
         self.offset = 0
-        self.buffers: dict[tuple[str, Any], dict[tuple[int, int], list[Any]]] = {}
-        self.table: dict[tuple[str, Any], tuple[Any, int]] = {}
-        self.heap: list[tuple[int, str, _Key, int, int]] = []
         if saved is not None:
-            self.time, self.offset = saved["t"], saved["n"]
+            self.core.time = self.core.max_time = saved["t"]
+            self.offset = saved["n"]
             for side, k, ts, seq, v, matched in saved["j"]:
                 if self.window is not None:
-                    self.buffers.setdefault((side, k), {})[(ts, seq)] = [v, matched]
+                    self.state.put(("j", side, k, ts, seq), (v, matched))
                 else:
-                    self.table[(side, k)] = (v, ts)
-            self.heap = [(x, side, _Key(k), ts, seq) for x, side, k, ts, seq in saved["h"]]
+                    self.state.put(("j", side, k), (v, ts))
+            self.core.restore(saved["h"])
+
+    @property
+    def time(self) -> int:
+        return self.core.time
 
     def save(self) -> dict[str, Any]:
         rows: list[list[Any]] = []
-        for (side, k), entries in self.buffers.items():
-            rows += [[side, k, ts, seq, v, m] for (ts, seq), (v, m) in entries.items()]
-        rows += [[side, k, ts, 0, v, False] for (side, k), (v, ts) in self.table.items()]
-        heap = [[x, side, wk.key, ts, seq] for x, side, wk, ts, seq in self.heap]
-        return {"t": self.time, "n": self.offset, "j": rows, "h": heap}
+        for skey, value in self.state.items():
+            if self.window is not None:
+                _, side, k, ts, seq = skey
+                rows.append([side, k, ts, seq, value[0], value[1]])
+            else:
+                _, side, k = skey
+                rows.append([side, k, value[1], 0, value[0], False])
+        return {"t": self.core.time, "n": self.offset, "j": rows, "h": self.core.saved_heap()}
 
-    def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit) -> bool | None:
-        side = "L" if side_no == LEFT else "R"
+    def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit,
+               watermark: int | None = None) -> bool | None:  # fmt: skip
+        """Replay one record of side ``side_no``: False if it was late."""
         off = self.offset
         self.offset += 1
-        if ts > self.time:
-            self.time = ts
-        if k is None:
-            pair = null_key_pair(self.spec.join_type, side, v)
-            if pair is not None:
-                emit(k, self.joiner(*pair))
-            ok = True
-        elif self.window is None:
-            self._table(side, k, v, ts, emit)
-            ok = True
-        else:
-            ok = self._windowed(side, k, v, ts, off, emit)
-        self._expire(emit)
-        return ok
-
-    def _late(self, side: str, ts: int) -> bool:
-        w = self.window
-        return bool(ts + (w.after if side == "L" else w.before) + w.grace < self.time)
-
-    def _expiry(self, ts: int) -> int:
-        # Both sides stay buffered for before + after + grace (see the embedded engine).
-        w = self.window
-        return int(ts + w.before + w.after + w.grace + 1)
-
-    def _windowed(self, side: str, k: Any, v: Any, ts: int, off: int, emit: Emit) -> bool:
-        w = self.window
-        other = "R" if side == "L" else "L"
-        lo, hi = (ts - w.before, ts + w.after) if side == "L" else (ts - w.after, ts + w.before)
-        matched = False
-        for (ots, _), entry in sorted(self.buffers.get((other, k), {}).items()):
-            if lo <= ots <= hi:
-                left, right = (v, entry[0]) if side == "L" else (entry[0], v)
-                emit(k, self.joiner(left, right))
-                matched = True
-                entry[1] = True
-        if self._late(side, ts):
-            # Joined with what the other side retains, not buffered; unmatched on a
-            # left/outer side, it comes out at once (see the embedded engine).
-            if not matched and (self.outer_left if side == "L" else self.outer_right):
-                emit(k, self.joiner(*((v, None) if side == "L" else (None, v))))
-            return False
-        self.buffers.setdefault((side, k), {})[(ts, off)] = [v, matched]
-        heapq.heappush(self.heap, (self._expiry(ts), side, _Key(k), ts, off))
-        return True
-
-    def _table(self, side: str, k: Any, v: Any, ts: int, emit: Emit) -> None:
-        other = "R" if side == "L" else "L"
-        self.table[(side, k)] = (v, ts)
-        heapq.heappush(self.heap, (ts + (self.spec.ttl or 0), side, _Key(k), ts, 0))
-        found = self.table.get((other, k))
-        ov = None if found is None else found[0]
-        left, right = (v, ov) if side == "L" else (ov, v)
-        if found is not None or (self.outer_left if side == "L" else self.outer_right):
-            emit(k, self.joiner(left, right))
-
-    def _expire(self, emit: Emit, everything: bool = False) -> None:
-        heap = self.heap
-        while heap and (everything or heap[0][0] <= self.time):
-            _, side, wk, ts, seq = heapq.heappop(heap)
-            k = wk.key
-            if self.window is None:
-                found = self.table.get((side, k))
-                if found is not None and found[1] == ts:  # not overwritten since
-                    del self.table[(side, k)]
-                continue
-            entries = self.buffers.get((side, k), {})
-            entry = entries.pop((ts, seq), None)
-            if entry is None:
-                continue
-            if not entries:
-                self.buffers.pop((side, k), None)
-            if not entry[1] and (self.outer_left if side == "L" else self.outer_right):
-                pair = (entry[0], None) if side == "L" else (None, entry[0])
-                emit(k, self.joiner(*pair))
+        self.core.emit = emit
+        return self.core.record("L" if side_no == LEFT else "R", k, v, ts, off, watermark)
 
     def end_of_input(self, emit: Emit) -> None:
         """Nothing can match any more: emit the unmatched, empty the buffers."""
-        self._expire(emit, everything=True)
+        self.core.emit = emit
+        self.core.end_of_input()
+
+
+def _ignore(key: Any, value: Any, ts: int, off: int) -> None:
+    """The emit of a queue between records (nothing is emitted there)."""
 
 
 @attrs.frozen
@@ -686,13 +491,15 @@ class Replay:
 def _advance(q: WindowQueue | JoinQueue, ts: int, emit: Emit) -> None:
     """A time row: the step's time reached ``ts`` (a record of another queue); close
     and expire what that allows, as the record's own queue does."""
-    if ts > q.time:
-        q.time = ts
-        q._expire(emit)
+    core = q.core
+    if ts > core.time:
+        core.emit = emit
+        core.max_time = max(core.max_time, ts)
+        core.advance(None)
 
 
 def _appender(results: list[tuple[Any, Any]]) -> Emit:
-    def emit(key: Any, value: Any) -> None:
+    def emit(key: Any, value: Any, ts: int, off: int) -> None:
         results.append((key, value))
 
     return emit

@@ -15,8 +15,9 @@ window or join only map, flatMap, filter, keyBy and peek may appear.
   packed ``Windowed(key, start, end)`` of every window it belongs to, then folded in
   source order like a non-windowed reduce (``Compiler.fold``).
 - Sessions in update mode (every op) and reduce/aggregate over sessions (batch): each
-  key's records are replayed in source order by :class:`SessionFold`, the embedded
-  engine's session logic, which also gives the ``None`` of merged-away sessions.
+  key's records are replayed in source order by :class:`SessionFold` through the
+  semantics core's sessions (the embedded engine's), which also gives the ``None`` of
+  merged-away sessions.
 - Windowed joins: an equi-join on the packed join key plus the JoinWindow time range
   (both bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
 - Joins without window (batch): each record meets the other side's latest value of its
@@ -31,9 +32,7 @@ Streaming, windows, ``.late()`` and joins replay the embedded engine per queue i
 
 from __future__ import annotations
 
-import bisect
-import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -47,8 +46,11 @@ from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key, translate
-from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep, update_rule
+from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep
 from rstreams.runtime.spark.timed import _TIME, timed_frame
+from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.timing import NO_TIME, DictState
+from rstreams.semantics.windows import WindowCore
 from rstreams.windowed import Windowed
 
 #: Ordering-key prefix of results emitted at the end of input (after every record).
@@ -119,14 +121,14 @@ def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool
     else:  # pragma: no cover - the DSL allows only these
         raise UnsupportedOperation(f"step {node.name!r}: window {spec!r} is not supported")
     aggs: list[Column] = list(bounds)
+    aggregation = Aggregation.of(node)
     if count:
-        aggs.append(F.count(F.lit(1)).alias("v_l"))
+        aggs.append(aggregation.spark(F, None).alias("v_l"))
     else:
         # Spark's result is Python's when every value of the window is an int (and a
         # sum does not overflow 64 bits); otherwise the exact fold does the whole step.
-        agg = {"sum": F.try_sum, "min": F.min, "max": F.max}[node.op]
-        value = agg(F.col("v_l"))
-        exact = (F.count(F.col("v_l")) == F.count(F.lit(1))) & value.isNotNull()
+        value = aggregation.spark(F, F.col("v_l"))
+        exact = aggregation.spark_exact(F, F.col("v_l"), "l", True)
         aggs += [value.alias("v_l"), exact.alias("_exact")]
     if ordered:
         aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
@@ -186,25 +188,17 @@ def _window_fold(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> 
     return comp.sorted_fold(s, fold, ordered)
 
 
-def _merge_rule(op: str, fn: Any, merger: Any) -> Callable[[Any, Any], Any]:
-    """How two sessions' aggregates combine (the embedded engine's rule)."""
-    if op in ("count", "sum"):
-        return operator.add
-    if op in ("min", "max"):
-        return min if op == "min" else max
-    return fn if op == "reduce" else merger
-
-
 @attrs.frozen
 class SessionFold:
     """Session windows of each key, replayed record by record in source order.
 
     The callable given to ``mapInArrow`` after ``repartition(k_m)`` and
-    ``sortWithinPartitions(k_m, _o)``. It is the embedded engine's session logic
-    (``WindowAggregateProcessor._session``) without stream time, as everywhere in batch
-    mode: a record joins every session of its key it is at most ``gap`` from (merging
-    them: ``merge(older, newer)`` in start order), nothing is late and no session closes
-    before the end of input. Emits one row per ``Windowed(key, start, end)``: its last
+    ``sortWithinPartitions(k_m, _o)``. Each key's records run through a
+    :class:`~rstreams.semantics.windows.WindowCore` (the embedded engine's sessions)
+    whose stream time never moves, as everywhere in batch mode: a record joins every
+    session of its key it is at most ``gap`` from (merging them: ``merge(older,
+    newer)`` in start order), nothing is late and no session closes before the end of
+    input. Emits one row per ``Windowed(key, start, end)``: its last
     value and the ``_o`` of the record that emitted it. In update mode that includes the
     ``None`` of every session merged away, as in the embedded final table; in close mode
     only the final sessions.
@@ -228,17 +222,19 @@ class SessionFold:
         return ", ".join(parts)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        update = update_rule(self.op, self.fn, self.initializer)
-        merge = _merge_rule(self.op, self.fn, self.merger)
-        gap, close = self.gap, self.emit_close
+        agg = Aggregation.of_parts(self.op, self.fn, self.initializer, self.merger)
+        window = SessionWindow(self.gap)
         out: list[tuple[Windowed, Any, bytes]] = []
-        cur: bytes | None = None
         key: Any = None
-        # The key's live sessions: start -> [end, aggregate, _o of its last update], and
-        # their starts in order. Sessions are more than gap apart, so ends are in order
-        # too and the ones a record reaches are next to each other.
-        live: dict[int, list[Any]] = {}
-        starts: list[int] = []
+        cur: bytes | None = None
+        core: WindowCore | None = None
+        # The key's results: (start, end) -> [last value, _o of the record emitting it].
+        results: dict[tuple[int, int], list[Any]] = {}
+        o: bytes = b""
+
+        def emit(wk: Windowed, value: Any, ts: int, off: int) -> None:
+            results[(wk.start, wk.end)] = [value, o]
+
         for rb in batches:
             names = rb.schema.names
             n_rows = rb.num_rows
@@ -249,37 +245,34 @@ class SessionFold:
             order = rb.column(names.index(enc.ORDER)).to_pylist()
             for km, ts, v, o in zip(kms, times, values, order):
                 if km != cur:
-                    out += ((Windowed(key, s, e), agg, last) for s, (e, agg, last) in live.items())
-                    cur, key, live, starts = km, enc._unpack(km), {}, []
-                # The sessions within gap of ts: start <= ts + gap and end >= ts - gap.
-                hi = bisect.bisect_right(starts, ts + gap)
-                lo = hi
-                while lo > 0 and live[starts[lo - 1]][0] >= ts - gap:
-                    lo -= 1
-                merged = starts[lo:hi]
+                    out += self._results(key, core, results)
+                    cur, key, results = km, enc._unpack(km), {}
+                    # Updates always: close mode keeps just the final sessions at the end.
+                    core = WindowCore(agg, window, "update", DictState(), emit,
+                                      update=agg.fold_update)  # fmt: skip
+                assert core is not None
                 try:
-                    agg = update(None, v)
-                    for s in merged:
-                        agg = merge(live[s][1], agg)
+                    core.record(key, v, ts, 0, NO_TIME)  # batch: no stream time
                 except Exception as e:
                     self.policy.failed(self.name, e, key=key, value=v, fn=self.fn, order=o)
-                    continue
-                start = min(ts, merged[0]) if merged else ts
-                end = max(ts, live[merged[-1]][0]) if merged else ts
-                for s in merged:
-                    old_end = live.pop(s)[0]
-                    if not close and (s, old_end) != (start, end):
-                        # Merged away: its None is final (sessions only grow).
-                        out.append((Windowed(key, s, old_end), None, o))
-                del starts[lo:hi]
-                bisect.insort(starts, start)
-                live[start] = [end, agg, o]
             if len(out) >= _OUT_BATCH:
                 yield self._batch(out)
                 out = []
-        out += ((Windowed(key, s, e), agg, last) for s, (e, agg, last) in live.items())
+        out += self._results(key, core, results)
         if out:
             yield self._batch(out)
+
+    def _results(
+        self, key: Any, core: WindowCore | None, results: dict[tuple[int, int], list[Any]]
+    ) -> list[tuple[Windowed, Any, bytes]]:
+        """A key's rows: every session's last value (update mode: the None of sessions
+        merged away too; close mode: only the final sessions)."""
+        if core is None:
+            return []
+        if self.emit_close:
+            live = core.sessions.get(key, {}).items()
+            return [(Windowed(key, s, e), *results[(s, e)]) for s, e in live]
+        return [(Windowed(key, s, e), value, o) for (s, e), (value, o) in results.items()]
 
     def _batch(self, rows: list[tuple[Windowed, Any, bytes]]) -> pa.RecordBatch:
         values = [r[1] for r in rows]
@@ -367,7 +360,7 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     ls = timed_frame(comp, left_node, node, True, enc.PACKED, node.left_key)
     rs = timed_frame(comp, right_node, node, True, enc.PACKED, node.right_key)
     # A None join key becomes SQL's NULL, which equals nothing: the join drops it (inner)
-    # or keeps it unmatched (left/full), as rstreams.runtime.nullkeys says.
+    # or keeps it unmatched (left/full), as rstreams.semantics.nullkeys says.
     join_key = F.when(~null_key(enc.PACKED), F.col("k_m"))
     left = ls.df.select(
         join_key.alias("lk"),
