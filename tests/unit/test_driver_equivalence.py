@@ -32,7 +32,6 @@ from rstreams import (
 )
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import dead_letter_topic
-from rstreams.runtime.engine.processors import _SinkBase
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import FunctionSerde
 from rstreams.testing import TopologyTestDriver
@@ -58,7 +57,9 @@ class OneAtATimeDriver(TopologyTestDriver):
                 if task.positions[topic] == offset:
                     task.positions[topic] = offset + 1
                     one = range(offset, offset + 1)
-                    task._process(topic, RecordColumns(one, (ts,), (key,), (value,), (headers,)))
+                    task.process_records(
+                        topic, RecordColumns(one, (ts,), (key,), (value,), (headers,))
+                    )
                 else:
                     task.process_next(topic)
             if commit_all:
@@ -253,10 +254,7 @@ def test_the_fast_driver_gives_what_one_record_at_a_time_gives(
     kind: str, script: list[tuple[Any, ...]], on_error: str, end: bool
 ) -> None:
     topology = TOPOLOGIES[kind]()
-    with pytest.MonkeyPatch.context() as patch:
-        # The reference sends a batch of one through the column path too.
-        patch.setattr(_SinkBase, "_send_one", _SinkBase._send_columns)
-        expected = play(OneAtATimeDriver, topology, script, on_error, end)
+    expected = play(OneAtATimeDriver, topology, script, on_error, end)
     assert play(TopologyTestDriver, topology, script, on_error, end) == expected
 
 

@@ -86,7 +86,7 @@ from rstreams.runtime.engine.watermarks import (
     producers_of,
 )
 from rstreams.runtime.inputs import InputLocator
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
@@ -417,11 +417,13 @@ class Task:
             records = self.fetch(topic, self.queue, pos, max_records)
             if len(records):
                 self.positions[topic] = records.last_offset + 1
-                self._process(topic, records)
+                self.process_records(topic, records)
                 n += len(records)
         return n
 
-    def _process(self, topic: str, records: RecordColumns) -> None:
+    def process_records(self, topic: str, records: RecordColumns) -> None:
+        """Process ``records``, the next ones of ``topic`` (the caller has moved the
+        position past them): a poll's, or the test driver's record at a time."""
         try:
             source = self.sources[topic]
             if topic not in self.marked_inputs:
@@ -447,41 +449,13 @@ class Task:
             self.failed = True
             raise
 
-    def process_one(
-        self,
-        topic: str,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-    ) -> None:
-        """:meth:`_process` of the one record at ``offset`` of ``topic``, given as it is
-        stored (the test driver's path: no columns built for one record). The caller
-        has moved the position past it."""
-        try:
-            marked = topic in self.marked_inputs
-            if marked and key is None:
-                self._on_control(value)  # a watermark: a control record has no key
-            else:
-                if not marked and (self.idle or self.config.source_idle_ms is not None):
-                    self._last_input = self.clock()
-                    self.idle = False
-                    self.caught_up = None
-                self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
-            if self.marked_outputs:
-                self._send_watermark()
-        except BaseException:
-            self.failed = True
-            raise
-
     def process_next(self, topic: str) -> None:
         """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
         pos = self.positions[topic]
         records = self.broker.read_columns(topic, self.queue, pos, 1)
         if len(records):
             self.positions[topic] = records.last_offset + 1
-            self._process(topic, records)
+            self.process_records(topic, records)
 
     def punctuate(self, now: int) -> None:
         """Wall-clock driven work of the processors (e.g. closing idle windows)."""
