@@ -103,7 +103,7 @@ class _RecordingProducer(Producer):
     ) -> None:
         """Appends at once, in the order sent across queues too (the driver's batches
         are small: a record at a time costs less than grouping them by queue)."""
-        qs = [queues] * len(values) if isinstance(queues, int) else queues
+        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
         append = self._append_one
         order = self.order.get(topic)
         if order is None:
@@ -254,9 +254,7 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    one = RecordColumns(
-                        range(offset, offset + 1), (ts,), (key,), (value,), (headers,)
-                    )
+                    one = RecordColumns([offset], [ts], [key], [value], [headers])
                     task.process_records(topic, one)
                 else:
                     task.process_next(topic)

@@ -33,7 +33,7 @@ from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.nullkeys import NULL_KEYS
 from rstreams.runtime.queues.base import RecordColumns
-from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_column, serialize_column
+from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
 from rstreams.userfn import as_timestamp
 
 COMBINABLE = n.COMBINABLE
@@ -479,6 +479,7 @@ class _SinkBase(Processor):
         super().init(ctx)
         self.queues = ctx.producer.queue_count(self.topic)
         self.route = ctx.config.queue_mapper.route
+        self._send = ctx.producer.send_routed
 
     def process(self, batch: Batch) -> None:
         self.send(batch)
@@ -491,17 +492,23 @@ class _SinkBase(Processor):
             return
         self.records_out += n
         try:
-            kbs = serialize_column(self.key_serde, batch.keys, self.round_robin_none_keys)
-            vbs = serialize_column(self.value_serde, batch.values, True)
+            kbs, vbs = serialize_rows(
+                self.key_serde,
+                self.value_serde,
+                batch.keys,
+                batch.values,
+                self.round_robin_none_keys,
+            )
         except Exception:
             batch, kbs, vbs = self._serialize_one_by_one(batch)  # applies on_error
             if not kbs:
                 return
         nq = self.queues
         # One round-robin turn per batch: keyless records of one batch stay together.
-        qs = self.route(kbs, nq, next(self._round_robin) % nq)
-        headers = batch.headers or [()] * len(kbs)
-        self.ctx.producer.send_routed(self.topic, qs, list(batch.timestamps), kbs, vbs, headers)
+        # (A topic of one queue has nothing to choose. The columns are not copied: a
+        # batch is never changed once made.)
+        qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
+        self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
 
     def _serialize_one_by_one(self, batch: Batch) -> tuple[Batch, list[Any], list[Any]]:
         """The rows that serialize and their keys and values as bytes; the others
@@ -684,15 +691,24 @@ class SourceProcessor(Processor):
         self.topic = factory.topic
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
-        n = len(records)
+        n = len(records.offsets)
         if not n:
             return
         self.records_in += n
-        timestamps, offsets = list(records.timestamps), list(records.offsets)
-        headers = list(records.headers) if any(records.headers) else None
+        # Lists are taken as they are (a batch never changes them), others copied.
+        timestamps: Any = records.timestamps
+        offsets: Any = records.offsets
+        if type(timestamps) is not list or type(offsets) is not list:
+            timestamps, offsets = list(timestamps), list(offsets)
+        headers: Any = records.headers
+        if not any(headers):
+            headers = None
+        elif type(headers) is not list:
+            headers = list(headers)
         try:
-            keys = deserialize_column(self.key_serde, records.keys)
-            values = deserialize_column(self.value_serde, records.values)
+            keys, values = deserialize_rows(
+                self.key_serde, self.value_serde, records.keys, records.values
+            )
         except Exception:
             raw_keys, raw_values = list(records.keys), list(records.values)
             raw = Batch(self.topic, queue, raw_keys, raw_values, timestamps, offsets, headers)

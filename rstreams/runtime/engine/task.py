@@ -444,7 +444,8 @@ class Task:
                         start = i + 1
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
-            self._send_watermark()
+            if self.marked_outputs:
+                self._send_watermark()
         except BaseException:
             self.failed = True
             raise
