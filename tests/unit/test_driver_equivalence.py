@@ -1,11 +1,10 @@
 """The test driver's fast path gives exactly what one record at a time through columns
 gives (Hypothesis).
 
-The driver hands each record to its task as it is (``Task.process_one``), sinks send a
-batch of one without building columns, and commits are prepared after every pipe and
-written later. The reference here is the driver as it was before: every record as
-columns through ``Task._process``, sinks through their column path, and a whole commit
-of the tasks a pipe made work after every pipe. For every processor kind (count,
+The driver hands each record to its task as a batch of one (``Task.process_records``,
+the engine's own path, as sinks and sources have one path), and commits are prepared
+after every pipe and written later. The reference here is the driver as it was
+before: a whole commit of the tasks a pipe made work after every pipe. For every processor kind (count,
 aggregate, reduce, each window type in each emit mode, sessions, every join, a branch,
 a merge), each error policy, and inputs that make user functions, deserializers,
 serializers and state stores fail, both must give the same outputs (keys, values,
