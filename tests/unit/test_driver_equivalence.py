@@ -2,9 +2,10 @@
 gives (Hypothesis).
 
 The driver hands each record to its task as a batch of one (``Task.process_records``,
-the engine's own path, as sinks and sources have one path), and commits are prepared
+the engine's own path: sinks and sources have one path), and commits are prepared
 after every pipe and written later. The reference here is the driver as it was
-before: a whole commit of the tasks a pipe made work after every pipe. For every processor kind (count,
+before: a whole commit of the tasks a pipe made work after every pipe, with each
+record's columns as the broker gives them. For every processor kind (count,
 aggregate, reduce, each window type in each emit mode, sessions, every join, a branch,
 a merge), each error policy, and inputs that make user functions, deserializers,
 serializers and state stores fail, both must give the same outputs (keys, values,
