@@ -108,12 +108,15 @@ class _RecordingProducer(Producer):
         order = self.order.get(topic)
         if order is None:
             order = self.order[topic] = []
-        unprocessed = self.unprocessed if topic in self.read_topics else None
+        if topic not in self.read_topics:
+            for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
+                order.append((q, append(topic, q, ts, k, v, h)))
+            return
+        unprocessed = self.unprocessed.append
         for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
             offset = append(topic, q, ts, k, v, h)
             order.append((q, offset))
-            if unprocessed is not None:
-                unprocessed.append((topic, q, offset, ts, k, v, h))
+            unprocessed((topic, q, offset, ts, k, v, h))
 
     def send_columns(
         self,

@@ -481,9 +481,6 @@ class _SinkBase(Processor):
         self.route = ctx.config.queue_mapper.route
         self._send = ctx.producer.send_routed
 
-    def process(self, batch: Batch) -> None:
-        self.send(batch)
-
     def send(self, batch: Batch) -> None:
         """Serialize the batch, choose each record's queue and hand it to the producer
         (a record that does not serialize follows the on_error policy)."""
@@ -509,6 +506,10 @@ class _SinkBase(Processor):
         # batch is never changed once made.)
         qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
         self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
+
+    #: A sink's processing is its send (no frame in between: every record passes here).
+    #: Subclasses that do more before sending override ``process``.
+    process = send
 
     def _serialize_one_by_one(self, batch: Batch) -> tuple[Batch, list[Any], list[Any]]:
         """The rows that serialize and their keys and values as bytes; the others
