@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError, SerdeError
+from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.layout import JobLayout
-from rstreams.runtime.queues.base import queue_for_key
 from rstreams.runtime.queues.broker import Broker
+from rstreams.runtime.queues.mapper import ModuloQueueMapper
 from rstreams.serde import SERDES, Serde
 from rstreams.windowed import Windowed, result_row
 
@@ -236,31 +237,48 @@ def cmd_produce(args: argparse.Namespace) -> int:
         if broker.queue_count(args.topic) is None:
             broker.create_topic(args.topic, args.queues)
         n = _known(broker, args.topic)
-        rr = 0
+        producer = Producer(broker)
+        route = ModuloQueueMapper().route
         count = 0
-        pending: dict[int, list[tuple[int, bytes | None, bytes, tuple[()]]]] = {}
+        chunk: list[tuple[int, bytes | None, bytes]] = []
         for raw in sys.stdin.buffer:
             line = raw.rstrip(b"\r\n")
             key: bytes | None = None
             if args.key_separator:
                 k, sep, v = line.partition(args.key_separator.encode())
                 key, line = (k, v) if sep else (None, line)
-            q = queue_for_key(key, n) if key is not None else rr % n
-            pending.setdefault(q, []).append((int(time.time() * 1000), key, line, ()))
+            chunk.append((int(time.time() * 1000), key, line))
             count += 1
-            if count % 10_000 == 0:
-                rr += 1
-                for qq, rows in pending.items():
-                    broker.append(args.topic, qq, rows)
-                pending.clear()
-        for qq, rows in pending.items():
-            broker.append(args.topic, qq, rows)
+            if len(chunk) == 10_000:  # keyless lines: one queue per 10,000 lines, in turn
+                _produce(producer, route, args.topic, n, chunk, (count - 1) // 10_000)
+                chunk = []
+        _produce(producer, route, args.topic, n, chunk, count // 10_000)
         broker.flush()
         if not args.quiet:
             print(f"produced {count} records to {args.topic}", file=sys.stderr)
     finally:
         broker.close()
     return 0
+
+
+def _produce(
+    producer: Producer,
+    route: Callable[[list[bytes | None], int, int], int | list[int]],
+    topic: str,
+    queues: int,
+    chunk: list[tuple[int, bytes | None, bytes]],
+    turn: int,
+) -> None:
+    """Append ``chunk``'s (timestamp, key, value) lines to ``topic``, each to the queue
+    every rstreams producer picks (keyless lines: queue ``turn`` modulo the count)."""
+    if not chunk:
+        return
+    timestamps = [t for t, _, _ in chunk]
+    keys = [k for _, k, _ in chunk]
+    values: list[bytes | None] = [v for _, _, v in chunk]
+    qs = route(keys, queues, turn % queues)
+    producer.send_routed(topic, qs, timestamps, keys, values, [()] * len(keys))
+    producer.flush()
 
 
 def _decode(b: bytes | None) -> str | None:

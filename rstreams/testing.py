@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -51,7 +51,7 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde
@@ -87,8 +87,6 @@ class _RecordingProducer(Producer):
     no read back from the broker.
     """
 
-    records_order = True
-
     def __init__(self, broker: MemoryBroker) -> None:
         super().__init__(broker)
         self.unprocessed: deque[tuple[Any, ...]] = deque()
@@ -96,32 +94,33 @@ class _RecordingProducer(Producer):
         #: processed.
         self.read_topics: set[str] = set()
         self.order: dict[str, list[tuple[int, int]]] = {}
-        self._append = broker.append_columns
         self._append_one = broker.append_one
 
-    def send(
+    def send_routed(
         self,
         topic: str,
-        queue: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers,
+        queues: int | list[int],
+        timestamps: list[int],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers: list[Headers],
     ) -> None:
-        offset = self._append_one(topic, queue, timestamp, key, value, headers)
-        if topic in self.read_topics:
-            self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
+        """Appends at once, in the order sent across queues too (the driver's batches
+        are small: a record at a time costs less than grouping them by queue)."""
+        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
+        append = self._append_one
         order = self.order.get(topic)
         if order is None:
             order = self.order[topic] = []
-        order.append((queue, offset))
-
-    def send_many(self, topic: str, queue: int, items: Sequence[Any]) -> None:
-        if len(items) == 1:
-            ((ts, k, v, h),) = items
-            self.send(topic, queue, k, v, ts, h)
-        elif items:
-            self.send_columns(topic, queue, *map(list, zip(*items)))
+        if topic not in self.read_topics:
+            for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
+                order.append((q, append(topic, q, ts, k, v, h)))
+            return
+        unprocessed = self.unprocessed.append
+        for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
+            offset = append(topic, q, ts, k, v, h)
+            order.append((q, offset))
+            unprocessed((topic, q, offset, ts, k, v, h))
 
     def send_columns(
         self,
@@ -132,23 +131,7 @@ class _RecordingProducer(Producer):
         values: list[bytes | None],
         headers: list[Headers],
     ) -> None:
-        # One append for the lot: the same offsets as one append per record.
-        first = self._append(topic, queue, timestamps, keys, values, headers)
-        offsets = range(first, first + len(values))
-        self.order.setdefault(topic, []).extend(zip(itertools.repeat(queue), offsets))
-        if topic not in self.read_topics:
-            return
-        self.unprocessed.extend(
-            zip(
-                itertools.repeat(topic),
-                itertools.repeat(queue),
-                offsets,
-                timestamps,
-                keys,
-                values,
-                headers,
-            )
-        )
+        self.send_routed(topic, queue, timestamps, keys, values, headers)
 
     def flush(self) -> list[tuple[str, int]]:
         return []
@@ -242,10 +225,9 @@ class TopologyTestDriver:
         kb = self._encode(key, spec.key_serde, topic, "key")
         vb = self._encode(value, spec.value_serde, topic, "value")
         nq = self._engine.queue_counts[topic]
-        mapper = self._engine.config.queue_mapper
-        q = mapper.queue_for(kb, nq) if kb is not None else next(self._round_robin) % nq
+        q = self._engine.config.queue_mapper.route([kb], nq, next(self._round_robin) % nq)
         ts = self._time if timestamp is None else timestamp
-        self._producer.send(topic, q, kb, vb, ts, headers)
+        self._producer.send_routed(topic, q, [ts], [kb], [vb], [headers])
         try:
             self._drain()
         except BaseException:
@@ -287,7 +269,8 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    task.process_one(topic, offset, ts, key, value, headers)
+                    one = RecordColumns([offset], [ts], [key], [value], [headers])
+                    task.process_records(topic, one)
                 else:
                     task.process_next(topic)
                 if self._timed_steps:

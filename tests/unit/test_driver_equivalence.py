@@ -1,11 +1,11 @@
 """The test driver's fast path gives exactly what one record at a time through columns
 gives (Hypothesis).
 
-The driver hands each record to its task as it is (``Task.process_one``), sinks send a
-batch of one without building columns, and commits are prepared after every pipe and
-written later. The reference here is the driver as it was before: every record as
-columns through ``Task._process``, sinks through their column path, and a whole commit
-of the tasks a pipe made work after every pipe. For every processor kind (count,
+The driver hands each record to its task as a batch of one (``Task.process_records``,
+the engine's own path: sinks and sources have one path), and commits are prepared
+after every pipe and written later. The reference here is the driver as it was
+before: a whole commit of the tasks a pipe made work after every pipe, with each
+record's columns as the broker gives them. For every processor kind (count,
 aggregate, reduce, each window type in each emit mode, sessions, every join, a branch,
 a merge), each error policy, and inputs that make user functions, deserializers,
 serializers and state stores fail, both must give the same outputs (keys, values,
@@ -32,7 +32,6 @@ from rstreams import (
 )
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import dead_letter_topic
-from rstreams.runtime.engine.processors import _SinkBase
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import FunctionSerde
 from rstreams.testing import TopologyTestDriver
@@ -58,7 +57,9 @@ class OneAtATimeDriver(TopologyTestDriver):
                 if task.positions[topic] == offset:
                     task.positions[topic] = offset + 1
                     one = range(offset, offset + 1)
-                    task._process(topic, RecordColumns(one, (ts,), (key,), (value,), (headers,)))
+                    task.process_records(
+                        topic, RecordColumns(one, (ts,), (key,), (value,), (headers,))
+                    )
                 else:
                     task.process_next(topic)
                 if self._timed_steps:
@@ -255,10 +256,7 @@ def test_the_fast_driver_gives_what_one_record_at_a_time_gives(
     kind: str, script: list[tuple[Any, ...]], on_error: str, end: bool
 ) -> None:
     topology = TOPOLOGIES[kind]()
-    with pytest.MonkeyPatch.context() as patch:
-        # The reference sends a batch of one through the column path too.
-        patch.setattr(_SinkBase, "_send_one", _SinkBase._send_columns)
-        expected = play(OneAtATimeDriver, topology, script, on_error, end)
+    expected = play(OneAtATimeDriver, topology, script, on_error, end)
     assert play(TopologyTestDriver, topology, script, on_error, end) == expected
 
 

@@ -21,21 +21,21 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import _count_elements  # type: ignore[attr-defined]
-from collections.abc import Callable, Iterable
-from itertools import chain, repeat
+from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
 from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
-from rstreams.runtime.engine.batch import Batch, gather
+from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.watermarks import send_told
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
-from rstreams.serde import INTERNAL_SERDE, Serde
+from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
 from rstreams.userfn import as_timestamp
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
@@ -295,111 +295,58 @@ class _SinkBase(Processor):
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
         self.queues = ctx.producer.queue_count(self.topic)
-        self.queue_of = ctx.config.queue_mapper.queue_for
-        self.queues_for = ctx.config.queue_mapper.queues_for
-
-    def process(self, batch: Batch) -> None:
-        self.send(batch)
+        self.route = ctx.config.queue_mapper.route
+        self._send = ctx.producer.send_routed
 
     def send(self, batch: Batch) -> None:
+        """Serialize the batch, choose each record's queue and hand it to the producer
+        (a record that does not serialize follows the on_error policy)."""
         n = len(batch.values)
-        if n == 1:
-            self._send_one(batch)
+        if not n:
             return
-        if n:
-            self._send_columns(batch)
-
-    def _send_columns(self, batch: Batch) -> None:
-        self.records_out += len(batch.values)
+        self.records_out += n
         try:
-            kbs = self._column(self.key_serde, batch.keys, self.round_robin_none_keys)
-            vbs = self._column(self.value_serde, batch.values, True)
+            kbs, vbs = serialize_rows(
+                self.key_serde,
+                self.value_serde,
+                batch.keys,
+                batch.values,
+                self.round_robin_none_keys,
+            )
         except Exception:
-            self._send_one_by_one(batch)  # finds the bad records, applies on_error
-            return
-        nq, topic = self.queues, self.topic
-        rr = next(self._round_robin) % nq  # keyless records of one batch stay together
-        producer = self.ctx.producer
-        timestamps = batch.timestamps
-        headers = batch.headers or [()] * len(kbs)
-        qs: Iterable[int]
-        if nq == 1:
-            if not producer.records_order:
-                producer.send_columns(topic, 0, list(timestamps), kbs, vbs, list(headers))
+            batch, kbs, vbs = self._serialize_one_by_one(batch)  # applies on_error
+            if not kbs:
                 return
-            qs = repeat(0)
-        elif None in kbs:
-            present = [i for i, kb in enumerate(kbs) if kb is not None]
-            spread = [rr] * len(kbs)
-            for i, q in zip(present, self.queues_for(gather(kbs, present), nq)):
-                spread[i] = q
-            qs = spread
-        else:
-            qs = self.queues_for(kbs, nq)
-        if producer.records_order:
-            send = producer.send
-            for q, ts, kb, vb, h in zip(qs, timestamps, kbs, vbs, headers):
-                send(topic, q, kb, vb, ts, h)
-            return
-        rows_of: list[list[int]] = [[] for _ in range(nq)]
-        appends = [r.append for r in rows_of]
-        for i, q in enumerate(qs):
-            appends[q](i)
-        for q, idx in enumerate(rows_of):
-            if idx:
-                producer.send_columns(
-                    topic, q, gather(timestamps, idx), gather(kbs, idx), gather(vbs, idx),
-                    gather(headers, idx),
-                )  # fmt: skip
-
-    def _send_one(self, batch: Batch) -> None:
-        """:meth:`send` of a batch of one record (the test driver sends one at a time):
-        the same bytes to the same queue, without building columns."""
-        self.records_out += 1
-        k, v = batch.keys[0], batch.values[0]
-        try:
-            kb = None if k is None and self.round_robin_none_keys else self.key_serde.serialize(k)
-            vb = None if v is None else self.value_serde.serialize(v)
-        except Exception:
-            self._send_one_by_one(batch)  # applies on_error
-            return
         nq = self.queues
-        rr = next(self._round_robin) % nq
-        q = 0 if nq == 1 else rr if kb is None else self.queue_of(kb, nq)
-        ts = batch.timestamps[0]
-        h = batch.headers[0] if batch.headers else ()
-        producer = self.ctx.producer
-        if producer.records_order:
-            producer.send(self.topic, q, kb, vb, ts, h)
-        else:
-            producer.send_columns(self.topic, q, [ts], [kb], [vb], [h])
+        # One round-robin turn per batch: keyless records of one batch stay together.
+        # (A topic of one queue has nothing to choose. The columns are not copied: a
+        # batch is never changed once made.)
+        qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
+        self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
 
-    @staticmethod
-    def _column(serde: Serde, column: list[Any], keep_none: bool) -> list[Any]:
-        """Serialized column; None stays None when ``keep_none``."""
-        if keep_none and None in column:
-            present = [i for i, x in enumerate(column) if x is not None]
-            out: list[Any] = [None] * len(column)
-            for i, b in zip(present, serde.serialize_many(gather(column, present))):
-                out[i] = b
-            return out
-        return serde.serialize_many(column)
+    #: A sink's processing is its send (no frame in between: every record passes here).
+    #: Subclasses that do more before sending override ``process``.
+    process = send
 
-    def _send_one_by_one(self, batch: Batch) -> None:
-        kser, vser, nq = self.key_serde.serialize, self.value_serde.serialize, self.queues
-        send, topic, queue_of = self.ctx.producer.send, self.topic, self.queue_of
-        rr = next(self._round_robin) % nq
+    def _serialize_one_by_one(self, batch: Batch) -> tuple[Batch, list[Any], list[Any]]:
+        """The rows that serialize and their keys and values as bytes; the others
+        follow the on_error policy."""
+        kser, vser = self.key_serde.serialize, self.value_serde.serialize
         none_rr = self.round_robin_none_keys
-        headers = batch.headers or repeat(())
-        rows = zip(batch.keys, batch.values, batch.timestamps, headers)
-        for i, (k, v, ts, h) in enumerate(rows):
+        kbs: list[Any] = []
+        vbs: list[Any] = []
+        keep: list[int] = []
+        for i, (k, v) in enumerate(zip(batch.keys, batch.values)):
             try:
                 kb = None if k is None and none_rr else kser(k)
                 vb = None if v is None else vser(v)
             except SerdeError as e:
                 self.ctx.handle_error(self.name, batch.row(i), e)
                 continue
-            send(topic, rr if kb is None else queue_of(kb, nq), kb, vb, ts, h)
+            kbs.append(kb)
+            vbs.append(vb)
+            keep.append(i)
+        return batch.take(keep), kbs, vbs
 
 
 @register_processor("sink", BUILDERS)
@@ -494,7 +441,12 @@ class ShuffleSinkProcessor(_SinkBase):
             kb = self.key_serde.serialize(key)
         except Exception:
             return  # a key that can not be written: on_error has it when it is sent
-        self._tell(0 if self.queues == 1 else self.queue_of(kb, self.queues), time)
+        if kb is None:  # (its queue is the batch's round-robin turn: tell them all)
+            for q in range(self.queues):
+                self._tell(q, time)
+        else:
+            q = self.route([kb], self.queues, 0)
+            self._tell(q if isinstance(q, int) else q[0], time)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""
@@ -578,52 +530,30 @@ class SourceProcessor(Processor):
         self.topic = factory.topic
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
-        n = len(records)
+        n = len(records.offsets)
         if not n:
             return
         self.records_in += n
-        raw_keys, raw_values = list(records.keys), list(records.values)
-        timestamps, offsets = list(records.timestamps), list(records.offsets)
-        headers = list(records.headers) if any(records.headers) else None
+        # Lists are taken as they are (a batch never changes them), others copied.
+        timestamps: Any = records.timestamps
+        offsets: Any = records.offsets
+        if type(timestamps) is not list or type(offsets) is not list:
+            timestamps, offsets = list(timestamps), list(offsets)
+        headers: Any = records.headers
+        if not any(headers):
+            headers = None
+        elif type(headers) is not list:
+            headers = list(headers)
         try:
-            nones = raw_keys.count(None)
-            if nones == n:
-                keys = raw_keys
-            elif nones == 0:
-                keys = self.key_serde.deserialize_many(raw_keys)  # type: ignore[arg-type]
-            else:
-                keys = [None if k is None else self.key_serde.deserialize(k) for k in raw_keys]
-            values = (
-                self.value_serde.deserialize_many(raw_values)  # type: ignore[arg-type]
-                if None not in raw_values
-                else [None if v is None else self.value_serde.deserialize(v) for v in raw_values]
+            keys, values = deserialize_rows(
+                self.key_serde, self.value_serde, records.keys, records.values
             )
         except Exception:
+            raw_keys, raw_values = list(records.keys), list(records.values)
             raw = Batch(self.topic, queue, raw_keys, raw_values, timestamps, offsets, headers)
             keys, values, batch = self._one_by_one(raw)
             timestamps, offsets, headers = batch.timestamps, batch.offsets, batch.headers
         self.forward(Batch(self.topic, queue, keys, values, timestamps, offsets, headers))
-
-    def process_one(
-        self,
-        queue: int,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-    ) -> None:
-        """:meth:`process_log` of one stored record (the test driver's path)."""
-        try:
-            k = None if key is None else self.key_serde.deserialize(key)
-            v = None if value is None else self.value_serde.deserialize(value)
-        except Exception:  # process_log applies the on_error policy
-            one = range(offset, offset + 1)
-            self.process_log(queue, RecordColumns(one, (timestamp,), (key,), (value,), (headers,)))
-            return
-        self.records_in += 1
-        hs = [headers] if headers else None
-        self.forward(Batch(self.topic, queue, [k], [v], [timestamp], [offset], hs))
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize

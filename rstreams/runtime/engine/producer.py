@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
 
+from rstreams.runtime.engine.batch import gather
 from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.broker import Broker
 
@@ -20,11 +21,9 @@ class Producer:
     Records reach the broker at flush (the task flushes at commit, and whenever a batch
     has been processed in the local engine), in the order they were sent per queue.
     They are kept as columns, the way sinks produce them and the log encodes them.
+    Every send is :meth:`send_columns` (or :meth:`send_routed`, which hands it one queue
+    at a time): a subclass that overrides those sees every record.
     """
-
-    #: Whether the order of records across queues matters to this producer (the test
-    #: driver replays records in production order); otherwise sends are grouped by queue.
-    records_order = False
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -39,13 +38,14 @@ class Producer:
         timestamp: int,
         headers: Headers,
     ) -> None:
-        self._pending[(topic, queue)].append(([timestamp], [key], [value], [headers]))
+        """One record (a control record, a dead letter)."""
+        self.send_columns(topic, queue, [timestamp], [key], [value], [headers])
 
     def send_many(self, topic: str, queue: int, items: Sequence[Pending]) -> None:
         """Records as (timestamp, key, value, headers) tuples."""
         if items:
             ts, keys, values, headers = map(list, zip(*items))
-            self._pending[(topic, queue)].append((ts, keys, values, headers))
+            self.send_columns(topic, queue, ts, keys, values, headers)
 
     def send_columns(
         self,
@@ -59,6 +59,31 @@ class Producer:
         """Records as columns of equal length (not copied: the caller lets go of them)."""
         if values:
             self._pending[(topic, queue)].append((timestamps, keys, values, headers))
+
+    def send_routed(
+        self,
+        topic: str,
+        queues: int | list[int],
+        timestamps: list[int],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers: list[Headers],
+    ) -> None:
+        """:meth:`send_columns` of records whose queues ``QueueMapper.route`` chose (one
+        queue for all, or one per record): each queue's records, in their order."""
+        if isinstance(queues, int):
+            self.send_columns(topic, queues, timestamps, keys, values, headers)
+            return
+        rows_of: list[list[int]] = [[] for _ in range(max(queues) + 1)]
+        appends = [r.append for r in rows_of]
+        for i, q in enumerate(queues):
+            appends[q](i)
+        for q, idx in enumerate(rows_of):
+            if idx:
+                self.send_columns(
+                    topic, q, gather(timestamps, idx), gather(keys, idx), gather(values, idx),
+                    gather(headers, idx),
+                )  # fmt: skip
 
     def queue_count(self, topic: str) -> int:
         n = self.broker.queue_count(topic)

@@ -92,7 +92,7 @@ from rstreams.runtime.engine.watermarks import (
 )
 from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.layout import store_dir
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
@@ -482,11 +482,13 @@ class Task:
             records = self.fetch(topic, self.queue, pos, max_records)
             if len(records):
                 self.positions[topic] = records.last_offset + 1
-                self._process(topic, records)
+                self.process_records(topic, records)
                 n += len(records)
         return n
 
-    def _process(self, topic: str, records: RecordColumns) -> None:
+    def process_records(self, topic: str, records: RecordColumns) -> None:
+        """Process ``records``, the next ones of ``topic`` (the caller has moved the
+        position past them): a poll's, or the test driver's record at a time."""
         with self.lifecycle:  # an error fails the task
             source = self.sources[topic]
             if topic not in self.marked_inputs and (
@@ -509,32 +511,6 @@ class Task:
                         start = i + 1
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
-            self._send_watermark()
-
-    def process_one(
-        self,
-        topic: str,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers,
-    ) -> None:
-        """:meth:`_process` of the one record at ``offset`` of ``topic``, given as it is
-        stored (the test driver's path: no columns built for one record). The caller
-        has moved the position past it."""
-        with self.lifecycle:  # an error fails the task
-            marked = topic in self.marked_inputs or topic in self.told_inputs
-            if marked and key is None:
-                self._on_control(value, topic)  # a watermark: a control record has no key
-            else:
-                if topic not in self.marked_inputs and (
-                    self.idle or self.config.source_idle_ms is not None
-                ):
-                    self._last_input = self.clock()
-                    self.idle = False
-                    self.caught_up = None
-                self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
             if self.marked_outputs:
                 self._send_watermark()
 
@@ -544,7 +520,7 @@ class Task:
         records = self.broker.read_columns(topic, self.queue, pos, 1)
         if len(records):
             self.positions[topic] = records.last_offset + 1
-            self._process(topic, records)
+            self.process_records(topic, records)
 
     def punctuate(self, now: int) -> None:
         """Wall-clock driven work of the processors (e.g. closing idle windows)."""

@@ -1,6 +1,6 @@
 """The broker layer: topics of N queues (partitions). Knows nothing of topologies."""
 
-from rstreams.runtime.queues.base import LogRecord, queue_for_key
+from rstreams.runtime.queues.base import LogRecord
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.filelog import CorruptLogError, FileBroker
 from rstreams.runtime.queues.mapper import (
@@ -8,6 +8,7 @@ from rstreams.runtime.queues.mapper import (
     ModuloQueueMapper,
     QueueMapper,
     get_mapper,
+    queue_for_key,
 )
 from rstreams.runtime.queues.memory import MemoryBroker
 

@@ -9,7 +9,8 @@ from itertools import chain, pairwise
 from operator import itemgetter
 from typing import Any
 
-import mmh3
+# (where it always was: the rule itself lives with the queue mappers)
+from rstreams.runtime.queues.mapper import queue_for_key as queue_for_key
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -165,12 +166,3 @@ class RecordColumns:
     def __repr__(self) -> str:
         span = f"{self.offsets[0]}..{self.last_offset}" if len(self) else "empty"
         return f"<RecordColumns {len(self)} records, offsets {span}>"
-
-
-def queue_for_key(key: bytes, queues: int) -> int:
-    """The queue a serialized key goes to: unsigned 32-bit Murmur3 (seed 0) modulo count.
-
-    >>> queue_for_key(b"hello", 8) == queue_for_key(b"hello", 8) < 8
-    True
-    """
-    return mmh3.hash(key, 0, False) % queues

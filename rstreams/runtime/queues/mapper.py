@@ -9,12 +9,21 @@ queues moves only the keys between a new queue and its ring neighbour.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from functools import lru_cache
 from itertools import repeat
 
 import mmh3
 
-from rstreams.runtime.queues.base import queue_for_key
+
+def queue_for_key(key: bytes, queues: int) -> int:
+    """The queue a serialized key goes to: unsigned 32-bit Murmur3 (seed 0) modulo count
+    (:class:`ModuloQueueMapper`, the default mapper).
+
+    >>> queue_for_key(b"hello", 8) == queue_for_key(b"hello", 8) < 8
+    True
+    """
+    return mmh3.hash(key, 0, False) % queues
 
 
 class QueueMapper:
@@ -28,6 +37,32 @@ class QueueMapper:
     def queues_for(self, keys: list[bytes], queues: int) -> list[int]:
         """:meth:`queue_for` of each key (override with a faster loop)."""
         return [self.queue_for(k, queues) for k in keys]
+
+    def route(self, keys: Sequence[bytes | None], queues: int, keyless: int) -> int | list[int]:
+        """The queue of each record of a batch, by its serialized key: the rule of every
+        producer (sinks, shuffles, the test driver, ``rstreams produce``, subscriptions).
+
+        A key goes where this mapper puts it; a record without key (None) goes to queue
+        ``keyless``, the producer's round-robin turn (one turn per batch: a batch's
+        keyless records stay together). Returns one queue when all records go to it
+        (always for a single queue or a single record), else a list, one per record.
+
+        >>> m = ModuloQueueMapper()
+        >>> m.route([b"a"], 1, 0), m.route([None], 4, 3), m.route([b"a", None, b"a"], 4, 3)
+        (0, 3, [2, 3, 2])
+        """
+        if queues == 1:
+            return 0
+        if len(keys) == 1:
+            (key,) = keys
+            return keyless if key is None else self.queue_for(key, queues)
+        present = [k for k in keys if k is not None]
+        if len(present) == len(keys):
+            return self.queues_for(present, queues)
+        if not present:
+            return keyless
+        spread = iter(self.queues_for(present, queues))
+        return [keyless if k is None else next(spread) for k in keys]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -157,7 +157,9 @@ class MemoryBroker:
     ) -> int:
         """:meth:`append` of a single record, with the same checks (the test driver
         appends record by record); its offset."""
-        q = self._queue(topic, queue)
+        q = self._queues.get((topic, queue))  # _queue(), without its call
+        if q is None:
+            q = self._queue(topic, queue)
         if type(timestamp) is not int:  # as append_columns checks
             raise TypeError(f"record timestamps must be int milliseconds; got {timestamp!r}")
         records = q.records

@@ -22,8 +22,9 @@ import time
 import attrs
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues.base import Headers, queue_for_key
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.broker import Broker
+from rstreams.runtime.queues.mapper import ModuloQueueMapper
 
 Record = tuple[int, bytes | None, bytes | None, Headers]
 
@@ -45,12 +46,15 @@ class Batch:
     records: tuple[Record, ...]
 
 
+_MODULO = ModuloQueueMapper()
+
+
 class KeyBasedBatcher:
     """Groups messages into batches of a single key (and queue).
 
     A batch closes when it holds ``max_messages`` messages or ``max_bytes`` bytes of keys
     and values; :meth:`add` returns the batches it closed, :meth:`drain` the open ones.
-    A key's queue is ``queue_for_key(key, queue_count)``, as for every rstreams producer;
+    A key's queue is ``ModuloQueueMapper().route``'s, as for every rstreams producer;
     messages without key go to one queue per batch, rotating.
     """
 
@@ -77,9 +81,9 @@ class KeyBasedBatcher:
             if not 0 <= queue < self.queue_count:
                 raise ConfigError(f"queue {queue} is out of range 0..{self.queue_count - 1}")
             return queue
-        if key is None:
-            return self._none_queue
-        return queue_for_key(key, self.queue_count)
+        q = _MODULO.route([key], self.queue_count, self._none_queue)
+        assert isinstance(q, int)  # one record, one queue
+        return q
 
     def add(
         self,
