@@ -343,6 +343,8 @@ class Task:
         #: (``told_inputs``: what it says raises the time of the timed steps).
         self.marked_inputs: set[str] = set()
         self.told_inputs: set[str] = set()
+        #: Per told input, the latest time it told (used when there are several).
+        self._told_times: dict[str, int] = {}
         for topic in self.sources:
             if self.config.watermarks and topology.topics[topic].role == "shuffle":
                 ps = producers_of(topology, topic, count)
@@ -374,8 +376,15 @@ class Task:
                 self.marked_outputs.append(entry)
             # What this task sends bounds its watermark (it reads no watermarks): it
             # tells a queue its time before a record behind it (see the watermarks
-            # module).
-            if not self.marked_inputs and carries_time(topology, f.topic, count):
+            # module). Only to a shuffle it alone feeds: several producers' consumers
+            # take a control record for a watermark (nothing older follows), which a
+            # told time is not; theirs come after each batch (marked_outputs).
+            if (
+                self.config.watermarks
+                and not self.marked_inputs
+                and len(producers_of(topology, f.topic, count)) == 1
+                and carries_time(topology, f.topic, count)
+            ):
                 self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
         self._told: dict[tuple[str, int], int] = {}
         self.ended = False
@@ -443,8 +452,12 @@ class Task:
         c = decode_control(value)
         if topic in self.told_inputs:
             # One producer: its time (or, at its end, the last time it had before)
-            # is the time of this task's timed steps.
+            # is the time of this task's timed steps. Several such inputs (a join of
+            # two topics) are several producers: their minimum, once each has told one.
             told = c.watermark if c.watermark < END else c.high
+            if len(self.told_inputs) > 1:
+                self._told_times[topic] = max(self._told_times.get(topic, NO_TIME), told)
+                told = min(self._told_times.get(t, NO_TIME) for t in self.told_inputs)
             for p in self._timed:
                 if told > p.max_time:
                     p.max_time = told
