@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
-from rstreams.runtime.spark.compiled import Stream, translate
+from rstreams.runtime.spark.compiled import Stream, table_stream, translate
 from rstreams.runtime.spark.segments import FAILURE_MARK, StreamFold
 from rstreams.runtime.spark.steps import map_values
 from rstreams.semantics.aggregations import Aggregation
@@ -58,9 +58,7 @@ def _aggregate(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
         df = s.df.groupBy("k_m").applyInPandasWithState(
             fold, StreamFold.OUTPUT, StreamFold.STATE, "Update", GroupStateTimeout.NoTimeout
         )
-        return Stream(
-            df, enc.PACKED, enc.PACKED, ordered=True, unique=True, after_agg=True, python=True
-        )
+        return table_stream(df, enc.PACKED, enc.PACKED, ordered=True, python=True)
     s = comp.without_null_keys(comp.flush(comp.get(parent, True), encode_step=node.name))
     return comp.fold(s, node, node.op, ordered)
 
@@ -75,16 +73,7 @@ def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     df = s.df.groupBy(*kc).agg(*aggs)
     if not kc:  # a global aggregation has a row even for no input
         df = df.where(F.col("v_l") > 0)
-    return Stream(
-        df,
-        s.key,
-        enc.LONG,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=s.python,
-        nonnull=True,
-    )
+    return table_stream(df, s.key, enc.LONG, ordered=ordered, python=s.python, nonnull=True)
 
 
 def _fail_inexact(node: n.AggregateNode, table: DataFrame) -> DataFrame:
@@ -148,26 +137,12 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     out_cols.append(impure.alias("_x"))
     table = grouped.select(*out_cols)
     if comp.streaming:
-        return Stream(
-            _fail_inexact(node, table).drop("_x"),
-            s.key,
-            s.value,
-            ordered=ordered,
-            unique=True,
-            after_agg=True,
-            python=s.python,
-        )
+        exact = _fail_inexact(node, table).drop("_x")
+        return table_stream(exact, s.key, s.value, ordered=ordered, python=s.python)
     table = table.persist()
     comp.persisted.append(table)
-    good = Stream(
-        table.where(~F.col("_x")).drop("_x"),
-        s.key,
-        s.value,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=s.python,
-    )
+    exact = table.where(~F.col("_x")).drop("_x")
+    good = table_stream(exact, s.key, s.value, ordered=ordered, python=s.python)
     if table.where(F.col("_x")).isEmpty():
         return good
     # Some keys need Python's exact semantics: fold just those, in source order.

@@ -73,6 +73,22 @@ class Stream:
         return key, value
 
 
+def table_stream(
+    df: DataFrame, key: str, value: str, *, ordered: bool, python: bool, nonnull: bool = False
+) -> Stream:
+    """An aggregation's output: ``df`` with one row per key."""
+    return Stream(
+        df,
+        key,
+        value,
+        ordered=ordered,
+        unique=True,
+        after_agg=True,
+        python=python,
+        nonnull=nonnull,
+    )
+
+
 @attrs.frozen
 class Terminal:
     """What the runner has to run for a terminal step."""
