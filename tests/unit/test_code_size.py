@@ -13,8 +13,6 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import rstreams
 
 PACKAGE = Path(rstreams.__file__).resolve().parent
@@ -25,9 +23,7 @@ LIMITS = {"module": 600, "class": 400, "function": 80}
 #: "<path>::<qualified name>" for a class or function. Each is being split up by
 #: other work; remove an entry once its piece is under the limit (the test fails
 #: on an entry that is no longer needed, so the list only shrinks).
-ALLOWED = {
-    "runtime/spark/compiler.py",  # one translation rule per node type; being split
-}
+ALLOWED: set[str] = set()
 
 
 def _code_lines(source: str, tree: ast.Module) -> set[int]:
@@ -92,10 +88,12 @@ def test_no_module_class_or_function_is_over_its_limit() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(ALLOWED))
-def test_every_allowed_piece_is_still_over_its_limit(name: str) -> None:
-    # An entry no longer needed is removed, so that the piece can not grow back.
-    assert name in oversized(), f"{name} is within its limit now: remove it from ALLOWED"
+def test_every_allowed_piece_is_still_over_its_limit() -> None:
+    # An entry no longer needed is removed, so that the piece can not grow back. (One
+    # test over the entries, not one per entry: with ALLOWED empty there is nothing to
+    # parametrize, and an empty parameter set would only show up as a skip.)
+    for name in sorted(ALLOWED):
+        assert name in oversized(), f"{name} is within its limit now: remove it from ALLOWED"
 
 
 def test_the_count_leaves_out_docstrings_comments_and_blank_lines() -> None:

@@ -1,10 +1,13 @@
 """Logical graph -> PySpark DataFrames: the Spark backend's compiler.
 
 It compiles :mod:`rstreams.dsl.nodes` directly (not the embedded engine's processors),
-one translation function per node type (``functools.singledispatch``) and a loud
-fallback naming the step. Each rule returns a :class:`Stream`: a DataFrame plus what is
-known about it (field layouts, see :mod:`.encoding`; whether it carries the ordering
-key; Python steps not applied yet).
+one translation function per node type (``translate``, a ``functools.singledispatch``)
+and a loud fallback naming the step. Each rule returns a :class:`Stream`: a DataFrame
+plus what is known about it (field layouts, see :mod:`.encoding`; whether it carries the
+ordering key; Python steps not applied yet). ``Stream`` and ``translate`` are defined in
+:mod:`.compiled`, the rules in :mod:`.steps` (sources, record steps, merge, sinks),
+:mod:`.aggregates` (keyed aggregations) and :mod:`.windows` (windows and joins); this
+module is the :class:`Compiler` that drives them (memoization, fusing, native guards).
 
 Python steps are *fused*: consecutive user functions accumulate in
 ``Stream.pending`` and become one ``mapInArrow`` when something native (a built-in, a
@@ -22,7 +25,6 @@ count plans carry no extra column.
 from __future__ import annotations
 
 import functools
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -31,123 +33,55 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import UnsupportedOperation
-from rstreams.functions import Builtin, Identity
+from rstreams.functions import Builtin
+from rstreams.runtime.spark import aggregates as _aggregates  # noqa: F401 (its rules)
 from rstreams.runtime.spark import encoding as enc
-from rstreams.runtime.spark.native import (
-    Calibration,
-    Field,
-    Native,
-    translate_flat,
-    translate_map,
-    truthy,
+from rstreams.runtime.spark import steps as _steps  # noqa: F401 (its rules)
+from rstreams.runtime.spark.compiled import (
+    NULL_PACKED,
+    SourceInfo,
+    Stream,
+    Terminal,
+    field_of,
+    is_identity,
+    last_per_key,
+    null_key,
+    translate,
 )
+from rstreams.runtime.spark.native import Calibration, Field, Native
 from rstreams.runtime.spark.segments import (
     FAILURE_MARK,
     ErrorPolicy,
     Fold,
     PyStep,
     Segment,
-    StreamFold,
     fn_label,
 )
-from rstreams.runtime.spark.support import BACKEND, check_supported
-from rstreams.semantics.aggregations import Aggregation
-from rstreams.serde import Serde, StrSerde
+from rstreams.runtime.spark.support import check_supported
+
+# `steps` and `aggregates` are imported for their translation rules, which register with
+# `translate` on import (so every Compiler has them); windows.py's rules, which build on
+# this module, are imported by the runner.
+
+__all__ = [
+    "MAX_NATIVE_DEAD_LETTERS",
+    "NULL_PACKED",
+    "STREAM_METRIC_PREFIX",
+    "Compiler",
+    "SourceInfo",
+    "Stream",
+    "Terminal",
+    "field_of",
+    "is_identity",
+    "last_per_key",
+    "null_key",
+    "translate",
+]
 
 #: Name prefix of the streaming observations counting native-step failures.
 STREAM_METRIC_PREFIX = "rstreams-failed-"
 #: Failures a native step keeps for dead letters per run (the count is exact).
 MAX_NATIVE_DEAD_LETTERS = 10_000
-
-
-@attrs.frozen
-class SourceInfo:
-    """A source topic bound to input: index (in the pipeline), topic, paths."""
-
-    index: int
-    topic: str
-    paths: tuple[str, ...]
-
-
-@attrs.frozen
-class Stream:
-    """A compiled stream: a DataFrame and what the compiler knows about it."""
-
-    df: DataFrame
-    key: str
-    value: str
-    #: The DataFrame carries ``_o`` (or will, once ``number`` rows are numbered).
-    ordered: bool = False
-    #: Python steps not applied to ``df`` yet (fused into one mapInArrow later).
-    pending: tuple[PyStep, ...] = ()
-    #: ``df`` rows are the source scan's rows, 1:1 and in order (error locations).
-    aligned: bool = False
-    source: SourceInfo | None = None
-    #: At most one row per key (an aggregation's table).
-    unique: bool = False
-    after_agg: bool = False
-    #: Some Python runs in the lineage (recomputing it is not free).
-    python: bool = False
-    #: Streaming: number the rows of source ``number`` in the next segment.
-    number: int | None = None
-    #: The value's str column is never null.
-    nonnull: bool = False
-
-    def kinds_after_pending(self) -> tuple[str, str]:
-        key, value = self.key, self.value
-        for step in self.pending:
-            if step.kind in ("map", "flatMap", "decode", "partial"):
-                value = enc.ANY
-            elif step.kind == "keyBy":
-                key = enc.MIXED
-            elif step.kind == "identityKey":
-                key = enc.MIXED if value == enc.ANY else value
-        return key, value
-
-
-@attrs.frozen
-class Terminal:
-    """What the runner has to run for a terminal step."""
-
-    node: n.Node
-    stream: Stream
-
-
-def is_identity(fn: Any) -> bool:
-    """``F.identity()`` or a plain ``lambda x: x`` (same bytecode as the reference)."""
-    if isinstance(fn, Identity):
-        return True
-    code = getattr(fn, "__code__", None)
-    if not isinstance(fn, types.FunctionType) or code is None:
-        return False
-    ref = _identity_ref.__code__
-    return (
-        code.co_code == ref.co_code
-        and code.co_argcount == 1
-        and code.co_kwonlyargcount == 0
-        and not code.co_flags & 0x0C  # *args / **kwargs
-        and not fn.__defaults__
-    )
-
-
-def _identity_ref(x: Any) -> Any:  # the reference bytecode for is_identity
-    return x
-
-
-@attrs.frozen
-class _Decode:
-    """Source deserializer over the text of a line (Spark reads lines as str)."""
-
-    serde: Serde
-
-    def __call__(self, line: str) -> Any:
-        return self.serde.deserialize(line.encode("utf-8"))
-
-
-def _be(col: Column, digits: int) -> Column:
-    """Fixed-width big-endian bytes of a non-negative integer column."""
-    return F.unhex(F.lpad(F.hex(col), digits, "0"))
 
 
 def _repr_col(field: Field) -> Column:
@@ -163,33 +97,6 @@ def _repr_col(field: Field) -> Column:
     if "b" in c:
         parts.append(F.concat(F.lit("<msgpack "), F.hex(c["b"]), F.lit(">")))
     return F.coalesce(*parts, F.lit("None"))
-
-
-#: A None key in layout ``packed`` (msgpack's nil).
-NULL_PACKED = enc._pack(None)
-
-
-def null_key(kind: str) -> Column:
-    """The condition "the key is None" on a flushed stream whose key is in layout
-    ``kind`` (columns ``k_*``; see :mod:`.encoding`)."""
-    if kind == enc.NONE:
-        return F.lit(True)
-    if kind == enc.PACKED:
-        return F.col("k_m").isNull() | (F.col("k_m") == F.lit(NULL_PACKED))
-    nulls = [F.col(c).isNull() for c in enc.columns("k", kind)]
-    return functools.reduce(lambda a, b: a & b, nulls)
-
-
-def field_of(kind: str, prefix: str = "v", nonnull: bool = False) -> Field:
-    suffixes = [c.split("_", 1)[1] for c in enc.columns(prefix, kind)]
-    return Field(kind, {s: F.col(f"{prefix}_{s}") for s in suffixes}, nonnull)
-
-
-@functools.singledispatch
-def translate(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
-    raise UnsupportedOperation(
-        f"no translation rule for {type(node).__name__} (step {node.name!r}) on backend {BACKEND!r}"
-    )
 
 
 # (never read: translations of anything but a built-in return before looking at it)
@@ -483,325 +390,3 @@ class Compiler:
         value layout) for a sink fed by ``s``."""
         s = self.flush(s, encode_step=sink.name)
         return last_per_key(s.df, s.key, s.value, s.unique), s.key, s.value
-
-
-def last_per_key(df: DataFrame, key: str, value: str, unique: bool) -> DataFrame:
-    """The final table: the last value per key by ``_o``, and records per key ``_n``."""
-    kc = enc.columns("k", key)
-    vc = enc.columns("v", value)
-    if unique:
-        return df.select(*kc, *vc, F.lit(1).cast("bigint").alias("_n"))
-    aggs = [F.count(F.lit(1)).alias("_n")]
-    if vc:
-        aggs.append(F.max_by(F.struct(*vc), F.col(enc.ORDER)).alias("_v"))
-    out = df.groupBy(*kc).agg(*aggs)
-    if not kc:  # a global aggregation has a row even for no input
-        out = out.where(F.col("_n") > 0)
-    return out.select(*kc, *[F.col(f"_v.{c}").alias(c) for c in vc], "_n")
-
-
-# -- translation rules ----------------------------------------------------------------------
-
-
-@translate.register
-def _source(node: n.SourceNode, comp: Compiler, ordered: bool) -> Stream:
-    info = comp.sources[node.topic]
-    number: int | None = None
-    if comp.streaming:
-        cols = [F.col("value").alias("v_s")]
-        if ordered:
-            cols += [
-                F.col("_metadata.file_path").alias("_f"),
-                F.col("_metadata.file_block_start").alias("_b"),
-            ]
-            number = info.index
-        df = comp.spark.readStream.text(info.paths[0]).select(*cols)
-    else:
-        cols = [F.col("value").alias("v_s")]
-        if ordered:
-            cols.append(
-                F.concat(
-                    F.lit(info.index.to_bytes(2, "big")),
-                    F.encode(F.col("_metadata.file_path"), "UTF-8"),
-                    F.lit(b"\x00"),
-                    _be(F.col("_metadata.file_block_start"), 16),
-                    _be(F.monotonically_increasing_id(), 16),
-                ).alias(enc.ORDER)
-            )
-        df = comp.spark.read.text(list(info.paths)).select(*cols)
-        obs = Observation()
-        df = df.observe(obs, F.count(F.lit(1)).alias("rows"))
-        comp.observations.append(("in", node.topic, obs))
-    s = Stream(
-        df,
-        enc.NONE,
-        enc.STR,
-        ordered=ordered,
-        aligned=True,
-        source=info,
-        number=number,
-        nonnull=True,
-    )
-    if not isinstance(node.value_serde, StrSerde):
-        step = PyStep("decode", node.name, _Decode(node.value_serde))
-        s = comp.add_step(s, step, nonnull=False)
-    return s
-
-
-def _builtin(fn: Any) -> bool:
-    return isinstance(fn, Builtin)
-
-
-@translate.register
-def _map(node: n.MapNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.get(node.parents[0], ordered)
-    if is_identity(node.fn):
-        return s
-    if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
-        if native is not None:
-            return comp.with_value(s, node, native, node.fn)
-    return comp.add_step(s, PyStep("map", node.name, node.fn, node.fn), nonnull=False)
-
-
-@translate.register
-def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.get(node.parents[0], ordered)
-    if _builtin(node.fn):
-        native = translate_flat(node.fn, comp.field(s), comp.cal_for(node.fn))
-        if native is not None:
-            s = comp.flush(s)
-            df = comp.guard(s, node, native, node.fn)
-            kc = [F.col(c) for c in enc.columns("k", s.key)]
-            arr = native.cols["a"]
-            if ordered:
-                df = df.select(*kc, F.col(enc.ORDER), F.posexplode(arr).alias("_p", "v_s"))
-                order = F.concat(F.col(enc.ORDER), _be(F.col("_p"), 8)).alias(enc.ORDER)
-                df = df.select(*kc, "v_s", order)
-            else:
-                df = df.select(*kc, F.explode(arr).alias("v_s"))
-            return attrs.evolve(s, df=df, value=enc.STR, nonnull=True, aligned=False, unique=False)
-    step = PyStep("flatMap", node.name, node.fn, node.fn)
-    return comp.add_step(s, step, nonnull=False, aligned=False, unique=False)
-
-
-@translate.register
-def _filter(node: n.FilterNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.get(node.parents[0], ordered)
-    if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
-        cond = truthy(native) if native is not None else None
-        if native is not None and cond is not None:
-            s = comp.flush(s)
-            df = comp.guard(s, node, native, node.fn).where(cond)
-            return attrs.evolve(s, df=df, aligned=False)
-    return comp.add_step(s, PyStep("filter", node.name, node.fn, node.fn))
-
-
-@translate.register
-def _key_by(node: n.KeyByNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.get(node.parents[0], ordered)
-    if is_identity(node.fn):
-        if s.pending or s.number is not None:
-            return comp.add_step(s, PyStep("identityKey", node.name), unique=False)
-        same = Native(s.value, dict(field_of(s.value).cols))
-        return attrs.evolve(comp.with_key(s, node, same, node.fn), unique=False)
-    if _builtin(node.fn):
-        native = translate_map(node.fn, comp.field(s), comp.cal_for(node.fn))
-        if native is not None:
-            return attrs.evolve(comp.with_key(s, node, native, node.fn), unique=False)
-    return comp.add_step(s, PyStep("keyBy", node.name, node.fn, node.fn), unique=False)
-
-
-@translate.register(n.SelectTimestampNode)
-@translate.register(n.PeekNode)
-@translate.register(n.ForeachNode)
-def _python_only(node: n.FnNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.get(node.parents[0], ordered)
-    return comp.add_step(s, PyStep(node.kind, node.name, node.fn, node.fn))
-
-
-@translate.register(n.PrintNode)
-@translate.register(n.ToRStreamNode)
-@translate.register(n.SinkNode)
-def _pass_through(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
-    return comp.get(node.parents[0], ordered)
-
-
-@translate.register
-def _merge(node: n.MergeNode, comp: Compiler, ordered: bool) -> Stream:
-    parts = [comp.flush(comp.get(p, ordered)) for p in node.parents]
-    key = enc.join_kinds([p.key for p in parts])
-    value = enc.join_kinds([p.value for p in parts])
-    parts = [comp.widen(p, key, value) for p in parts]
-    df = parts[0].df
-    for p in parts[1:]:
-        df = df.unionByName(p.df)
-    return Stream(
-        df,
-        key,
-        value,
-        ordered=ordered,
-        python=any(p.python for p in parts),
-        after_agg=any(p.after_agg for p in parts),
-    )
-
-
-def _partial(comp: Compiler, s: Stream, node: n.AggregateNode) -> Stream:
-    """Apply sum/min/max's function (the partial) before the shuffle."""
-    fn = node.fn
-    if fn is None or is_identity(fn):
-        return s
-    if _builtin(fn):
-        native = translate_map(fn, comp.field(s), comp.cal_for(fn))
-        if native is not None:
-            return comp.with_value(s, node, native, fn)
-    return comp.add_step(s, PyStep("partial", node.name, fn, fn), nonnull=False)
-
-
-@translate.register
-def _aggregate(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
-    parent = node.parents[0]
-    if comp.streaming and comp.get(parent).after_agg:
-        raise UnsupportedOperation(
-            f"step {node.name!r} ({node.op}) aggregates the output of another "
-            "aggregation; Spark Structured Streaming runs one aggregation per query "
-            "(run it in batch mode, or sink the first aggregation to a topic)"
-        )
-    if node.op == "count":
-        return _count(node, comp, ordered)
-    if node.op in ("sum", "min", "max"):
-        return _combinable(node, comp, ordered)
-    if comp.streaming:
-        s = comp.flush(
-            comp.get(parent, True), as_key=enc.PACKED, as_value=enc.PACKED, encode_step=node.name
-        )
-        s = comp.without_null_keys(s)
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        fold = StreamFold(node.op, node.name, comp.policy(s), node.fn, node.initializer)
-        df = s.df.groupBy("k_m").applyInPandasWithState(
-            fold, StreamFold.OUTPUT, StreamFold.STATE, "Update", GroupStateTimeout.NoTimeout
-        )
-        return Stream(
-            df, enc.PACKED, enc.PACKED, ordered=True, unique=True, after_agg=True, python=True
-        )
-    s = comp.without_null_keys(comp.flush(comp.get(parent, True), encode_step=node.name))
-    return comp.fold(s, node, node.op, ordered)
-
-
-def _count(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
-    s = comp.flush(comp.get(node.parents[0], ordered), value=False, encode_step=node.name)
-    s = comp.without_null_keys(s)
-    kc = enc.columns("k", s.key)
-    aggs = [Aggregation.of(node).spark(F, None).alias("v_l")]
-    if ordered:
-        aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
-    df = s.df.groupBy(*kc).agg(*aggs)
-    if not kc:  # a global aggregation has a row even for no input
-        df = df.where(F.col("v_l") > 0)
-    return Stream(
-        df,
-        s.key,
-        enc.LONG,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=s.python,
-        nonnull=True,
-    )
-
-
-def _fail_inexact(node: n.AggregateNode, table: DataFrame) -> DataFrame:
-    """Streaming: ``table`` failing the query at a group (``_x``) Spark's aggregate does
-    not compute exactly (no Python fold of just those groups there)."""
-    message = F.concat(
-        F.lit(FAILURE_MARK),
-        F.to_json(
-            F.struct(
-                F.lit(node.name).alias("step"),
-                F.lit(
-                    f"TypeError: {node.op}() over values of mixed or non-numeric types is not "
-                    "exact on Spark Structured Streaming; use reduce()"
-                ).alias("error"),
-            )
-        ),
-    )
-    return table.where(F.when(F.col("_x"), F.raise_error(message)).otherwise(F.lit(True)))
-
-
-def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
-    """sum/min/max: Spark's aggregates where they give Python's result exactly (all
-    values of a key are ints; for min/max also all floats without NaN, or all str),
-    else (batch) an exact ordered Python fold for just the keys that need it."""
-    s = comp.flush(_partial(comp, comp.get(node.parents[0], ordered), node), encode_step=node.name)
-    s = comp.without_null_keys(s)
-    op = node.op
-    kc = enc.columns("k", s.key)
-    if s.value == enc.PACKED or s.value == enc.NONE or (op == "sum" and s.value == enc.STR):
-        if comp.streaming:
-            raise UnsupportedOperation(
-                f"step {node.name!r} ({op}) over non-numeric values needs a Python fold; "
-                "on Spark Structured Streaming use reduce() or aggregate() instead"
-            )
-        full = comp.flush(_partial(comp, comp.get(node.parents[0], True), node))
-        return comp.fold(comp.without_null_keys(full), node, op, ordered)
-    aggregation = Aggregation.of(node)
-    aggs: list[Column] = [F.count(F.lit(1)).alias("_n")]
-    results: dict[str, Column] = {}
-    pure_any: list[Column] = []
-    for suffix in (c.split("_", 1)[1] for c in enc.columns("v", s.value)):
-        col = F.col(f"v_{suffix}")
-        pure = aggregation.spark_exact(F, col, suffix, not comp.streaming)
-        if pure is None:
-            continue
-        aggs += [pure.alias(f"_pure_{suffix}"), aggregation.spark(F, col).alias(f"_agg_{suffix}")]
-        results[suffix] = F.when(F.col(f"_pure_{suffix}"), F.col(f"_agg_{suffix}"))
-        pure_any.append(F.col(f"_pure_{suffix}"))
-    if ordered:
-        aggs.append(F.max(enc.ORDER).alias(enc.ORDER))
-    grouped = s.df.groupBy(*kc).agg(*aggs)
-    if not kc:
-        grouped = grouped.where(F.col("_n") > 0)
-    impure = ~functools.reduce(lambda a, b: a | b, pure_any, F.lit(False))
-    out_cols: list[Column] = [F.col(c) for c in kc]
-    for c in enc.columns("v", s.value):
-        suffix = c.split("_", 1)[1]
-        out_cols.append(results.get(suffix, F.lit(None).cast(enc.spark_type(c))).alias(c))
-    if ordered:
-        out_cols.append(F.col(enc.ORDER))
-    out_cols.append(impure.alias("_x"))
-    table = grouped.select(*out_cols)
-    if comp.streaming:
-        return Stream(
-            _fail_inexact(node, table).drop("_x"),
-            s.key,
-            s.value,
-            ordered=ordered,
-            unique=True,
-            after_agg=True,
-            python=s.python,
-        )
-    table = table.persist()
-    comp.persisted.append(table)
-    good = Stream(
-        table.where(~F.col("_x")).drop("_x"),
-        s.key,
-        s.value,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=s.python,
-    )
-    if table.where(F.col("_x")).isEmpty():
-        return good
-    # Some keys need Python's exact semantics: fold just those, in source order.
-    full = comp.flush(_partial(comp, comp.get(node.parents[0], True), node), encode_step=node.name)
-    rows = full.df  # (only keys of ``bad`` are kept below: never a None key)
-    bad = table.where(F.col("_x")).select(*kc)
-    if kc:
-        cond = functools.reduce(lambda a, b: a & b, [rows[c].eqNullSafe(bad[c]) for c in kc])
-        rows = rows.join(bad, cond, "left_semi")
-    folded = comp.fold(attrs.evolve(full, df=rows), node, op, ordered)
-    good = comp.widen(good, s.key, enc.ANY)
-    return attrs.evolve(folded, df=good.df.unionByName(folded.df), python=True)

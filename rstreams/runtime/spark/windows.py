@@ -45,6 +45,7 @@ from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
+from rstreams.runtime.spark.compiled import table_stream
 from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key, translate
 from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep
 from rstreams.runtime.spark.timed import _TIME, timed_frame
@@ -149,16 +150,7 @@ def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool
     cols = ["k_m", "_ws", "_we", "v_l"] + ([enc.ORDER] if ordered else [])
     mk = _MakeWindowed(enc.LONG, ordered)
     result = out.select(*cols).mapInArrow(mk, mk.schema())
-    return Stream(
-        result,
-        enc.PACKED,
-        enc.LONG,
-        ordered=ordered,
-        unique=True,
-        after_agg=True,
-        python=True,
-        nonnull=True,
-    )
+    return table_stream(result, enc.PACKED, enc.LONG, ordered=ordered, python=True, nonnull=True)
 
 
 def _window_fold(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> Stream:
