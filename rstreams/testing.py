@@ -107,11 +107,19 @@ class _RecordingProducer(Producer):
     ) -> None:
         """Appends at once, in the order sent across queues too (the driver's batches
         are small: a record at a time costs less than grouping them by queue)."""
-        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
-        append = self._append_one
         order = self.order.get(topic)
         if order is None:
             order = self.order[topic] = []
+        if len(values) == 1:  # the usual: a record at a time, no zip of columns
+            q = queues if type(queues) is int else queues[0]
+            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
+            offset = self._append_one(topic, q, ts, k, v, h)
+            order.append((q, offset))
+            if topic in self.read_topics:
+                self.unprocessed.append((topic, q, offset, ts, k, v, h))
+            return
+        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
+        append = self._append_one
         if topic not in self.read_topics:
             for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
                 order.append((q, append(topic, q, ts, k, v, h)))

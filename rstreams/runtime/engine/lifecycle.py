@@ -57,9 +57,6 @@ TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.ABANDONED: frozenset(),
 }
 
-#: The states a task processes records in (a failed one still does; it commits nothing).
-_PROCESSING = frozenset({TaskState.RUNNING, TaskState.FAILED})
-
 
 class Lifecycle:
     """The state of task ``name``, moved only along :data:`TRANSITIONS`.
@@ -91,9 +88,17 @@ class Lifecycle:
         if self.state is TaskState.RUNNING:
             self.to(TaskState.FAILED)
 
-    def __enter__(self) -> None:
-        if self.state not in _PROCESSING:
+    def check(self) -> None:
+        """Raise :class:`~rstreams.errors.IllegalStateError` unless the task processes:
+        RUNNING, or FAILED (it processes, and commits nothing). What ``with`` checks;
+        hot paths call it only when the state is not RUNNING, and mark the task failed
+        themselves (:meth:`fail`) should their work raise."""
+        # Identity tests: an enum member hashes in Python.
+        state = self.state
+        if state is not TaskState.RUNNING and state is not TaskState.FAILED:
             raise IllegalStateError(f"task {self.name} is {self.state.name}: it can not process")
+
+    __enter__ = check
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None:
