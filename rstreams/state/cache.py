@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from rstreams.errors import SerdeError
 from rstreams.serde import Serde
@@ -160,7 +160,7 @@ class CachedStore:
             deletes = values.count(None)
             try:
                 kbs = self._kser_many(keys)
-                vbs = None if deletes else cast("list[bytes | None]", self._vser_many(values))
+                vbs = None if deletes else self._vser_many(values)  # type: ignore[assignment]
             except Exception:
                 kbs = vbs = None
             if kbs is None or vbs is None:  # deletes, or a value that can not be stored
