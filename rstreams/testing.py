@@ -83,8 +83,8 @@ class _RecordingProducer(Producer):
     """Appends at once and remembers the global order of every record produced.
 
     ``unprocessed`` holds each record not yet processed, as ``(topic, queue, offset,
-    timestamp, key, value, headers)``: the driver hands it to its task as it is, with
-    no read back from the broker.
+    timestamps, keys, values, headers)``, columns of one: the driver hands it to its
+    task as it is, with no read back from the broker.
     """
 
     def __init__(self, broker: MemoryBroker) -> None:
@@ -112,11 +112,10 @@ class _RecordingProducer(Producer):
             order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
             q = queues if type(queues) is int else queues[0]
-            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
-            offset = self._append_one(topic, q, ts, k, v, h)
+            offset = self._append_one(topic, q, timestamps[0], keys[0], values[0], headers[0])
             order.append((q, offset))
-            if topic in self.read_topics:
-                self.unprocessed.append((topic, q, offset, ts, k, v, h))
+            if topic in self.read_topics:  # the columns as they are: nothing changes them
+                self.unprocessed.append((topic, q, offset, timestamps, keys, values, headers))
             return
         qs = itertools.repeat(queues) if isinstance(queues, int) else queues
         append = self._append_one
@@ -128,7 +127,7 @@ class _RecordingProducer(Producer):
         for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
             offset = append(topic, q, ts, k, v, h)
             order.append((q, offset))
-            unprocessed((topic, q, offset, ts, k, v, h))
+            unprocessed((topic, q, offset, [ts], [k], [v], [h]))
 
     def send_columns(
         self,
@@ -269,7 +268,7 @@ class TopologyTestDriver:
         touched = self._uncommitted
         while True:
             while pending:
-                topic, q, offset, ts, key, value, headers = pending.popleft()
+                topic, q, offset, ts, keys, values, headers = pending.popleft()
                 task = readers.get((topic, q))
                 if task is None:
                     continue
@@ -277,7 +276,7 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    one = RecordColumns([offset], [ts], [key], [value], [headers])
+                    one = RecordColumns([offset], ts, keys, values, headers)
                     task.process_records(topic, one)
                 else:
                     task.process_next(topic)
