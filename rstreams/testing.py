@@ -111,7 +111,7 @@ class _RecordingProducer(Producer):
         if order is None:
             order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
-            q = queues if type(queues) is int else queues[0]
+            q = queues if isinstance(queues, int) else queues[0]
             offset = self._append_one(topic, q, timestamps[0], keys[0], values[0], headers[0])
             order.append((q, offset))
             if topic in self.read_topics:  # the columns as they are: nothing changes them
