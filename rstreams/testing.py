@@ -266,6 +266,7 @@ class TopologyTestDriver:
         # Tasks that processed a record since they last committed (kept across calls:
         # a failure leaves them for the next commit, as committing every task would).
         touched = self._uncommitted
+        timed = self._timed_steps
         while True:
             while pending:
                 topic, q, offset, ts, keys, values, headers = pending.popleft()
@@ -280,7 +281,7 @@ class TopologyTestDriver:
                     task.process_records(topic, one)
                 else:
                     task.process_next(topic)
-                if self._timed_steps:
+                if timed:
                     self._share_time(touched)
             if commit_all:
                 self._commit(all_tasks=True)
