@@ -206,6 +206,15 @@ class TopologyTestDriver:
                 if p.kind in TIMED_KINDS:
                     steps.setdefault(p.name, []).append((task, p))
         self._timed_steps = [s for s in steps.values() if len(s) > 1]
+        # The steps of each task's timed processors: a record moves only the time of
+        # the task that processes it (see _share_time).
+        self._steps_of: dict[Any, list[list[tuple[Any, Any]]]] = {}
+        for step in self._timed_steps:
+            for task in dict.fromkeys(task for task, _ in step):
+                self._steps_of.setdefault(task, []).append(step)
+        # Every step shares after the next record (at first, and after work that moves
+        # the time of any task: end of input, wall-clock work, a failure half-way).
+        self._share_all = True
 
     # -- input -------------------------------------------------------------------------
 
@@ -282,7 +291,7 @@ class TopologyTestDriver:
                 else:
                     task.process_next(topic)
                 if timed:
-                    self._share_time(touched)
+                    self._share_time(task, touched)
             if commit_all:
                 self._commit(all_tasks=True)
             elif touched:
@@ -291,12 +300,20 @@ class TopologyTestDriver:
             if not pending:
                 return
 
-    def _share_time(self, touched: dict[Any, None]) -> None:
+    def _share_time(self, task: Any, touched: dict[Any, None]) -> None:
         """After each record: every task of a windowed step or join gets the largest
         timestamp any of them has seen, the time the pipe sequence (one producer) has
         reached at that step, whatever queue its records went to (docs/windows.md,
-        event time). What that time closes or expires in any task comes out now."""
-        for step in self._timed_steps:
+        event time). What that time closes or expires in any task comes out now.
+
+        Only ``task`` (it processed the record) can have moved its time: only its
+        steps are looked at (every step after work that reaches every task)."""
+        if self._share_all:
+            self._share_all = False
+            steps = self._timed_steps
+        else:
+            steps = self._steps_of.get(task, [])
+        for step in steps:
             top = max(p.max_time for _, p in step)
             for task, p in step:
                 if p.max_time < top:
@@ -323,6 +340,7 @@ class TopologyTestDriver:
         """Something failed: a task that failed commits nothing more, and what the
         commits prepared for it by earlier pipes took is written now, as those commits
         would have written it."""
+        self._share_all = True
         for task in list(self._prepared):
             if task.failed:
                 del self._prepared[task]
@@ -371,6 +389,7 @@ class TopologyTestDriver:
         The driver's end of input, like a run's, is final: records piped after it are
         processed, but the windows and joins it closed stay closed.
         """
+        self._share_all = True
         try:
             for sub in self.topology.subtopologies:
                 for task in self._engine.tasks:
@@ -389,6 +408,7 @@ class TopologyTestDriver:
         self._time += ms
         # Wall-clock work (windows closing after idling) happens now, and what it emits
         # is processed like any other record.
+        self._share_all = True
         try:
             for task in self._engine.tasks:
                 task.punctuate(self._time)
