@@ -83,8 +83,8 @@ class _RecordingProducer(Producer):
     """Appends at once and remembers the global order of every record produced.
 
     ``unprocessed`` holds each record not yet processed, as ``(topic, queue, offset,
-    timestamps, keys, values, headers)``, columns of one: the driver hands it to its
-    task as it is, with no read back from the broker.
+    timestamp, key, value, headers)``: the driver hands it to its task as it is, with
+    no read back from the broker.
     """
 
     def __init__(self, broker: MemoryBroker) -> None:
@@ -112,10 +112,11 @@ class _RecordingProducer(Producer):
             order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
             q = queues if isinstance(queues, int) else queues[0]
-            offset = self._append_one(topic, q, timestamps[0], keys[0], values[0], headers[0])
+            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
+            offset = self._append_one(topic, q, ts, k, v, h)
             order.append((q, offset))
-            if topic in self.read_topics:  # the columns as they are: nothing changes them
-                self.unprocessed.append((topic, q, offset, timestamps, keys, values, headers))
+            if topic in self.read_topics:
+                self.unprocessed.append((topic, q, offset, ts, k, v, h))
             return
         qs = itertools.repeat(queues) if isinstance(queues, int) else queues
         append = self._append_one
@@ -127,7 +128,7 @@ class _RecordingProducer(Producer):
         for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
             offset = append(topic, q, ts, k, v, h)
             order.append((q, offset))
-            unprocessed((topic, q, offset, [ts], [k], [v], [h]))
+            unprocessed((topic, q, offset, ts, k, v, h))
 
     def send_columns(
         self,
@@ -278,7 +279,7 @@ class TopologyTestDriver:
         timed = self._timed_steps
         while True:
             while pending:
-                topic, q, offset, ts, keys, values, headers = pending.popleft()
+                topic, q, offset, ts, key, value, headers = pending.popleft()
                 task = readers.get((topic, q))
                 if task is None:
                     continue
@@ -286,12 +287,12 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    one = RecordColumns([offset], ts, keys, values, headers)
+                    one = RecordColumns([offset], [ts], [key], [value], [headers])
                     task.process_records(topic, one)
                 else:
                     task.process_next(topic)
                 if timed:
-                    self._share_time(task, touched)
+                    self._share_time(touched, task)
             if commit_all:
                 self._commit(all_tasks=True)
             elif touched:
@@ -300,15 +301,16 @@ class TopologyTestDriver:
             if not pending:
                 return
 
-    def _share_time(self, task: Any, touched: dict[Any, None]) -> None:
+    def _share_time(self, touched: dict[Any, None], task: Any = None) -> None:
         """After each record: every task of a windowed step or join gets the largest
         timestamp any of them has seen, the time the pipe sequence (one producer) has
         reached at that step, whatever queue its records went to (docs/windows.md,
         event time). What that time closes or expires in any task comes out now.
 
         Only ``task`` (it processed the record) can have moved its time: only its
-        steps are looked at (every step after work that reaches every task)."""
-        if self._share_all:
+        steps are looked at (every step without ``task``, or after work that reaches
+        every task)."""
+        if self._share_all or task is None:
             self._share_all = False
             steps = self._timed_steps
         else:
