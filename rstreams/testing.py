@@ -107,11 +107,19 @@ class _RecordingProducer(Producer):
     ) -> None:
         """Appends at once, in the order sent across queues too (the driver's batches
         are small: a record at a time costs less than grouping them by queue)."""
-        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
-        append = self._append_one
         order = self.order.get(topic)
         if order is None:
             order = self.order[topic] = []
+        if len(values) == 1:  # the usual: a record at a time, no zip of columns
+            q = queues if isinstance(queues, int) else queues[0]
+            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
+            offset = self._append_one(topic, q, ts, k, v, h)
+            order.append((q, offset))
+            if topic in self.read_topics:
+                self.unprocessed.append((topic, q, offset, ts, k, v, h))
+            return
+        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
+        append = self._append_one
         if topic not in self.read_topics:
             for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
                 order.append((q, append(topic, q, ts, k, v, h)))
@@ -199,6 +207,15 @@ class TopologyTestDriver:
                 if p.kind in TIMED_KINDS:
                     steps.setdefault(p.name, []).append((task, p))
         self._timed_steps = [s for s in steps.values() if len(s) > 1]
+        # The steps of each task's timed processors: a record moves only the time of
+        # the task that processes it (see _share_time).
+        self._steps_of: dict[Any, list[list[tuple[Any, Any]]]] = {}
+        for step in self._timed_steps:
+            for task in dict.fromkeys(task for task, _ in step):
+                self._steps_of.setdefault(task, []).append(step)
+        # Every step shares after the next record (at first, and after work that moves
+        # the time of any task: end of input, wall-clock work, a failure half-way).
+        self._share_all = True
 
     # -- input -------------------------------------------------------------------------
 
@@ -259,6 +276,7 @@ class TopologyTestDriver:
         # Tasks that processed a record since they last committed (kept across calls:
         # a failure leaves them for the next commit, as committing every task would).
         touched = self._uncommitted
+        timed = self._timed_steps
         while True:
             while pending:
                 topic, q, offset, ts, key, value, headers = pending.popleft()
@@ -273,8 +291,8 @@ class TopologyTestDriver:
                     task.process_records(topic, one)
                 else:
                     task.process_next(topic)
-                if self._timed_steps:
-                    self._share_time(touched)
+                if timed:
+                    self._share_time(touched, task)
             if commit_all:
                 self._commit(all_tasks=True)
             elif touched:
@@ -283,12 +301,21 @@ class TopologyTestDriver:
             if not pending:
                 return
 
-    def _share_time(self, touched: dict[Any, None]) -> None:
+    def _share_time(self, touched: dict[Any, None], task: Any = None) -> None:
         """After each record: every task of a windowed step or join gets the largest
         timestamp any of them has seen, the time the pipe sequence (one producer) has
         reached at that step, whatever queue its records went to (docs/windows.md,
-        event time). What that time closes or expires in any task comes out now."""
-        for step in self._timed_steps:
+        event time). What that time closes or expires in any task comes out now.
+
+        Only ``task`` (it processed the record) can have moved its time: only its
+        steps are looked at (every step without ``task``, or after work that reaches
+        every task)."""
+        if self._share_all or task is None:
+            self._share_all = False
+            steps = self._timed_steps
+        else:
+            steps = self._steps_of.get(task, [])
+        for step in steps:
             top = max(p.max_time for _, p in step)
             for task, p in step:
                 if p.max_time < top:
@@ -315,6 +342,7 @@ class TopologyTestDriver:
         """Something failed: a task that failed commits nothing more, and what the
         commits prepared for it by earlier pipes took is written now, as those commits
         would have written it."""
+        self._share_all = True
         for task in list(self._prepared):
             if task.failed:
                 del self._prepared[task]
@@ -363,6 +391,7 @@ class TopologyTestDriver:
         The driver's end of input, like a run's, is final: records piped after it are
         processed, but the windows and joins it closed stay closed.
         """
+        self._share_all = True
         try:
             for sub in self.topology.subtopologies:
                 for task in self._engine.tasks:
@@ -381,6 +410,7 @@ class TopologyTestDriver:
         self._time += ms
         # Wall-clock work (windows closing after idling) happens now, and what it emits
         # is processed like any other record.
+        self._share_all = True
         try:
             for task in self._engine.tasks:
                 task.punctuate(self._time)

@@ -53,7 +53,8 @@ class AggregateProcessor(Processor):
         self.coalesce = ctx.config.coalesce
 
     def process(self, batch: Batch) -> None:
-        batch = self.without_null_keys(batch)
+        if None in batch.keys:  # (the test without a call: every record passes here)
+            batch = self.without_null_keys(batch)
         if not batch.values:
             return
         if self.coalesce:
