@@ -425,7 +425,9 @@ class Task:
         it follows (in the same transaction), if it moved (or ``again``). Not while a
         processor holds records back (combined or coalesced updates): they go first,
         at commit."""
-        if not self.marked_outputs:
+        # (END is final: once sent, nothing more is news to a consumer, and a control
+        # record appended after the end of input would stay uncommitted lag.)
+        if not self.marked_outputs or self._sent_mark[0] >= END:
             return
         mark = (self.watermark, self.idle, self.caught_up)
         if (mark == self._sent_mark and not again) or (
