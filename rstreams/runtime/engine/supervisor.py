@@ -248,6 +248,10 @@ class Supervisor:
         stats = self._start()
         next_report = 0.0
         state = "failed"  # unless the loop ends as it should
+        #: A bounded run's counts when everything was committed: what the run did. (Workers
+        #: stopping then can still append control records, such as a watermark sent by a
+        #: task taken over from a worker that left first: no record, but lag.)
+        final: dict[str, Any] | None = None
         try:
             while True:
                 if self.stop_signal is not None:
@@ -261,6 +265,7 @@ class Supervisor:
                 if stats.due():
                     self._publish_stats(start)
                 if self.ingest.done and not self.follow and self.end_of_input.over():
+                    final = self.status(start)
                     break
                 if not ingested:
                     time.sleep(0.02)
@@ -275,12 +280,15 @@ class Supervisor:
             )
         finally:
             self.pool.stop()
-            self._publish_stats(start, state)
-        return self.status(start)
+            self._publish_stats(start, state, final)
+        return self.status(start) if final is None else final
 
-    def _publish_stats(self, start: float, state: str = "running") -> None:
+    def _publish_stats(
+        self, start: float, state: str = "running", final: dict[str, Any] | None = None
+    ) -> None:
         assert self.stats is not None
-        publish_stats(self.stats, lambda: self.status(start), self.pool.pids(), state)
+        status = (lambda: self.status(start)) if final is None else (lambda: final)
+        publish_stats(self.stats, status, self.pool.pids(), state)
 
     def skipped(self) -> int:
         """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it
