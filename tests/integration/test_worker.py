@@ -198,6 +198,21 @@ def test_a_worker_rebalances_at_once_when_a_member_joins(tmp_path) -> None:
     worker.leave()
 
 
+def test_a_worker_asked_to_stop_takes_over_no_task_of_a_member_that_left(tmp_path) -> None:
+    topology = wordcount()
+    other = FileGroupMembership(tmp_path, topology.job_id, "b")
+    other.join()
+    worker = Worker(topology, open_broker(tmp_path), tmp_path, member_id="a")
+    worker.join(0.0)
+    worker.step(0.0)
+    assert len(worker.tasks) == 2
+    other.leave()  # the other member stops first
+    worker.stop()  # this one was asked to stop as well, before it noticed
+    worker.step(0.01)
+    assert len(worker.wanted) == 4 and len(worker.tasks) == 2
+    worker.leave()
+
+
 def test_a_worker_rebalances_on_its_timer_when_the_generation_does_not_move(
     tmp_path, monkeypatch
 ) -> None:

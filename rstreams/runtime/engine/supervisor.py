@@ -248,9 +248,8 @@ class Supervisor:
         stats = self._start()
         next_report = 0.0
         state = "failed"  # unless the loop ends as it should
-        #: A bounded run's counts when everything was committed: what the run did. (Workers
-        #: stopping then can still append control records, such as a watermark sent by a
-        #: task taken over from a worker that left first: no record, but lag.)
+        #: A bounded run's counts when everything was committed: what the run did, not
+        #: what the stopping workers' last commits look like a moment later.
         final: dict[str, Any] | None = None
         try:
             while True:

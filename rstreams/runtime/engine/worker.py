@@ -277,6 +277,10 @@ class Worker:
         )
 
     def _claim_tasks(self) -> None:
+        # A worker asked to stop takes no task: one taken over from a worker that left
+        # first would start, commit and send its time again after the job's end.
+        if self.stop_event.is_set():
+            return
         for task_id in self.wanted:
             if task_id not in self.tasks and self.membership.acquire_task(str(task_id)):
                 self._start_task(task_id)
