@@ -96,6 +96,31 @@ def test_retention_drops_whole_records_from_the_start(broker: RedisBroker) -> No
     assert [r.offset for r in broker.read("r", 0, 4)] == [4]
 
 
+def test_entries_another_program_added_are_refused(broker: RedisBroker) -> None:
+    broker.create_topic("t", 1)
+    broker.append("t", 0, [(1, None, b"a", ())])
+    broker.client.xadd("rs:{job1}:q:t:0", {"x": "1"})  # an id from the server clock
+    with pytest.raises(ConfigError, match=r"rs:\{job1\}:q:t:0: stream entry .* not written by"):
+        broker.read("t", 0, 0)
+    with pytest.raises(ConfigError, match="not written by rstreams"):
+        broker.end_offset("t", 0)
+
+
+def test_a_closed_broker_refuses_appends_reads_and_commits(broker: RedisBroker) -> None:
+    broker.create_topic("t", 1)
+    broker.close()
+    for call in (
+        lambda: broker.append("t", 0, [(1, None, b"a", ())]),
+        lambda: broker.read("t", 0, 0),
+        lambda: broker.commit("g", "t", 0, 1),
+        lambda: broker.committed("g", "t", 0),
+    ):
+        with pytest.raises(ConfigError, match="is closed"):
+            call()
+    broker.flush()
+    broker.close()
+
+
 # -- transactions -----------------------------------------------------------------------------
 
 

@@ -79,7 +79,7 @@ def _pack_headers(h: tuple) -> bytes | None:
     if not h:
         return None
     try:
-        return msgpack.packb(h, use_bin_type=True)  # type: ignore[no-any-return]
+        return msgpack.packb(h, use_bin_type=True)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{_RECORD_SHAPE}; {e}") from None
 
@@ -101,7 +101,7 @@ def append_op(
 def pack_ops(ops: list[list[Any]]) -> bytes:
     """The operations as the write script unpacks them (bytes as msgpack raw strings:
     the server's cmsgpack knows no ``bin`` type)."""
-    return msgpack.packb(ops, use_bin_type=False)  # type: ignore[no-any-return]
+    return msgpack.packb(ops, use_bin_type=False)
 
 
 def _headers(raw: bytes) -> tuple:
