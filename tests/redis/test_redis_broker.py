@@ -104,6 +104,10 @@ def test_entries_another_program_added_are_refused(broker: RedisBroker) -> None:
         broker.read("t", 0, 0)
     with pytest.raises(ConfigError, match="not written by rstreams"):
         broker.end_offset("t", 0)
+    with pytest.raises(ConfigError, match="not written by rstreams"), broker.transaction() as tx:
+        tx.commit("g", "t", 0, 1)
+        tx.append("t", 0, [(2, None, b"b", ())])
+    assert broker.committed("g", "t", 0) == 0 and broker.client.xlen("rs:{job1}:q:t:0") == 2
 
 
 def test_a_closed_broker_refuses_appends_reads_and_commits(broker: RedisBroker) -> None:

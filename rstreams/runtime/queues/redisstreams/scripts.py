@@ -16,7 +16,8 @@ from __future__ import annotations
 #:   {"x", stream key index, n, timestamps, keys, values, headers or nil}: n XADD 0-*
 #:      (a nil key, value or headers entry leaves that field out)
 #:   {"c", hash key index, field, offset, set key index, group}: HSET + SADD
-#: Returns {"ok", first id of each "x"...}, {"fenced", current value}, {"lost", key}.
+#: Returns {"ok", first id of each "x"...}, {"fenced", current value}, {"lost", key} or
+#: {"foreign", key, id} (XADD 0-* would fail there: checked first, so nothing is applied).
 WRITE = """
 if ARGV[1] == '1' then
   local v = redis.call('GET', KEYS[1])
@@ -24,8 +25,11 @@ if ARGV[1] == '1' then
 end
 local ops = cmsgpack.unpack(ARGV[3])
 for _, op in ipairs(ops) do
-  if op[1] == 'x' and redis.call('EXISTS', KEYS[op[2]]) == 0 then
-    return {'lost', KEYS[op[2]]}
+  if op[1] == 'x' then
+    local k = KEYS[op[2]]
+    if redis.call('EXISTS', k) == 0 then return {'lost', k} end
+    local last = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)[1]
+    if last and string.sub(last[1], 1, 2) ~= '0-' then return {'foreign', k, last[1]} end
   end
 end
 local out = {'ok'}

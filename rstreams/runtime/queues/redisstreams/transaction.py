@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rstreams.errors import FencedError
+from rstreams.errors import ConfigError, FencedError
 from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.offsets import check_name, check_offset
 from rstreams.runtime.queues.redisstreams.codec import (
     append_op,
     check_columns,
+    foreign,
     offset_of,
     pack_ops,
 )
@@ -114,6 +115,8 @@ class Transaction:
                 f"commit refused: {self.fence[0]} holds {current!r}, not {self.fence[1]!r} "
                 "(this writer was replaced); nothing of it was applied"
             )
+        elif status == b"foreign":
+            raise ConfigError(f"{reply[1].decode()}: {foreign(reply[2])}")
         else:
             key = reply[1].decode()
             topic, queue = self._queues[key]
