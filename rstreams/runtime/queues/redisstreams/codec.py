@@ -31,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from rstreams.runtime.queues._logformat import _RECORD_SHAPE
+from rstreams.runtime.queues._logformat import _RECORD_SHAPE, check_record_columns
 from rstreams.runtime.queues.base import RecordColumns
 
 _BYTES = {bytes, type(None)}
@@ -64,12 +64,9 @@ def check_columns(
     values: Sequence[bytes | None],
     headers: Sequence[tuple],
 ) -> int:
-    """The number of records, after the checks every broker makes (TypeError if bad)."""
-    n = len(timestamps)
-    if n and not n == len(keys) == len(values) == len(headers):
-        raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
-    if n and not set(map(type, timestamps)) <= {int}:
-        raise TypeError(f"record timestamps must be int milliseconds; got {max(timestamps)!r}")
+    """The number of records, after the checks every broker makes, and bytes-or-None
+    keys and values (the server stores nothing else) (TypeError if bad)."""
+    n = check_record_columns(timestamps, keys, values, headers)
     if n and not (set(map(type, keys)) | set(map(type, values))) <= _BYTES:
         raise TypeError(f"{_RECORD_SHAPE}; got a key or value that is not bytes or None")
     return n

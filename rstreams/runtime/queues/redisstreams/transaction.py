@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rstreams.errors import ConfigError, FencedError
-from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
-from rstreams.runtime.queues.offsets import check_name, check_offset
+from rstreams.runtime.queues._logformat import decode_batch, record_columns
+from rstreams.runtime.queues.offsets import check_commit
 from rstreams.runtime.queues.redisstreams.codec import (
     append_op,
     check_columns,
@@ -53,15 +53,10 @@ class Transaction:
         records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
     ) -> None:
         """Queue :meth:`RedisBroker.append` of (timestamp, key, value, headers) records."""
-        columns = list(zip(*records))
-        if not columns:
+        columns = record_columns(records)
+        if columns is None:
             self.broker._key(topic, queue)  # (checks the queue)
             return
-        if len(columns) != 4:
-            raise TypeError(
-                "records must be (timestamp, key, value, headers) tuples; "
-                f"got {len(columns)} fields"
-            )
         self.append_columns(topic, queue, *columns)
 
     def append_columns(
@@ -84,15 +79,13 @@ class Transaction:
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
     ) -> None:
         """Queue :meth:`RedisBroker.append_encoded`."""
-        c = decode_columns(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
+        c = decode_batch(payload, count)
         self.append_columns(topic, queue, c.timestamps, c.keys, c.values, c.headers)
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         """Queue :meth:`RedisBroker.commit`."""
         self.broker._check_open()
-        check_name(group)
-        check_name(topic)
-        check_offset(group, topic, queue, offset)
+        check_commit(group, topic, queue, offset)
         hash_key = self._key_index(self.broker.offsets_key(group))
         groups = self._key_index(self.broker.key("groups"))
         self.ops.append(["c", hash_key, f"{topic}:{queue}", str(int(offset)), groups, group])
