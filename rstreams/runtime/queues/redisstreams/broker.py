@@ -30,6 +30,7 @@ from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.broker import (
     check_create_topic,
+    check_retention,
     not_compacted,
     purged,
     unknown_queue,
@@ -152,9 +153,7 @@ class RedisBroker:
             check_name(name)
         if not check_create_topic(name, queues, None if old is None else old["queues"]):
             return
-        for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if v is not None and (not isinstance(v, int) or v < 0):
-                raise ConfigError(f"{what} must be None or an int >= 0; got {v!r}")
+        check_retention(retention_ms, retention_bytes)
         options = {
             "queues": queues,
             "compacted": compacted,
