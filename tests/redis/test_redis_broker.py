@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -253,10 +254,12 @@ def test_a_target_never_shows_its_password(tmp_path: Path) -> None:
     assert SECRET not in f.to_json() and "other" not in f.to_json()
     assert RedisTarget.from_json(f.to_json()) == f
     assert RedisTarget.from_json(f.to_json()).password == SECRET
+    assert str(RedisTarget.parse("redis://[::1]:7000")) == "redis://[::1]:7000/0"
     for bad in (
         f"http://u:{SECRET}@h/0",
         f"redis://u:{SECRET}@h:notaport/0",
         f"redis://u:{SECRET}@h/x",
+        f"redis://u:{SECRET}@h/0?ssl=1",
     ):
         with pytest.raises(ConfigError) as e:
             RedisTarget.parse(bad)
@@ -340,3 +343,12 @@ def test_tls(tmp_path: Path) -> None:
             connect(RedisTarget.parse(url))  # the server's CA is not trusted
     finally:
         server.stop()
+
+
+def test_importing_the_package_does_not_import_the_redis_client() -> None:
+    code = (
+        "import sys, rstreams.runtime.queues.redisstreams as r; "
+        "assert 'redis' not in sys.modules, 'redis imported'; "
+        "r.RedisTarget.parse('redis://h')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -247,10 +247,11 @@ class RedisBroker:
         :class:`~rstreams.errors.FencedError` is raised. Use a key of the job
         (:meth:`key`) so it shares the hash tag. An exception inside the block applies
         nothing. After the block, ``tx.first_offsets`` holds the first offset of each
-        append, in order.
+        append, in order::
 
-        >>> # with broker.transaction(fence=(broker.key("gen:w1"), "7")) as tx:
-        >>> #     tx.append("out", 0, records); tx.commit("g", "in", 0, 42)
+            with broker.transaction(fence=(broker.key("generation:task-3"), "7")) as tx:
+                tx.append("out", 0, records)
+                tx.commit("group", "in", 3, 42)
         """
         tx = Transaction(self, fence)
         yield tx

@@ -95,7 +95,7 @@ class RedisTarget:
     port: int = DEFAULT_PORT
     db: int = 0
     username: str | None = None
-    password: str | None = attrs.field(default=None, eq=False)
+    password: str | None = None
     tls: bool = False
     password_file: str | None = None
     tls_ca: str | None = None
@@ -130,6 +130,11 @@ class RedisTarget:
                 f"a Redis URL must look like redis://[user[:password]@]host[:port][/db] or "
                 f"rediss://... (TLS); got scheme {parts.scheme!r} and host {parts.hostname!r}"
             )
+        if parts.query or parts.fragment:
+            raise RedisConfigError(
+                "a Redis URL takes no ?options or #fragment: give TLS files and the password "
+                "file as options of their own"
+            )
         path = parts.path.strip("/")
         if path and not path.isdigit():
             raise RedisConfigError(f"the database of a Redis URL is a number; got {path!r}")
@@ -158,11 +163,13 @@ class RedisTarget:
         scheme = "rediss" if self.tls else "redis"
         user = self.username or ""
         auth = f"{user}:***@" if self.password else (f"{user}@" if user else "")
-        return f"{scheme}://{auth}{self.host}:{self.port}/{self.db}"
+        return f"{scheme}://{auth}{self.address}/{self.db}"
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:port`` (``[host]:port`` for an IPv6 address)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def __str__(self) -> str:
         return self.redacted
