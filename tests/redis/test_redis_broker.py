@@ -126,6 +126,23 @@ def test_a_closed_broker_refuses_appends_reads_and_commits(broker: RedisBroker) 
     broker.close()
 
 
+def test_entries_deleted_or_trimmed_under_the_job_are_detected(broker: RedisBroker) -> None:
+    broker.create_topic("t", 1)
+    broker.append("t", 0, [(i, None, b"%d" % i, ()) for i in range(6)])
+    broker.client.xdel("rs:{job1}:q:t:0", "0-3")  # offset 2, in a topic nothing compacts
+    assert values(broker.read("t", 0, 0, 2)) == [b"0", b"1"]
+    with pytest.raises(RedisDataLostError, match=r"skips from offset 2 to 3"):
+        broker.read("t", 0, 2)
+    with pytest.raises(RedisDataLostError, match=r"skips from offset 0 to 0 or later"):
+        broker.read_columns("t", 0, 0)  # a gap inside the batch read
+    broker.client.xtrim("rs:{job1}:q:t:0", maxlen=0)  # everything, behind the start mark
+    with pytest.raises(
+        RedisDataLostError, match="no entries from offset 4 on, but ends at offset 6"
+    ):
+        broker.read("t", 0, 4)
+    assert broker.read("t", 0, 6) == [] and broker.read("t", 0, 0, max_records=0) == []
+
+
 # -- transactions -----------------------------------------------------------------------------
 
 

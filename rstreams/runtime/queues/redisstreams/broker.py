@@ -42,6 +42,7 @@ from rstreams.runtime.queues.redisstreams.codec import (
     decode_read,
     entry_id,
     foreign,
+    offset_of,
     stored_bytes,
 )
 from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
@@ -283,9 +284,26 @@ class RedisBroker:
             raise self._gone(topic, queue, key, offset)
         if status == b"foreign":
             raise ConfigError(f"{key}: {foreign(reply[1])}")
-        if count == "0":
+        if status == b"empty":
+            if reply[1] != -1 and offset_of(reply[1]) + 1 > offset:
+                raise RedisDataLostError(
+                    topic, queue, key,
+                    f"has no entries from offset {offset} on, but ends at offset "
+                    f"{offset_of(reply[1]) + 1} (they were deleted or trimmed under the job)",
+                    offset=offset,
+                )  # fmt: skip
             return RecordColumns(range(0), [], [], [], [])
-        return decode_read(reply[1])
+        columns = decode_read(reply[1])
+        if not self._options[topic]["compacted"] and (
+            columns.offsets[0] != offset or not isinstance(columns.offsets, range)
+        ):  # only compaction removes records: any other gap is a loss
+            raise RedisDataLostError(
+                topic, queue, key,
+                f"skips from offset {offset} to {columns.offsets[0]} or later although the "
+                "topic is not compacted (entries were deleted under the job)",
+                offset=offset,
+            )  # fmt: skip
+        return columns
 
     def start_offset(self, topic: str, queue: int) -> int:
         """The first offset that may be read: 0 until a purge or retention moves it."""

@@ -63,7 +63,9 @@ return out
 #: and values false where the field is absent; headers as {index, blob, ...}): one bulk
 #: reply the client decodes at C speed, not a reply element per field.
 #: KEYS: the stream, the starts hash. ARGV: start field, offset, first id, count ("" =
-#: all). Returns {"ok", blob}, {"purged", start}, {"lost"} or {"foreign", id}.
+#: all). Returns {"ok", blob}, {"empty", the last generated id} (no entry from there
+#: on: the caller checks that the stream really ends there), {"purged", start}, {"lost"}
+#: or {"foreign", id}.
 READ = """
 local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) < start then return {'purged', start} end
@@ -73,6 +75,13 @@ if ARGV[4] == '' then
   e = redis.call('XRANGE', KEYS[1], ARGV[3], '+')
 else
   e = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', ARGV[4]) or {}  -- (COUNT 0: nil)
+end
+if #e == 0 then
+  if ARGV[4] == '0' then return {'empty', -1} end
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for j = 1, #info, 2 do
+    if info[j] == 'last-generated-id' then return {'empty', info[j + 1]} end
+  end
 end
 local seqs, ts, ks, vs, hs = {}, {}, {}, {}, {}
 for i = 1, #e do
