@@ -228,6 +228,16 @@ def test_a_restart_with_persistence_keeps_everything(own_redis: RedisServer) -> 
     b.close()
 
 
+def test_the_broker_goes_on_after_a_restart(own_redis: RedisServer) -> None:
+    b = RedisBroker.open(RedisTarget.parse(own_redis.url), "job")
+    _write_some(b)
+    own_redis.restart(signal.SIGKILL)
+    assert b.end_offset("t", 0) == 5  # a dead idle connection is replaced
+    own_redis.restart(signal.SIGKILL)
+    assert b.append("t", 0, [(5, None, b"5", ())]) == 5  # (and the scripts loaded again)
+    b.close()
+
+
 def test_a_restart_without_data_is_detected(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis", persist=False).start()
     try:

@@ -20,11 +20,12 @@ queue that ends below a position the job reached is detected
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
@@ -55,6 +56,28 @@ if TYPE_CHECKING:
 
 #: Entries fetched per XRANGE when a caller wants everything (compaction, retention).
 SCAN_CHUNK = 10_000
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _read_only(method: _F) -> _F:
+    """Run a method that only reads once more if the connection broke (a restarted
+    server, an idle connection a proxy cut): reading twice changes nothing. Writes are
+    never sent again by the broker: one whose reply was lost may have been applied."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as e:
+            from redis.exceptions import ConnectionError, TimeoutError
+
+            if not isinstance(e, (ConnectionError, TimeoutError)):
+                raise
+        return method(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class RedisBroker:
@@ -168,12 +191,14 @@ class RedisBroker:
             return
         self._options[name] = options
 
+    @_read_only
     def queue_count(self, name: str) -> int | None:
         """The number of queues of topic ``name``; None if it does not exist."""
         self._check_open()
         options = self._topic_options(name)
         return None if options is None else int(options["queues"])
 
+    @_read_only
     def topics(self) -> dict[str, int]:
         """Every topic of the job (created by any process) and its queue count."""
         self._check_open()
@@ -266,6 +291,7 @@ class RedisBroker:
         """Records with offsets >= ``offset``, oldest first, at most ``max_records``."""
         return self.read_columns(topic, queue, offset, max_records).records()
 
+    @_read_only
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> RecordColumns:
@@ -305,11 +331,13 @@ class RedisBroker:
             )  # fmt: skip
         return columns
 
+    @_read_only
     def start_offset(self, topic: str, queue: int) -> int:
         """The first offset that may be read: 0 until a purge or retention moves it."""
         self._key(topic, queue)  # (checks the queue)
         return int(self.client.hget(self._starts_key, f"{topic}:{queue}") or 0)
 
+    @_read_only
     def end_offset(self, topic: str, queue: int) -> int:
         """The number of records ever appended: the stream's last generated id (kept by
         XDEL and XTRIM)."""
@@ -436,16 +464,19 @@ class RedisBroker:
         tx.commit(group, topic, queue, offset)
         tx.execute()
 
+    @_read_only
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` last committed for the queue; 0 if none."""
         self._check_open()
         return int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
 
+    @_read_only
     def groups(self) -> list[str]:
         """Every group that committed an offset, sorted."""
         self._check_open()
         return sorted(g.decode() for g in self.client.smembers(self._groups_key))
 
+    @_read_only
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """``{(topic, queue): offset}`` of everything ``group`` committed."""
         self._check_open()
