@@ -32,7 +32,9 @@ Fencing: each acquisition of a task stores a fresh token from the fencing counte
 :meth:`RedisGroupMembership.task_fence` gives ``(key, value)`` for the broker's
 ``transaction(fence=...)``, which applies nothing unless the key still holds the value:
 a member whose lease ran out (a long pause) and whose task another member took can no
-longer commit for it, and finds out on its next heartbeat (:meth:`lost_tasks`).
+longer commit for it, and finds out on its next heartbeat (:meth:`lost_tasks`). Unlike
+files, where a hung process keeps its task locks, a member that stops heartbeating loses
+its tasks with its lease.
 """
 
 from __future__ import annotations
@@ -145,6 +147,9 @@ class RedisGroupMembership:
 
     ``client``: a ``redis.Redis``; ``job``: the job id (the keys' hash tag); ``group``:
     the consumer group (the job id for a job's workers); ``member``: this member's id.
+    One thread uses an instance (its subscription is not shared). Pub/sub channels are
+    server-wide, not per database: a job of the same name in another database of the
+    server only wakes waiters for nothing (they compare generations before saying yes).
     """
 
     def __init__(
@@ -224,9 +229,13 @@ class RedisGroupMembership:
         self._joined = True
 
     def heartbeat(self) -> None:
-        """Renew this member's lease and its tasks' leases; a task whose lease ran out
-        and that another member took is moved to :meth:`lost_tasks`. A member whose own
-        lease ran out (a long pause) joins again, which bumps the generation."""
+        """Renew this member's lease and its tasks' leases (nothing before :meth:`join`).
+
+        A task whose key no longer holds this member's token is moved to
+        :meth:`lost_tasks`, even if its key merely expired and nobody holds it now:
+        another member may have taken it, committed and released it meanwhile, so the
+        state this member has of it may be stale. A member whose own lease ran out (a
+        long pause) joins again, which bumps the generation."""
         if not self._joined:
             return
         names = sorted(self._tasks)
