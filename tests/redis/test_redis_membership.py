@@ -66,7 +66,9 @@ def test_a_killed_member_expires_and_the_survivor_checking_leases_is_told(
     assert me.task_owners() == {"0_1": "victim"}
     gen = me.generation()
     victim.kill()
+    give_up = time.monotonic() + 120  # (not a timing check: a hang guard)
     while me.members() != ["me"]:  # the worker's heartbeat loop
+        assert time.monotonic() < give_up, "the victim's lease never expired"
         me.heartbeat()
         time.sleep(0.05)
     assert me.wait_for_change(60)
