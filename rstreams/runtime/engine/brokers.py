@@ -25,6 +25,7 @@ from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags, RedisEoiFla
 from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.broker import Broker
+from rstreams.runtime.rebalance.group import GroupMembership
 
 if TYPE_CHECKING:
     import redis
@@ -86,7 +87,7 @@ def open_membership(
     member: str,
     session_timeout: float,
     config: RunConfig | None = None,
-) -> Any:
+) -> GroupMembership:
     """Member ``member`` of consumer group ``group`` of the job in ``root``: in files, or
     in Redis (then its changes are pushed: ``wait_for_change``)."""
     if not on_redis(config):
@@ -107,7 +108,7 @@ def open_job_lock(data_dir: str | os.PathLike[str], job: str, config: RunConfig)
     or, with a broker, a lock in Redis (over every host), not yet taken."""
     if not on_redis(config):
         return JobLock(data_dir, job)
-    from rstreams.runtime.rebalance.redis_membership import RedisJobLock
+    from rstreams.runtime.engine.redis_joblock import RedisJobLock
 
     return RedisJobLock(redis_client(config), job)
 
@@ -118,3 +119,16 @@ def open_eoi_flags(group: GroupLayout, job: str, config: RunConfig | None) -> Eo
         return FileEoiFlags(group)
     assert config is not None
     return RedisEoiFlags(redis_client(config), job)
+
+
+def drop_job(config: RunConfig, job: str) -> int:
+    """Delete what job ``job`` keeps in the broker (``--fresh``): its streams, offsets,
+    group and flags, all under its hash tag; not its job lock (held by the caller).
+    Returns the keys deleted."""
+    client = redis_client(config)
+    lock = f"rs:{{{job}}}:lock"
+    keys = list(client.scan_iter(match=f"rs:{{{job}}}:*", count=1000))
+    keys = [k for k in keys if (k.decode() if isinstance(k, bytes) else k) != lock]
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    return len(keys)

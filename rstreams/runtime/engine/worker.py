@@ -59,6 +59,8 @@ from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.rebalance import AllocateStrategy, MessageQueue, get_strategy
+from rstreams.runtime.rebalance.group import GroupMembership
+from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.state.stores import StoreDamagedError
 
 log = logging.getLogger("rstreams.worker")
@@ -147,7 +149,7 @@ class Worker:
         engine: EngineConfig | None = None,
         config: WorkerConfig | None = None,
         strategy: AllocateStrategy | None = None,
-        membership: Any = None,
+        membership: GroupMembership | None = None,
         eoi: EoiFlags | None = None,
     ) -> None:
         """``membership`` (a group membership of this worker; default: files under
@@ -166,7 +168,7 @@ class Worker:
         self.group_layout = GroupLayout.of(root, self.group)
         self.eoi = eoi or FileEoiFlags(self.group_layout)
         #: Commits are fenced by task ownership where the membership gives a fence.
-        self._fenced = hasattr(self.membership, "task_fence")
+        self._fenced = not isinstance(self.membership, FileGroupMembership)
         self.queue_counts = create_topics(topology, broker, self.engine)
         #: Every task of the topology, with its transaction queue.
         self.task_index = task_index(topology, self.queue_counts)
@@ -358,7 +360,8 @@ class Worker:
         """The fence of ``task_id``'s commits (a function giving (key, value)), if any."""
         if not (self._fenced and self.exactly_once):
             return None
-        return lambda: self.membership.task_fence(str(task_id))
+        membership: Any = self.membership
+        return lambda: membership.task_fence(str(task_id))
 
     def _end_of_input(self) -> None:
         """The supervisor declared bounded input over for a sub-topology (a control
@@ -421,11 +424,10 @@ class Worker:
     def _idle(self) -> None:
         """Wait a little, or (where the membership pushes changes) until the group
         changes: the rebalance then happens at once."""
-        wait = getattr(self.membership, "wait_for_change", None)
-        if wait is None:
+        if isinstance(self.membership, FileGroupMembership):  # (files push nothing)
             self.stop_event.wait(self.config.idle_sleep)
         else:
-            wait(self.config.idle_sleep)  # (the next turn sees the generation moved)
+            self.membership.wait_for_change(self.config.idle_sleep)
 
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer
@@ -494,7 +496,7 @@ class Worker:
                 self.stop()
                 return False
             self.membership.heartbeat()
-            lost = getattr(self.membership, "lost_tasks", list)()
+            lost = self.membership.lost_tasks()
             if lost:  # taken by another member while this one was paused: never commit
                 self._drop_tasks([TaskId.parse(t) for t in lost], release=True)
             due.heartbeat = now + cfg.heartbeat_interval
