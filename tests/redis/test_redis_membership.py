@@ -23,7 +23,7 @@ VICTIM = """
 import sys, time, redis
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 m = RedisGroupMembership(redis.Redis.from_url(sys.argv[1]), "job", "g", "victim",
-                         session_timeout=0.5)
+                         session_timeout=2.0)
 m.join()
 assert m.acquire_task("0_1")
 print("ready", flush=True)
