@@ -75,7 +75,9 @@ class JoinedRun:
         start = time.monotonic()
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+            previous = {
+                s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+            }
         self.pool.start(self.config.workers or default_workers())
         try:
             while self._stop is None and self.lock.holder() is not None:

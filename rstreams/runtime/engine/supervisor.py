@@ -46,13 +46,6 @@ from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, defa
 from rstreams.errors import ConfigError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
-from rstreams.runtime.engine.collect import Collector, publish_stats
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.endofinput import EndOfInput
-from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
-from rstreams.runtime.engine.local import create_topics
-from rstreams.runtime.engine.stats import SupervisorStats
-from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
 from rstreams.runtime.engine.brokers import (
     drop_job,
     on_redis,
@@ -60,6 +53,13 @@ from rstreams.runtime.engine.brokers import (
     open_eoi_flags,
     open_job_lock,
 )
+from rstreams.runtime.engine.collect import Collector, publish_stats
+from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.endofinput import EndOfInput
+from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
+from rstreams.runtime.engine.local import create_topics
+from rstreams.runtime.engine.stats import SupervisorStats
+from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.fsck import refuse_if_repaired
