@@ -91,7 +91,7 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
     lock = RedisJobLock(client, "wordcount")
     observer = RedisGroupMembership(client, "wordcount", "wordcount", "observer")
     outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    common = ("--broker", redis_url, "--workers", 1, "--commit-interval", "0.2")
+    common = ("--broker", redis_url, "--workers", 1)
     a = subprocess.Popen(
         run_cmd("--input", corpus, "--data-dir", tmp_path / "host-a", "--output", outs[0],
                 *common),
@@ -99,7 +99,8 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
     )  # fmt: skip
     b = None
     try:
-        _wait_for(lambda: observer.task_owners(), "host A's workers to take tasks")
+        _wait_for(lambda: a.poll() is not None or observer.task_owners(), "A's tasks")
+        assert a.poll() is None, a.communicate()[1]
         assert lock.holder() is not None
         b = subprocess.Popen(
             run_cmd("--join", "--data-dir", tmp_path / "host-b", "--output", outs[1], *common),
