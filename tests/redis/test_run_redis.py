@@ -68,6 +68,21 @@ def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
     assert (job / "state").is_dir() and not (job / "log").exists()  # the log is in Redis
 
 
+def test_a_run_again_resumes_and_fresh_starts_over_in_redis(tmp_path, redis_url):
+    out = tmp_path / "counts.jsonl"
+    args = ("--input", CORPUS, "--broker", redis_url, "--workers", 1, "--output", out)
+    for i, extra in enumerate([(), (), ("--fresh",)]):
+        # Each run with its own --data-dir: what the job read and counted is in Redis.
+        r = subprocess.run(
+            run_cmd(*args, "--data-dir", tmp_path / f"data{i}", *extra),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert read_table(out) == expected_counts(CORPUS)  # never counted twice
+        if i == 1:
+            assert "done: 0 records in" in r.stderr  # resumed: nothing new to read
+
+
 def test_join_without_a_running_job_fails_clearly(tmp_path, redis_url):
     r = subprocess.run(
         run_cmd("--broker", redis_url, "--join", "--data-dir", tmp_path / "data"),
