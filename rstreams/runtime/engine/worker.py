@@ -169,6 +169,7 @@ class Worker:
         self.eoi = eoi or FileEoiFlags(self.group_layout)
         #: Commits are fenced by task ownership where the membership gives a fence.
         self._fenced = not isinstance(self.membership, FileGroupMembership)
+        self._renewed = time.monotonic()  # (real time: see _renew_lease)
         self.queue_counts = create_topics(topology, broker, self.engine)
         #: Every task of the topology, with its transaction queue.
         self.task_index = task_index(topology, self.queue_counts)
@@ -306,6 +307,7 @@ class Worker:
                     # (its lease ran out) and drops it at its next heartbeat.
                     log.info("%s: task %s is still open here; later", self.member_id, task_id)
                     self.membership.release_task(str(task_id))
+                self._renew_lease()  # (a restore may take long)
 
     def commit(self) -> None:
         started = time.perf_counter()
@@ -515,6 +517,14 @@ class Worker:
             due.rebalance = now + cfg.rebalance_interval
         return True
 
+    def _renew_lease(self) -> None:
+        """Leases in a broker run on real time, whatever clock :meth:`step` is given:
+        renew them during a long turn (many tasks, big batches, restores), so that the
+        session does not time out while this worker is busy, not hung."""
+        if self._fenced and time.monotonic() - self._renewed >= self.config.heartbeat_interval:
+            self.membership.heartbeat()
+            self._renewed = time.monotonic()
+
     def _process(self, now: float) -> int:
         """Pull (unless a thread does), then one batch through each task."""
         cfg = self.config
@@ -525,6 +535,7 @@ class Worker:
         processed = 0
         for task_id, task in list(self.tasks.items()):
             n = task.poll(cfg.batch_size)
+            self._renew_lease()
             if not n:
                 continue
             processed += n
