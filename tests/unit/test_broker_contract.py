@@ -1,8 +1,9 @@
 """The Broker protocol's contract (rstreams.runtime.queues.broker), checked on every broker.
 
 Each test runs on MemoryBroker and on FileBroker (small segments, so compaction and
-purges work on several files). What the file log alone does (durability, crash
-recovery, damage) is in test_filelog.py.
+purges work on several files); tests/redis/test_broker_contract_redis.py runs them on
+RedisBroker against a real redis-server (this directory starts no servers). What the
+file log alone does (durability, crash recovery, damage) is in test_filelog.py.
 """
 
 from __future__ import annotations

@@ -98,16 +98,41 @@ def encode_columns(deltas: Sequence[int], *columns: Sequence[object]) -> bytes:
         raise TypeError(f"{_RECORD_SHAPE}; {e}") from None
 
 
-def encode_batch(
+def record_columns(
     records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
-) -> tuple[bytes, int, int] | None:
-    """Payload, record count and max timestamp of a dense batch; None when it is empty."""
+) -> list[tuple] | None:
+    """The four columns of (timestamp, key, value, headers) records; None when there are
+    none, TypeError when they are not four fields."""
     columns = list(zip(*records))
     if not columns:
         return None
     if len(columns) != 4:
         raise TypeError(f"{_RECORD_SHAPE}; got {len(columns)} fields")
-    return encode_column_batch(*columns)
+    return columns
+
+
+def check_record_columns(
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[tuple],
+) -> int:
+    """The number of records given as columns, after the checks every broker makes:
+    columns of one length, int timestamps (TypeError if not)."""
+    n = len(timestamps)
+    if n and not n == len(keys) == len(values) == len(headers):
+        raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
+    if n and not set(map(type, timestamps)) <= {int}:
+        raise TypeError(f"record timestamps must be int milliseconds; got {max(timestamps)!r}")
+    return n
+
+
+def encode_batch(
+    records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
+) -> tuple[bytes, int, int] | None:
+    """Payload, record count and max timestamp of a dense batch; None when it is empty."""
+    columns = record_columns(records)
+    return None if columns is None else encode_column_batch(*columns)
 
 
 def encode_column_batch(
@@ -117,14 +142,10 @@ def encode_column_batch(
     headers: Sequence[tuple],
 ) -> tuple[bytes, int, int] | None:
     """:func:`encode_batch` of records given as columns (of equal length)."""
-    n = len(timestamps)
+    n = check_record_columns(timestamps, keys, values, headers)
     if not n:
         return None
-    if not n == len(keys) == len(values) == len(headers):
-        raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
     max_ts = max(timestamps)
-    if not isinstance(max_ts, int) or not set(map(type, timestamps)) <= {int}:
-        raise TypeError(f"record timestamps must be int milliseconds; got {max_ts!r}")
     return encode_columns(list(range(n)), timestamps, keys, values, headers), n, max_ts
 
 
@@ -157,6 +178,11 @@ def build_frame(base: int, payload: bytes, count: int, last_delta: int, max_ts: 
 
 def frame_crc_ok(frame: memoryview, crc: int) -> bool:
     return zlib.crc32(frame[HEADER_SIZE:], zlib.crc32(frame[CRC_FROM:HEADER_SIZE])) == crc
+
+
+def decode_batch(payload: bytes, count: int) -> RecordColumns:
+    """The columns of a payload :func:`encode_batch` made (offsets from 0)."""
+    return decode_columns(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
 
 
 def decode_frame(frame: memoryview, base: int, count: int, last_delta: int) -> list[LogRecord]:

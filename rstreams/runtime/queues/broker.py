@@ -30,6 +30,13 @@ def check_create_topic(name: str, queues: int, existing: int | None) -> bool:
     return True
 
 
+def check_retention(retention_ms: int | None, retention_bytes: int | None) -> None:
+    """Refuse a retention option that is neither None nor an int >= 0."""
+    for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+        if v is not None and (not isinstance(v, int) or v < 0):
+            raise ConfigError(f"{what} must be None or an int >= 0; got {v!r}")
+
+
 def unknown_topic(topic: str) -> ConfigError:
     """The error for a topic that does not exist."""
     return ConfigError(f"topic {topic!r} does not exist")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rstreams.runtime.queues._logformat import _RECORD_SHAPE, HEADER_SIZE, decode_columns
+from rstreams.runtime.queues._logformat import check_record_columns, decode_batch, record_columns
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.broker import (
     check_create_topic,
@@ -116,14 +116,9 @@ class MemoryBroker:
         records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
     ) -> int:
         """Append (timestamp, key, value, headers) tuples; returns the first new offset."""
-        columns = list(zip(*records))
-        if not columns:
+        columns = record_columns(records)
+        if columns is None:
             return self._queue(topic, queue).end
-        if len(columns) != 4:
-            raise TypeError(
-                "records must be (timestamp, key, value, headers) tuples; "
-                f"got {len(columns)} fields"
-            )
         return self.append_columns(topic, queue, *columns)
 
     def append_columns(
@@ -137,11 +132,7 @@ class MemoryBroker:
     ) -> int:
         """:meth:`append` of records given as columns; the first new offset."""
         q = self._queue(topic, queue)
-        n = len(timestamps)
-        if n and not n == len(keys) == len(values) == len(headers):
-            raise TypeError(f"{_RECORD_SHAPE}; got columns of different lengths")
-        if n and not set(map(type, timestamps)) <= {int}:  # as the file log checks
-            raise TypeError(f"record timestamps must be int milliseconds; got {max(timestamps)!r}")
+        check_record_columns(timestamps, keys, values, headers)  # as the file log checks
         first = q.end
         q.records.extend(zip(range(first, first + len(values)), timestamps, keys, values, headers))
         return first
@@ -171,7 +162,7 @@ class MemoryBroker:
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
     ) -> int:
         """Append a batch encoded by ``_logformat.encode_batch`` (as the file log stores it)."""
-        columns = decode_columns(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
+        columns = decode_batch(payload, count)
         return self.append_columns(
             topic, queue, columns.timestamps, columns.keys, columns.values, columns.headers
         )

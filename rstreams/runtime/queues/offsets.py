@@ -53,6 +53,13 @@ def check_offset(group: str, topic: str, queue: int, offset: int) -> None:
         )
 
 
+def check_commit(group: str, topic: str, queue: int, offset: int) -> None:
+    """The checks of a commit on every broker: names, and an offset >= 0."""
+    check_name(group)
+    check_name(topic)
+    check_offset(group, topic, queue, offset)
+
+
 class MemoryGroupOffsets:
     """Committed offsets in a dict."""
 
@@ -60,9 +67,7 @@ class MemoryGroupOffsets:
         self._offsets: dict[tuple[str, str, int], int] = {}
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
-        check_name(group)
-        check_name(topic)
-        check_offset(group, topic, queue, offset)
+        check_commit(group, topic, queue, offset)
         self._offsets[(group, topic, queue)] = offset
 
     def committed(self, group: str, topic: str, queue: int) -> int:

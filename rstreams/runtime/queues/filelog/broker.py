@@ -21,6 +21,7 @@ from rstreams.runtime.queues._logformat import encode_batch, encode_column_batch
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.broker import (
     check_create_topic,
+    check_retention,
     not_compacted,
     unknown_queue,
     unknown_topic,
@@ -114,9 +115,7 @@ class FileBroker:
         old = self._topic(name)
         if not check_create_topic(name, queues, None if old is None else old.queue_count):
             return
-        for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if v is not None and (not isinstance(v, int) or v < 0):
-                raise ConfigError(f"{what} must be None or an int >= 0; got {v!r}")
+        check_retention(retention_ms, retention_bytes)
         if segment_bytes is not None and segment_bytes < 1:
             raise ConfigError(f"segment_bytes must be positive; got {segment_bytes}")
         with self._lock, self._create_lock:

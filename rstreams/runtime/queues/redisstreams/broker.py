@@ -20,16 +20,18 @@ queue that ends below a position the job reached is detected
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.broker import (
     check_create_topic,
+    check_retention,
     not_compacted,
     purged,
     unknown_queue,
@@ -38,10 +40,11 @@ from rstreams.runtime.queues.broker import (
 from rstreams.runtime.queues.offsets import check_name
 from rstreams.runtime.queues.redisstreams import scripts
 from rstreams.runtime.queues.redisstreams.codec import (
-    decode_entries,
+    decode_read,
     entry_id,
+    foreign,
     offset_of,
-    record_bytes,
+    stored_bytes,
 )
 from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
 from rstreams.runtime.queues.redisstreams.transaction import Transaction
@@ -53,6 +56,28 @@ if TYPE_CHECKING:
 
 #: Entries fetched per XRANGE when a caller wants everything (compaction, retention).
 SCAN_CHUNK = 10_000
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _read_only(method: _F) -> _F:
+    """Run a method that only reads once more if the connection broke (a restarted
+    server, an idle connection a proxy cut): reading twice changes nothing. Writes are
+    never sent again by the broker: one whose reply was lost may have been applied."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as e:
+            from redis.exceptions import ConnectionError, TimeoutError
+
+            if not isinstance(e, (ConnectionError, TimeoutError)):
+                raise
+        return method(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class RedisBroker:
@@ -79,6 +104,7 @@ class RedisBroker:
         self._write = client.register_script(scripts.WRITE)
         self._create = client.register_script(scripts.CREATE_TOPIC)
         self._end = client.register_script(scripts.END)
+        self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
         self._closed = False
@@ -151,9 +177,7 @@ class RedisBroker:
             check_name(name)
         if not check_create_topic(name, queues, None if old is None else old["queues"]):
             return
-        for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if v is not None and (not isinstance(v, int) or v < 0):
-                raise ConfigError(f"{what} must be None or an int >= 0; got {v!r}")
+        check_retention(retention_ms, retention_bytes)
         options = {
             "queues": queues,
             "compacted": compacted,
@@ -167,12 +191,14 @@ class RedisBroker:
             return
         self._options[name] = options
 
+    @_read_only
     def queue_count(self, name: str) -> int | None:
         """The number of queues of topic ``name``; None if it does not exist."""
         self._check_open()
         options = self._topic_options(name)
         return None if options is None else int(options["queues"])
 
+    @_read_only
     def topics(self) -> dict[str, int]:
         """Every topic of the job (created by any process) and its queue count."""
         self._check_open()
@@ -247,10 +273,11 @@ class RedisBroker:
         :class:`~rstreams.errors.FencedError` is raised. Use a key of the job
         (:meth:`key`) so it shares the hash tag. An exception inside the block applies
         nothing. After the block, ``tx.first_offsets`` holds the first offset of each
-        append, in order.
+        append, in order::
 
-        >>> # with broker.transaction(fence=(broker.key("gen:w1"), "7")) as tx:
-        >>> #     tx.append("out", 0, records); tx.commit("g", "in", 0, 42)
+            with broker.transaction(fence=(broker.key("generation:task-3"), "7")) as tx:
+                tx.append("out", 0, records)
+                tx.commit("group", "in", 3, 42)
         """
         tx = Transaction(self, fence)
         yield tx
@@ -258,43 +285,59 @@ class RedisBroker:
 
     # -- read ---------------------------------------------------------------------------
 
-    def _range(
-        self, topic: str, queue: int, offset: int, max_records: int | None
-    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        key = self._key(topic, queue)
-        if max_records is not None and max_records <= 0:
-            self.start_offset(topic, queue)  # (checks the queue)
-            return []
-        count = () if max_records is None else ("COUNT", max_records)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hget(self._starts_key, f"{topic}:{queue}")
-        pipe.execute_command("XRANGE", key, entry_id(max(offset, 0)), "+", *count)
-        pipe.exists(key)
-        start, entries, exists = pipe.execute()
-        start = int(start or 0)
-        if offset < start:
-            raise purged(topic, queue, offset, start)
-        if not exists:
-            raise self._gone(topic, queue, key, offset)
-        return entries
-
     def read(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> list[LogRecord]:
         """Records with offsets >= ``offset``, oldest first, at most ``max_records``."""
         return self.read_columns(topic, queue, offset, max_records).records()
 
+    @_read_only
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> RecordColumns:
-        """:meth:`read` as columns: one XRANGE (with COUNT), decoded column by column."""
-        return decode_entries(self._range(topic, queue, offset, max_records))
+        """:meth:`read` as columns: one XRANGE (with COUNT) on the server, whose entries
+        come back as one msgpack blob of columns (decoded at C speed, see codec)."""
+        key = self._key(topic, queue)
+        count = "" if max_records is None else str(max(max_records, 0))
+        field = f"{topic}:{queue}"
+        reply = self._read(
+            [key, self._starts_key], [field, offset, entry_id(max(offset, 0)), count]
+        )
+        status = reply[0]
+        if status == b"purged":
+            raise purged(topic, queue, offset, int(reply[1]))
+        if status == b"lost":
+            raise self._gone(topic, queue, key, offset)
+        if status == b"foreign":
+            raise ConfigError(f"{key}: {foreign(reply[1])}")
+        if status == b"empty":
+            if reply[1] != -1 and offset_of(reply[1]) + 1 > offset:
+                raise RedisDataLostError(
+                    topic, queue, key,
+                    f"has no entries from offset {offset} on, but ends at offset "
+                    f"{offset_of(reply[1]) + 1} (they were deleted or trimmed under the job)",
+                    offset=offset,
+                )  # fmt: skip
+            return RecordColumns(range(0), [], [], [], [])
+        columns = decode_read(reply[1])
+        if not self._options[topic]["compacted"] and (
+            columns.offsets[0] != offset or not isinstance(columns.offsets, range)
+        ):  # only compaction removes records: any other gap is a loss
+            raise RedisDataLostError(
+                topic, queue, key,
+                f"skips from offset {offset} to {columns.offsets[0]} or later although the "
+                "topic is not compacted (entries were deleted under the job)",
+                offset=offset,
+            )  # fmt: skip
+        return columns
 
+    @_read_only
     def start_offset(self, topic: str, queue: int) -> int:
         """The first offset that may be read: 0 until a purge or retention moves it."""
         self._key(topic, queue)  # (checks the queue)
         return int(self.client.hget(self._starts_key, f"{topic}:{queue}") or 0)
 
+    @_read_only
     def end_offset(self, topic: str, queue: int) -> int:
         """The number of records ever appended: the stream's last generated id (kept by
         XDEL and XTRIM)."""
@@ -334,12 +377,12 @@ class RedisBroker:
         if int(self._purge([key, self._starts_key], [f"{topic}:{queue}", before])) == -1:
             raise self._gone(topic, queue, key, before)
 
-    def _scan(self, key: str, start: int) -> Iterator[list[tuple[bytes, dict[bytes, bytes]]]]:
-        """The entries of a stream from offset ``start`` on, in chunks."""
-        lo = entry_id(start)
-        while chunk := self.client.xrange(key, lo, "+", count=SCAN_CHUNK):
+    def _scan(self, topic: str, queue: int) -> Iterator[RecordColumns]:
+        """The records of a queue from its start on, in chunks."""
+        offset = self.start_offset(topic, queue)
+        while len(chunk := self.read_columns(topic, queue, offset, SCAN_CHUNK)):
             yield chunk
-            lo = "(" + chunk[-1][0].decode()
+            offset = chunk.last_offset + 1
 
     def compact(self, topic: str, queue: int) -> int:
         """XDEL every record of a compacted topic that a later record with the same key
@@ -347,16 +390,15 @@ class RedisBroker:
         key = self._key(topic, queue)
         if not self._options[topic]["compacted"]:
             raise not_compacted(topic)
-        latest: dict[bytes, bytes] = {}
-        superseded: list[bytes] = []
-        for chunk in self._scan(key, self.start_offset(topic, queue)):
-            for eid, fields in chunk:
-                k = fields.get(b"k")
+        latest: dict[bytes, int] = {}
+        superseded: list[str] = []
+        for chunk in self._scan(topic, queue):
+            for offset, k in zip(chunk.offsets, chunk.keys):
                 if k is not None:
                     old = latest.get(k)
                     if old is not None:
-                        superseded.append(old)
-                    latest[k] = eid
+                        superseded.append(entry_id(old))
+                    latest[k] = offset
         removed = 0
         for i in range(0, len(superseded), SCAN_CHUNK):
             removed += int(self.client.xdel(key, *superseded[i : i + SCAN_CHUNK]))
@@ -383,7 +425,7 @@ class RedisBroker:
             for q in range(count):
                 start = self.start_offset(topic, q)
                 before = self._retention_point(
-                    self.stream_key(topic, q), start,
+                    topic, q, start,
                     None if limit_ms is None else now - limit_ms, limit_bytes,
                 )  # fmt: skip
                 if before > start:
@@ -392,12 +434,12 @@ class RedisBroker:
         return dropped
 
     def _retention_point(
-        self, key: str, start: int, oldest_ms: int | None, limit_bytes: int | None
+        self, topic: str, queue: int, start: int, oldest_ms: int | None, limit_bytes: int | None
     ) -> int:
         """The offset retention keeps from (never past the last record)."""
         sizes: list[tuple[int, int, int]] = []  # (offset, timestamp, bytes)
-        for chunk in self._scan(key, start):
-            sizes += ((offset_of(e), int(f[b"t"]), record_bytes(f)) for e, f in chunk)
+        for c in self._scan(topic, queue):
+            sizes += zip(c.offsets, c.timestamps, stored_bytes(c))
         if not sizes:
             return start
         last = len(sizes) - 1
@@ -422,16 +464,19 @@ class RedisBroker:
         tx.commit(group, topic, queue, offset)
         tx.execute()
 
+    @_read_only
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` last committed for the queue; 0 if none."""
         self._check_open()
         return int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
 
+    @_read_only
     def groups(self) -> list[str]:
         """Every group that committed an offset, sorted."""
         self._check_open()
         return sorted(g.decode() for g in self.client.smembers(self._groups_key))
 
+    @_read_only
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """``{(topic, queue): offset}`` of everything ``group`` committed."""
         self._check_open()
