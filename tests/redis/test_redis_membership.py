@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -65,7 +66,9 @@ def test_a_killed_member_expires_and_the_survivor_checking_leases_is_told(
     assert me.task_owners() == {"0_1": "victim"}
     gen = me.generation()
     victim.kill()
+    give_up = time.monotonic() + 120  # (not a timing check: a hang guard)
     while me.members() != ["me"]:  # the worker's heartbeat loop
+        assert time.monotonic() < give_up, "the victim's lease never expired"
         me.heartbeat()
         time.sleep(0.05)
     assert me.wait_for_change(60)
@@ -168,3 +171,34 @@ def test_keys_sit_under_the_jobs_hash_tag_and_decoded_clients_work(redis_url: st
     m.leave()
     with pytest.raises(ValueError, match="braces"):
         job_prefix("a}b")
+
+
+def test_looking_for_a_change_costs_no_round_trip_until_one_is_pushed(redis_url: str) -> None:
+    m, other = member(redis_url, "m"), member(redis_url, "other")
+    m.join()
+    m.generation()
+    r = redis.Redis.from_url(redis_url)
+    r.config_resetstat()
+    assert not any(m.wait_for_change(0) for _ in range(50))
+    gets = r.info("commandstats").get("cmdstat_get", {}).get("calls", 0)
+    assert gets < 50  # (one read a second at most, as a safety net)
+    other.join()
+    assert m.wait_for_change(60)
+    other.leave()
+    m.leave()
+
+
+def test_membership_goes_on_after_a_redis_restart(own_redis: RedisServer) -> None:
+    a, b = member(own_redis.url, "a"), member(own_redis.url, "b")
+    a.join()
+    assert a.acquire_task("0_0")
+    a.generation()
+    own_redis.restart(sig=9)  # (appendonly, fsync always: nothing acknowledged is lost)
+    with contextlib.suppress(redis.ConnectionError):  # (raised, or reconnected by the client)
+        a.wait_for_change(0.1)
+    a.heartbeat()  # (the client connects again)
+    b.join()
+    assert a.wait_for_change(60)  # subscribed again
+    assert a.members() == ["a", "b"] and a.task_owners() == {"0_0": "a"}
+    b.leave()
+    a.leave()

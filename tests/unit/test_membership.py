@@ -1,11 +1,14 @@
-"""Group membership in files, and the averagely allocation."""
+"""Group membership in files, and the averagely allocation.
+
+What files and Redis share (join, leave, generation, a hung member, exclusive task locks,
+waiting for a change) is checked on both in tests/redis/test_membership_contract.py.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from hypothesis import given
@@ -13,19 +16,6 @@ from hypothesis import strategies as st
 
 from rstreams.runtime.rebalance import AllocateAveragely, MessageQueue
 from rstreams.runtime.rebalance.membership import FileGroupMembership
-
-
-def test_join_leave_and_generation(tmp_path) -> None:
-    a = FileGroupMembership(tmp_path, "g", "a")
-    b = FileGroupMembership(tmp_path, "g", "b")
-    g0 = a.generation()
-    a.join()
-    b.join()
-    assert a.generation() == g0 + 2
-    assert a.members() == b.members() == ["a", "b"]
-    b.leave()
-    assert a.members() == ["a"]
-    assert a.generation() == g0 + 3
 
 
 def test_dead_process_is_detected_at_once(tmp_path) -> None:
@@ -57,30 +47,6 @@ def test_dead_process_is_detected_at_once(tmp_path) -> None:
     finally:
         if p.poll() is None:
             p.kill()
-
-
-def test_hung_member_is_dropped_after_session_timeout(tmp_path) -> None:
-    a = FileGroupMembership(tmp_path, "g", "a", session_timeout=0.2)
-    b = FileGroupMembership(tmp_path, "g", "b", session_timeout=0.2)
-    a.join()
-    b.join()
-    time.sleep(0.3)
-    a.heartbeat()
-    assert a.members() == ["a"]  # b stopped heartbeating
-    b.heartbeat()
-    assert a.members() == ["a", "b"]
-
-
-def test_task_locks_are_exclusive(tmp_path) -> None:
-    a = FileGroupMembership(tmp_path, "g", "a")
-    b = FileGroupMembership(tmp_path, "g", "b")
-    assert a.acquire_task("1_0")
-    assert not b.acquire_task("1_0")
-    a.release_task("1_0")
-    assert b.acquire_task("1_0")
-    assert b.held_tasks == ["1_0"]
-    b.leave()
-    assert a.acquire_task("1_0")
 
 
 def qs(n: int) -> list[MessageQueue]:

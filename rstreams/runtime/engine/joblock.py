@@ -7,7 +7,9 @@ until the run has closed its log. The kernel drops the lock when the holding pro
 dies, however it dies, so a lock left by a dead run never blocks the next one; the
 file only tells the refused run who holds it (pid, start time). Worker processes do not
 inherit it (subprocesses get no descriptors but their standard ones), so orphaned
-workers, which stop when their supervisor is gone, do not hold it either.
+workers, which stop when their supervisor is gone, do not hold it either. With a Redis
+broker, whose runs may span several hosts, ``RedisJobLock`` (redis_joblock.py) plays
+this part.
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()

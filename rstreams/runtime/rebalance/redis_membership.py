@@ -32,7 +32,9 @@ Fencing: each acquisition of a task stores a fresh token from the fencing counte
 :meth:`RedisGroupMembership.task_fence` gives ``(key, value)`` for the broker's
 ``transaction(fence=...)``, which applies nothing unless the key still holds the value:
 a member whose lease ran out (a long pause) and whose task another member took can no
-longer commit for it, and finds out on its next heartbeat (:meth:`lost_tasks`).
+longer commit for it, and finds out on its next heartbeat (:meth:`lost_tasks`). Unlike
+files, where a hung process keeps its task locks, a member that stops heartbeating loses
+its tasks with its lease.
 """
 
 from __future__ import annotations
@@ -120,6 +122,10 @@ return 0
 """
 
 
+#: Seconds between reads of the generation by a waiter that got no message.
+RECHECK_S = 1.0
+
+
 def job_prefix(job: str) -> str:
     """``rs:{<job>}``: the start of every key of ``job`` (its hash tag)."""
     if not job or "{" in job or "}" in job:
@@ -141,6 +147,9 @@ class RedisGroupMembership:
 
     ``client``: a ``redis.Redis``; ``job``: the job id (the keys' hash tag); ``group``:
     the consumer group (the job id for a job's workers); ``member``: this member's id.
+    One thread uses an instance (its subscription is not shared). Pub/sub channels are
+    server-wide, not per database: a job of the same name in another database of the
+    server only wakes waiters for nothing (they compare generations before saying yes).
     """
 
     def __init__(
@@ -168,6 +177,8 @@ class RedisGroupMembership:
         self._lost: dict[str, str] = {}
         self._seen = -1
         self._sub: PubSub | None = None
+        #: whether a message came since the generation was last read; when to read anyway
+        self._stale, self._recheck = True, 0.0
         scripts = {"join": _JOIN, "remove": _REMOVE, "bump": _BUMP, "heartbeat": _HEARTBEAT}
         scripts |= {"acquire": _ACQUIRE, "release": DELETE_IF_HELD}
         self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
@@ -218,9 +229,13 @@ class RedisGroupMembership:
         self._joined = True
 
     def heartbeat(self) -> None:
-        """Renew this member's lease and its tasks' leases; a task whose lease ran out
-        and that another member took is moved to :meth:`lost_tasks`. A member whose own
-        lease ran out (a long pause) joins again, which bumps the generation."""
+        """Renew this member's lease and its tasks' leases (nothing before :meth:`join`).
+
+        A task whose key no longer holds this member's token is moved to
+        :meth:`lost_tasks`, even if its key merely expired and nobody holds it now:
+        another member may have taken it, committed and released it meanwhile, so the
+        state this member has of it may be stale. A member whose own lease ran out (a
+        long pause) joins again, which bumps the generation."""
         if not self._joined:
             return
         names = sorted(self._tasks)
@@ -365,29 +380,36 @@ class RedisGroupMembership:
             db = self.client.connection_pool.connection_kwargs.get("db", 0)
             sub.psubscribe(f"__keyspace@{db}__:{_glob_escape(self.key('member', ''))}*")
             self._sub = sub
+            self._stale = True  # (changes before the subscription were not pushed)
         return self._sub
 
     def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the generation moved since this member last read it (by
         :meth:`generation` or here); False after ``timeout`` seconds without a change.
 
-        Changes are pushed over pub/sub, so this returns within a round trip of the
-        change. A Redis error is raised (the subscription is opened again on the next
-        call; the generation comparison makes a change missed meanwhile still count)."""
+        Changes are pushed over pub/sub: this returns within a round trip of the change,
+        and reads the generation from Redis only when a message came (or every
+        ``RECHECK_S`` seconds, in case the subscription missed one while reconnecting),
+        so calling it with timeout 0 on every turn of a loop costs no round trip. A
+        Redis error is raised; the next call subscribes again."""
         deadline = time.monotonic() + timeout
         sub = self._subscribe()
         try:
             while True:
-                gen = self._read_generation()
-                if gen != self._seen:
-                    self._seen = gen
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                wait = max(0.0, min(deadline, self._recheck) - time.monotonic())
+                message = sub.get_message(timeout=wait)
+                if message is not None:
+                    self._stale = True
+                    if message["type"] == "pmessage" and text(message["data"]) == "expired":
+                        self.members()  # takes the dead one out and bumps
+                if self._stale or time.monotonic() >= self._recheck:
+                    self._stale, self._recheck = False, time.monotonic() + RECHECK_S
+                    gen = self._read_generation()
+                    if gen != self._seen:
+                        self._seen = gen
+                        return True
+                if time.monotonic() >= deadline:
                     return False
-                message = sub.get_message(timeout=remaining)
-                if message and message["type"] == "pmessage" and text(message["data"]) == "expired":
-                    self.members()  # takes the dead one out and bumps
         except Exception:
             self._sub = None
             sub.close()
