@@ -106,7 +106,7 @@ def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
 
 @pytest.mark.slow
 def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
-    corpus = big_corpus(tmp_path, 20)
+    corpus = big_corpus(tmp_path, 40)  # (long enough for B to join while A works)
     client = redis.Redis.from_url(redis_url)
     lock = RedisJobLock(client, "wordcount")
     observer = RedisGroupMembership(client, "wordcount", "wordcount", "observer")
@@ -134,6 +134,7 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
             time.sleep(0.05)
         assert a.wait() == 0, a.stderr.read() if a.stderr else ""
         assert b.wait(timeout=120) == 0, b.stderr.read() if b.stderr else ""
+        assert b.stderr is not None and "is gone before" not in b.stderr.read()
     finally:
         for p in (a, b):
             if p is not None and p.poll() is None:

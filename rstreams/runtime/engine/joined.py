@@ -21,7 +21,12 @@ from typing import Any
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
 from rstreams.errors import JobRunningError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
-from rstreams.runtime.engine.brokers import broker_target, open_broker, open_job_lock
+from rstreams.runtime.engine.brokers import (
+    broker_target,
+    open_broker,
+    open_eoi_flags,
+    open_job_lock,
+)
 from rstreams.runtime.engine.collect import Collector
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics
@@ -68,6 +73,7 @@ class JoinedRun:
         self.collector = Collector(
             self.broker, topology, self.queue_counts, self.layout.coordination
         )
+        self.eoi = open_eoi_flags(self.layout.coordination, job, config)
         self._stop: str | None = None
 
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -87,11 +93,20 @@ class JoinedRun:
                 time.sleep(LOOK_EVERY)
             if self._stop is not None:
                 log.info("%s: stopping this host's workers", self._stop)
+            elif not self._input_done():
+                log.warning(
+                    "the run this one joined is gone before its input was all processed "
+                    "(it was stopped, or died): run it again to go on from its last commit"
+                )
         finally:
             self.pool.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         return self.status(start)
+
+    def _input_done(self) -> bool:
+        """Did every task of the job finish its input (a bounded run that ended)?"""
+        return all(self.eoi.declared(sub.id) for sub in self.topology.subtopologies)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop = signal.Signals(signum).name
