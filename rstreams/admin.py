@@ -469,8 +469,9 @@ def cmd_group(args: argparse.Namespace) -> int:
     print(f"group {group}: generation {generation}, {len(members)} live member(s)")
     for member, info in members.items():
         tasks = sorted(t for t, o in owners.items() if o == member)
+        host = f"\thost={info['host']}" if info.get("host") else ""  # (members on Redis)
         print(
-            f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
+            f"  {member}{host}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
             f"\ttasks: {', '.join(tasks) or 'none'}"
         )
     if offsets:
