@@ -136,11 +136,20 @@ class JobAccess:
     def client(self) -> Any:
         """The Redis client (one per access, opened on first use)."""
         if self._client is None:
-            from rstreams.runtime.queues.redisstreams import connect
-
-            with broker_errors(self.target):
-                self._client = connect(self.target)
+            self._client = self._connect()
         return self._client
+
+    def _connect(self) -> Any:
+        """A checked client of the target that gives up soon: a command fails in a second
+        with one line, where the client's default retries (backoff up to 10 s) take
+        about 50 s to report a refused password."""
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
+
+        from rstreams.runtime.queues.redisstreams import connect
+
+        with broker_errors(self.target):
+            return connect(self.target, retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 2))
 
     def open_broker(self) -> Broker:
         """The job's broker (the caller closes it)."""
@@ -152,7 +161,7 @@ class JobAccess:
         from rstreams.runtime.queues.redisstreams import RedisBroker
 
         with broker_errors(self.target):
-            broker: Broker = RedisBroker.open(self.target, self.job)
+            broker: Broker = RedisBroker(self._connect(), self.job)  # (it owns the client)
         return broker
 
     def membership(self, group: str, member: str) -> Any:
