@@ -75,31 +75,21 @@ def target_of(args: argparse.Namespace) -> Any:
 
 @contextlib.contextmanager
 def broker_errors(target: Any) -> Iterator[None]:
-    """Turn what the Redis client raises into one clear ConfigError line (exit 2) that
-    names the server without its password: authentication, a database the server does
-    not have, a server that can not be reached, or anything else it answered."""
+    """Turn what the Redis client raises during a command (the connection lost, a
+    timeout, an error reply) into one ConfigError line (exit 2) that names the server
+    without its password. Connecting already fails that way: see ``connect``."""
     import redis.exceptions as rx
 
-    where = target.redacted
     try:
         yield
-    except rx.AuthenticationError as e:
+    except (rx.ConnectionError, rx.TimeoutError) as e:
         raise ConfigError(
-            f"the Redis broker {where} refused the credentials ({target.scrub(str(e))}); "
-            "check the user and --broker-password-file"
+            f"lost the Redis broker {target.redacted}: {target.scrub(str(e))}"
         ) from None
-    except rx.ConnectionError as e:
-        msg = target.scrub(str(e))
-        if "Invalid Database" in msg or "DB index" in msg:
-            raise ConfigError(
-                f"the Redis broker {where} has no such database (its databases are "
-                "numbered from 0; see `databases` in its configuration)"
-            ) from None
-        raise ConfigError(f"can not reach the Redis broker {where}: {msg}") from None
-    except rx.TimeoutError as e:
-        raise ConfigError(f"the Redis broker {where} timed out: {target.scrub(str(e))}") from None
     except rx.RedisError as e:
-        raise ConfigError(f"the Redis broker {where}: {target.scrub(str(e))}") from None
+        raise ConfigError(
+            f"the Redis broker {target.redacted} answered: {target.scrub(str(e))}"
+        ) from None
 
 
 def refuse_broker(args: argparse.Namespace, what: str, why: str) -> None:

@@ -242,3 +242,12 @@ def test_what_works_on_log_files_only_refuses_the_broker(capsys, broker):
         assert f"topics {action[0]} does not work with --broker" in err
     err = refused(capsys, ["topics", "list", "--broker-password-file", "x"])
     assert "--broker-password-file goes with --broker URL" in err
+
+
+def test_an_error_reply_in_a_command_is_one_line(capsys, broker, server):
+    import redis
+
+    # keys of the job that are not what the broker keeps there (written by another program)
+    redis.Redis(port=server.port, password=PASSWORD).set("rs:{j}:topics", "not a hash")
+    err = refused(capsys, ["topics", "list", "--job", "j", *broker])
+    assert "the Redis broker redis://:***@127.0.0.1" in err and "WRONGTYPE" in err
