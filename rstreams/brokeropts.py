@@ -141,6 +141,16 @@ class JobAccess:
         with broker_errors(self.target):
             return connect(self.target, retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 2))
 
+    def exists(self) -> bool:
+        """Has the job anything in the broker (or a log under the data directory)?"""
+        if self.target is None:
+            from rstreams.runtime.layout import JobLayout
+
+            return JobLayout.of(self.data_dir, self.job).log.is_dir()
+        glob = "".join("\\" + c if c in "*?[]\\" else c for c in self.job)
+        pattern = "rs:{" + glob + "}:*"
+        return next(iter(self.client().scan_iter(match=pattern, count=1000)), None) is not None
+
     def open_broker(self) -> Broker:
         """The job's broker (the caller closes it)."""
         if self.target is None:

@@ -125,6 +125,8 @@ def cmd_top(args: Any) -> int:
         with broker_errors(target):
             access = pick_redis_job(args, None, "")
             try:
+                if not access.exists():
+                    raise RStreamsError(f"no job {access.job!r} in {target.redacted}")
                 return run_top(args.data_dir, access.job, args.refresh, args.once, access=access)
             finally:
                 access.close()

@@ -251,3 +251,8 @@ def test_an_error_reply_in_a_command_is_one_line(capsys, broker, server):
     redis.Redis(port=server.port, password=PASSWORD).set("rs:{j}:topics", "not a hash")
     err = refused(capsys, ["topics", "list", "--job", "j", *broker])
     assert "the Redis broker redis://:***@127.0.0.1" in err and "WRONGTYPE" in err
+
+
+def test_top_of_a_job_redis_does_not_have(capsys, broker):
+    code, _, err = cli(capsys, ["top", "nope*", "--once", *broker])
+    assert code == 1 and "no job 'nope*' in redis://:***@127.0.0.1" in err, err
