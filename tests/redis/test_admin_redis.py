@@ -256,3 +256,44 @@ def test_an_error_reply_in_a_command_is_one_line(capsys, broker, server):
 def test_top_of_a_job_redis_does_not_have(capsys, broker):
     code, _, err = cli(capsys, ["top", "nope*", "--once", *broker])
     assert code == 1 and "no job 'nope*' in redis://:***@127.0.0.1" in err, err
+
+
+def test_the_commands_after_a_run_over_redis(capsys, broker, tmp_path):
+    import collections
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    corpus = root / "examples" / "data" / "corpus.txt"
+    r = subprocess.run(
+        [sys.executable, "-m", "rstreams", "run", str(root / "examples" / "wordcount.py"),
+         "--input", str(corpus), "--workers", "2", *broker, "-q"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert PASSWORD not in r.stdout + r.stderr
+    words = re.findall(r"\w+", corpus.read_text(encoding="utf-8").lower())
+    lines = len(corpus.read_text(encoding="utf-8").splitlines())
+    code, out, _ = cli(capsys, ["topics", "list", *broker])
+    assert code == 0 and re.search(rf"^sentences\tqueues=\d+\trecords={lines}$", out, re.M), out
+    # everything read was committed: lag 0 on every input queue
+    code, out, _ = cli(capsys, ["offsets", "wordcount", *broker])
+    rows = [line.split("\t") for line in out.splitlines()[1:]]
+    assert code == 0 and rows and all(row[4] == "0" for row in rows), out
+    assert sum(int(row[2]) for row in rows if row[0] == "sentences") == lines
+    code, out, _ = cli(capsys, ["group", "describe", *broker])
+    assert code == 0 and out.startswith("group wordcount: generation "), out
+    assert "0 live member(s)" in out.splitlines()[0]  # (the run is over)
+    # the store as its changelog in Redis holds it
+    code, out, _ = cli(capsys, ["state", "list", *broker])
+    store = out.split("\t")[0]
+    assert code == 0 and store.endswith("-store"), out
+    counts = collections.Counter(words)
+    code, out, _ = cli(capsys, ["state", "get", store, "the", *broker])
+    assert code == 0 and out == f"{counts['the']}\n"
+    code, out, _ = cli(capsys, ["consume", "word-counts", "--from-beginning", "--max", "3",
+                                "--format", "json", *broker])  # fmt: skip
+    assert code == 0 and len(out.splitlines()) == 3
+    # top: the queues from Redis, the statistics this host's run left in --data-dir
+    code, out, err = cli(capsys, ["top", "--once", *broker])
+    assert code == 0 and out.startswith("wordcount done:") and "lag 0" in out, out + err
