@@ -154,7 +154,7 @@ class JobAccess:
     def open_broker(self) -> Broker:
         """The job's broker (the caller closes it)."""
         if self.target is None:
-            from rstreams.runtime.engine.worker import open_broker
+            from rstreams.runtime.engine.brokers import open_broker
             from rstreams.runtime.layout import JobLayout
 
             return open_broker(JobLayout.of(self.data_dir, self.job).root)
