@@ -188,10 +188,14 @@ class JobAccess:
 
 
 def pick_redis_job(
-    args: argparse.Namespace, has: Callable[[JobAccess], bool] | None, what: str
+    args: argparse.Namespace,
+    has: Callable[[JobAccess], bool] | None,
+    what: str,
+    name_it: str = "--job",
 ) -> JobAccess:
     """The job ``--job`` names on ``--broker``; without it the only job there, or the
-    only one that ``has`` what the command names (``what``, in words)."""
+    only one that ``has`` what the command names (``what``, in words). ``name_it``: how
+    the command names a job, for its errors."""
     target = target_of(args)
     data_dir = getattr(args, "data_dir", ".rstreams")
     if args.job:
@@ -206,9 +210,11 @@ def pick_redis_job(
     if len(jobs) == 1:
         return JobAccess(data_dir, jobs[0], target)
     if not jobs:
-        raise ConfigError(f"no job has keys in {where}; name one with --job")
+        raise ConfigError(f"no job has keys in {where}; name one with {name_it}")
     if has is None:
-        raise ConfigError(f"{where} holds several jobs ({', '.join(jobs)}); pick one with --job")
+        raise ConfigError(
+            f"{where} holds several jobs ({', '.join(jobs)}); pick one with {name_it}"
+        )
     having = []
     for job in jobs:
         access = JobAccess(data_dir, job, target)

@@ -123,7 +123,7 @@ def cmd_top(args: Any) -> int:
     target = target_of(args)
     if target is not None:  # the job's topics and group in Redis, statistics of this host
         with broker_errors(target):
-            access = pick_redis_job(args, None, "")
+            access = pick_redis_job(args, None, "", "rstreams top JOB")
             try:
                 if not access.exists():
                     raise RStreamsError(f"no job {access.job!r} in {target.redacted}")

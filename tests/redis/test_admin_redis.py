@@ -297,3 +297,21 @@ def test_the_commands_after_a_run_over_redis(capsys, broker, tmp_path):
     # top: the queues from Redis, the statistics this host's run left in --data-dir
     code, out, err = cli(capsys, ["top", "--once", *broker])
     assert code == 0 and out.startswith("wordcount done:") and "lag 0" in out, out + err
+
+
+def test_no_password_in_debug_logs(server, broker):
+    """-vv logs what the Redis client says too (a subprocess: pytest holds the logging)."""
+    import subprocess
+
+    url = ["--broker", f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0", *broker[4:]]
+    commands = [
+        ["produce", "t", "--job", "j"], ["consume", "t", "--from-beginning"], ["topics", "list"],
+        ["offsets", "j"], ["group", "describe"], ["state", "list"], ["top", "--once"],
+    ]  # fmt: skip
+    for command in commands:
+        r = subprocess.run(
+            [sys.executable, "-m", "rstreams", *command, *url, "-vv"],
+            input="a\n", capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert PASSWORD not in r.stdout + r.stderr
+        assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
