@@ -1,7 +1,8 @@
 """Commands that look at and feed the embedded runtime's log: topics, produce, consume,
-offsets, group and state. They work on the log of one job: ``DATA_DIR/JOB``. ``--job``
-may be left out when the data directory holds a single job, or when only one of its
-jobs has what the command names (the topic, group or store)."""
+offsets, group and state. They work on the log of one job: ``DATA_DIR/JOB``, or with
+``--broker URL`` the job's keys in Redis (:mod:`rstreams.brokeropts`). ``--job`` may be
+left out when the data directory (or database) holds a single job, or when only one of
+its jobs has what the command names (the topic, group or store)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rstreams.brokeropts import (
+    JobAccess,
+    add_broker_options,
+    broker_errors,
+    redis_access,
+    refuse_broker,
+    target_of,
+)
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.layout import JobLayout
@@ -84,21 +93,34 @@ def _named_thing(
     return "", None
 
 
+def _access(
+    args: argparse.Namespace,
+    create: bool = False,
+    topic: str | None = None,
+    group: str | None = None,
+    store: str | None = None,
+) -> JobAccess:
+    """The job the command works on: ``--job``, or the one found (see :func:`job_root`)."""
+    if args.broker:
+        access = redis_access(args, topic=topic, group=group, store=store)
+    else:
+        if create and args.job:
+            root = JobLayout.of(args.data_dir, args.job).root
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = job_root(args.data_dir, args.job, topic=topic, group=group, store=store)
+        access = JobAccess(str(root.parent), root.name)
+    args.job = access.job  # the job found, for what the command reads next
+    return access
+
+
 def _broker(
     args: argparse.Namespace,
     create: bool = False,
     topic: str | None = None,
     group: str | None = None,
 ) -> Broker:
-    from rstreams.runtime.engine.worker import open_broker
-
-    if create and args.job:
-        root = JobLayout.of(args.data_dir, args.job).root
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        root = job_root(args.data_dir, args.job, topic=topic, group=group)
-        args.job = root.name  # the job found, for what the command reads next
-    return open_broker(root)
+    return _access(args, create, topic, group).open_broker()
 
 
 def _check_topic_name(topic: str | None) -> None:
@@ -122,8 +144,16 @@ def _known(broker: Broker, topic: str) -> int:
 
 def cmd_topics(args: argparse.Namespace) -> int:
     if args.action == "check":
+        refuse_broker(
+            args, "topics check", "it reads the file log's segment files; Redis keeps no such "
+            "files (check the server's own persistence with redis-check-aof)",
+        )  # fmt: skip
         return _check(args)
     if args.action == "repair":
+        refuse_broker(
+            args, "topics repair", "it cuts the file log's segment files; a Redis stream has "
+            "none (rebuild the job with `rstreams run ... --fresh`)",
+        )  # fmt: skip
         return _repair(args)
     if args.action in ("create", "describe"):
         _check_topic_name(args.name)
@@ -351,7 +381,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     broker = _broker(args, topic=args.topic)
     try:
         n = _known(broker, args.topic)
-        kserde, vserde = _topic_serdes(job_root(args.data_dir, args.job), args.topic)
+        kserde, vserde = _topic_serdes(JobLayout.of(args.data_dir, args.job).root, args.topic)
         queues = [args.queue] if args.queue is not None else list(range(n))
         left = args.max
         for q in queues:
@@ -419,40 +449,38 @@ def _print_lag(broker: Broker, offsets: dict[tuple[str, int], int], indent: str 
 
 
 def cmd_group(args: argparse.Namespace) -> int:
-    from rstreams.runtime.engine.worker import open_broker
-    from rstreams.runtime.rebalance.membership import FileGroupMembership
-
-    root = job_root(args.data_dir, args.job, group=args.group)
-    group = args.group or root.name
-    broker = open_broker(root)
+    access = _access(args, group=args.group)
+    job = access.job
+    group = args.group or job
+    broker = access.open_broker()
     try:
         offsets = broker.group_offsets(group)
     finally:
         broker.close()
-    missing = ConfigError(
-        f"group {group!r} does not exist in job {root.name!r}: it has no live member "
-        f"and no committed offset (the job's own group is {root.name!r})"
-    )
-    if not offsets and not JobLayout.at(root).group(group).dir.is_dir():
-        raise missing  # (before looking creates the group's directory)
-    m = FileGroupMembership(root, group, "rstreams-cli")
-    members = m.describe()
+    m = access.membership(group, "rstreams-cli")  # (None: no such group's directory)
+    members = m.describe() if m is not None else {}
     if not members and not offsets:
-        raise missing
-    owners = m.task_owners()
-    print(f"group {group}: generation {m.generation()}, {len(members)} live member(s)")
+        raise ConfigError(
+            f"group {group!r} does not exist in job {job!r}: it has no live member "
+            f"and no committed offset (the job's own group is {job!r})"
+        )
+    owners = m.task_owners() if m is not None else {}
+    generation = m.generation() if m is not None else 0
+    print(f"group {group}: generation {generation}, {len(members)} live member(s)")
     for member, info in members.items():
         tasks = sorted(t for t, o in owners.items() if o == member)
+        host = f"\thost={info['host']}" if info.get("host") else ""  # (members on Redis)
         print(
-            f"  {member}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
+            f"  {member}{host}\tpid={info['pid']}\theartbeat {info['heartbeat_age_s']}s ago"
             f"\ttasks: {', '.join(tasks) or 'none'}"
         )
     if offsets:
-        broker = open_broker(root)
+        broker = access.open_broker()
         try:
             _print_lag(broker, offsets, indent="  ")
         finally:
             broker.close()
+    access.close()
     return 0
 
 
@@ -465,12 +493,21 @@ def _key_arg(text: str) -> Any:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
+    access = _access(args, store=args.store)
+    # (the file log: inspect opens it; Redis: the job's changelogs in the broker)
+    broker = access.open_broker() if access.redis else None
+    try:
+        return _state(args, access.data_dir, access.job, broker)
+    finally:
+        if broker is not None:
+            broker.close()
+
+
+def _state(args: argparse.Namespace, data_dir: str, job: str, broker: Broker | None) -> int:
     from rstreams.state import inspect
 
-    root = job_root(args.data_dir, args.job, store=args.store)
-    data_dir, job = str(root.parent), root.name
     if args.action == "list":
-        for store, queues in inspect.list_stores(data_dir, job).items():
+        for store, queues in inspect.list_stores(data_dir, job, broker=broker).items():
             print(f"{store}\tqueues={queues}")
         return 0
     if not args.store:
@@ -479,13 +516,13 @@ def cmd_state(args: argparse.Namespace) -> int:
         if args.key is None:
             raise ConfigError("state get needs a KEY")
         key = _key_arg(args.key)
-        table = inspect.load_store(data_dir, job, args.store, queue=args.queue)
+        table = inspect.load_store(data_dir, job, args.store, queue=args.queue, broker=broker)
         if key not in table:
             print(f"rstreams: key {key!r} not found in {args.store}", file=sys.stderr)
             return 1
         print(json.dumps(table[key], ensure_ascii=False))
         return 0
-    for q, k, v in inspect.iter_store(data_dir, job, args.store, queue=args.queue):
+    for q, k, v in inspect.iter_store(data_dir, job, args.store, queue=args.queue, broker=broker):
         print(json.dumps({"queue": q, "key": k, "value": v}, ensure_ascii=False))
     return 0
 
@@ -503,6 +540,10 @@ def _on_data_dir(
     from rstreams.runtime.results import check_data_dir
 
     def checked(args: argparse.Namespace) -> int:
+        target = target_of(args)
+        if target is not None:  # (nothing of the job in the data directory)
+            with broker_errors(target):
+                return cmd(args)
         write = not read_only(args) and (creates(args) or Path(args.data_dir).exists())
         check_data_dir(args.data_dir, write=write)
         return cmd(args)
@@ -515,7 +556,10 @@ def add_parsers(sub: Any, common: Any) -> None:
 
     def base(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
-        p.add_argument("--job", default=None, help="the job whose log to use (DIR/JOB)")
+        p.add_argument(
+            "--job", default=None, help="the job whose log to use (DIR/JOB, or its Redis keys)"
+        )
+        add_broker_options(p)
         common(p)
 
     _add_topics_parser(sub, base)

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from rstreams.brokeropts import JobAccess
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.engine.stats import pid_alive, read_stats
 from rstreams.runtime.layout import JobLayout
@@ -174,18 +175,28 @@ def load_pipeline(supervisor: dict[str, Any] | None) -> tuple[Any, str | None]:
     return None, f"no topology ({why})"
 
 
-def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None) -> LiveSnapshot:
+def snapshot(
+    data_dir: str | os.PathLike[str],
+    job: str,
+    *,
+    topology: Any = None,
+    access: JobAccess | None = None,
+) -> LiveSnapshot:
     """Everything the job publishes under ``data_dir``, now. Loads the job's pipeline for
-    the topology tree unless ``topology`` is given (a Topology, or False for no tree)."""
+    the topology tree unless ``topology`` is given (a Topology, or False for no tree).
+
+    ``access``: where the job's topics and group are (a Redis broker); by default its file
+    log under ``data_dir``. Statistics are read from ``data_dir`` either way: on Redis,
+    those of the workers of this host (if it runs any)."""
     from rstreams.admin import lag_rows
     from rstreams.runtime.engine.taskid import TaskId
-    from rstreams.runtime.engine.worker import open_broker, restore_progress
-    from rstreams.runtime.rebalance.membership import FileGroupMembership
+    from rstreams.runtime.engine.worker import restore_progress
 
     layout = JobLayout.of(data_dir, job)
-    root = layout.root
-    if not layout.log.is_dir():
-        raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {layout.log})")
+    if access is None:
+        access = JobAccess(str(data_dir), job)
+        if not layout.log.is_dir():
+            raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {layout.log})")
     coord = layout.coordination.dir
     taken = time.time()
     stats = read_stats(coord)
@@ -198,8 +209,8 @@ def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None
     members: dict[str, dict[str, Any]] = {}
     owners: dict[str, str] = {}
     generation = 0
-    if coord.is_dir():  # (looking would create the group's directory)
-        group = FileGroupMembership(root, job, "rstreams-top")
+    group = access.membership(job, "rstreams-top")  # (None: no group directory yet)
+    if group is not None:
         members = {m: dict(info) for m, info in group.describe().items()}
         owners = group.task_owners()
         generation = group.generation()
@@ -215,7 +226,7 @@ def snapshot(data_dir: str | os.PathLike[str], job: str, *, topology: Any = None
                     owner_of[key] = w["member"]
                     if isinstance(q.get("position"), int):
                         position[key] = q["position"]
-    broker = open_broker(root)
+    broker = access.open_broker()
     try:
         offsets = broker.group_offsets(job)
         if topology is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 from rich.console import Console
 
+from rstreams.brokeropts import JobAccess, add_broker_options
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import _age, _pct, plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, load_pipeline, pick_job, snapshot
@@ -43,8 +44,10 @@ class LiveWatcher:
     """Snapshots of one job, with the previous one for rates and the pipeline loaded once
     (``rstreams run --live`` feeds it from its progress callback)."""
 
-    def __init__(self, data_dir: str, job: str, span: float = 2.0) -> None:
-        self.data_dir, self.job = data_dir, job
+    def __init__(
+        self, data_dir: str, job: str, span: float = 2.0, access: JobAccess | None = None
+    ) -> None:
+        self.data_dir, self.job, self.access = data_dir, job, access
         self._pacer = _Pacer(span)
         self._topology: Any = None
         self._note: str | None = None
@@ -57,7 +60,7 @@ class LiveWatcher:
                 topology, self._note = load_pipeline(supervisor)
                 self._topology = topology if topology is not None else False
         topology = False if self._topology is None else self._topology
-        snap = snapshot(self.data_dir, self.job, topology=topology)
+        snap = snapshot(self.data_dir, self.job, topology=topology, access=self.access)
         if topology is False:
             snap = attrs.evolve(snap, note=self._note)
         return snap, self._pacer.push(snap)
@@ -73,18 +76,19 @@ def run_top(
     once: bool = False,
     *,
     console: Console | None = None,
+    access: JobAccess | None = None,
 ) -> int:
     """Watch a job until Ctrl-C: the dashboard when ``console`` (stdout) is a terminal,
     else one :func:`plain_line` per refresh until the job ends. ``once``: one view and
     return (while the job runs, of two snapshots two seconds or ``refresh`` apart, for
-    its rates)."""
+    its rates). ``access``: the job on a Redis broker (then ``job`` is its job)."""
     from rich.live import Live
 
     if refresh <= 0:
         raise ConfigError(f"--refresh must be > 0 seconds; got {refresh}")
-    job = pick_job(data_dir, job)
+    job = pick_job(data_dir, job) if access is None else access.job
     console = console or Console()
-    watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh))
+    watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh), access=access)
     snap, previous = watcher.take()
     if once:
         if snap.running:
@@ -113,8 +117,19 @@ def run_top(
 
 
 def cmd_top(args: Any) -> int:
+    from rstreams.brokeropts import broker_errors, pick_redis_job, target_of
     from rstreams.runtime.results import check_data_dir
 
+    target = target_of(args)
+    if target is not None:  # the job's topics and group in Redis, statistics of this host
+        with broker_errors(target):
+            access = pick_redis_job(args, None, "", "rstreams top JOB")
+            try:
+                if not access.exists():
+                    raise RStreamsError(f"no job {access.job!r} in {target.redacted}")
+                return run_top(args.data_dir, access.job, args.refresh, args.once, access=access)
+            finally:
+                access.close()
     # (a data directory that does not exist: "no job" says more than "can not be created")
     check_data_dir(args.data_dir, write=os.path.exists(args.data_dir))
     return run_top(args.data_dir, args.job, refresh=args.refresh, once=args.once)
@@ -153,6 +168,7 @@ example:
         "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"
     )
     p.add_argument("--once", action="store_true", help="show one view and exit (for scripts)")
+    add_broker_options(p)
     common(p)
     p.set_defaults(func=cmd_top)
 

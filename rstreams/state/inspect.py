@@ -11,17 +11,22 @@ running worker holds its RocksDB databases open).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.layout import JobLayout
+from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE, Serde
 from rstreams.state.stores import STREAM_TIME_KEY
 
 
-def _broker(data_dir: str | Path, job: str) -> Any:
+def _broker(data_dir: str | Path, job: str, broker: Broker | None = None) -> Any:
+    """The job's file log, or ``broker`` (left open: its owner closes it)."""
+    if broker is not None:
+        return contextlib.nullcontext(broker)
     from rstreams.runtime.queues.filelog import FileBroker
 
     root = JobLayout.of(data_dir, job).log
@@ -36,9 +41,10 @@ def changelog_of(store: str) -> str:
     return store[: -len("-store")] + "-changelog"
 
 
-def list_stores(data_dir: str | Path, job: str) -> dict[str, int]:
-    """Store names of a job with their queue counts."""
-    with _broker(data_dir, job) as b:
+def list_stores(data_dir: str | Path, job: str, *, broker: Broker | None = None) -> dict[str, int]:
+    """Store names of a job with their queue counts (in its file log under ``data_dir``,
+    or in ``broker``, e.g. the job's Redis broker)."""
+    with _broker(data_dir, job, broker) as b:
         return {
             t[: -len("-changelog")] + "-store": n
             for t, n in sorted(b.topics().items())
@@ -54,13 +60,15 @@ def iter_store(
     queue: int | None = None,
     serde: Serde = INTERNAL_SERDE,
     internal: bool = False,
+    broker: Broker | None = None,
 ) -> Iterator[tuple[int, Any, Any]]:
-    """(queue, key, value) of every live key of ``store`` (all queues, or one).
+    """(queue, key, value) of every live key of ``store`` (all queues, or one), read
+    from the job's file log under ``data_dir``, or from ``broker`` if given.
 
     The runtime's own entries (the stream time a windowed step keeps beside its
     windows) are left out unless ``internal``."""
     topic = changelog_of(store)
-    with _broker(data_dir, job) as b:
+    with _broker(data_dir, job, broker) as b:
         n = b.queue_count(topic)
         if n is None:
             raise ConfigError(f"job {job!r} has no store {store!r}")
