@@ -14,8 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rstreams.runtime.subscriptions.errors import ConsumerAssignError
 from rstreams.runtime.subscriptions.hashing import (

@@ -238,7 +238,7 @@ class Subscription:
         """Run ``fn`` on the subscription's state: under the lock in-process; on the
         state loaded from Redis and saved back atomically when it is shared."""
         if self._shared is not None:
-            return self._shared.run(fn)  # type: ignore[no-any-return]
+            return self._shared.run(fn)
         with self._lock:
             return fn()
 
@@ -614,6 +614,15 @@ class Consumer:
                 f"consumer {self.name!r} of subscription {self.subscription.name!r} is closed"
             )
 
+    def _run(self, fn: Callable[[], T]) -> T:
+        """``fn`` on the subscription's state, if this consumer is still connected."""
+
+        def step() -> T:
+            self._check()
+            return fn()
+
+        return self.subscription._apply(step)
+
     def receive(self, max_messages: int = 1, timeout: float = 0.0) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` seconds for the first.
 
@@ -623,13 +632,8 @@ class Consumer:
             raise ValueError(f"max_messages must be >= 0; got {max_messages}")
         sub = self.subscription
         deadline = time.monotonic() + timeout
-
-        def step() -> list[Message]:
-            self._check()
-            return sub._receive(self, max_messages) if max_messages else []
-
         while True:
-            got = sub._apply(step)
+            got = self._run(lambda: sub._receive(self, max_messages) if max_messages else [])
             left = deadline - time.monotonic()
             if got or left <= 0 or not max_messages:
                 return got
@@ -643,7 +647,7 @@ class Consumer:
         that another consumer holds is allowed (the cursor is the subscription's).
         """
         refs = _refs(messages)
-        self.subscription._apply(lambda: (self._check(), self.subscription._ack(refs)))
+        self._run(lambda: self.subscription._ack(refs))
 
     def ack_cumulative(self, message: MessageRef) -> None:
         """Acknowledge ``message`` and every earlier message of its queue (exclusive and
@@ -654,12 +658,12 @@ class Consumer:
                 f"cumulative acknowledgement is not supported on {sub.type.value} "
                 "subscriptions; acknowledge each message"
             )
-        sub._apply(lambda: (self._check(), sub._ack([message], cumulative=True)))
+        self._run(lambda: sub._ack([message], cumulative=True))
 
     def negative_acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Give messages back: they are dispatched again (to any eligible consumer)."""
         refs = _refs(messages)
-        self.subscription._apply(lambda: (self._check(), self.subscription._nack(refs)))
+        self._run(lambda: self.subscription._nack(refs))
 
     def ranges(self) -> list[tuple[int, int]]:
         """key_shared: the slot ranges this consumer owns now."""

@@ -1,0 +1,201 @@
+"""Subscriptions whose consumers live in separate processes, sharing their state in Redis.
+
+Each consumer runs in its own ``python subconsumer.py`` process (a FileBroker on a shared
+directory for the records, a real redis-server for the subscription state); the test
+drives them one command at a time and SIGKILLs them by pid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subconsumer import RemoteConsumer, RemoteError
+
+from rstreams.runtime.queues import FileBroker
+
+TTL = 1.0  # seconds without heartbeat before a killed consumer is removed
+
+
+def make_topic(root: Path, queues: int, count: int, keys: int = 3) -> None:
+    """``count`` records v0.. spread round-robin over the queues; key ``k<i % keys>``."""
+    broker = FileBroker(root)
+    broker.create_topic("orders", queues)
+    for q in range(queues):
+        rows = [(i, f"k{i % keys}".encode(), f"v{i}".encode(), ()) for i in range(q, count, queues)]
+        broker.append("orders", q, rows)
+    broker.close()
+
+
+@pytest.fixture
+def spawn(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., RemoteConsumer]]:
+    procs: list[RemoteConsumer] = []
+
+    def start(kind: str, **cfg: Any) -> RemoteConsumer:
+        cfg.setdefault("ttl", TTL)
+        proc = RemoteConsumer(
+            broker=str(tmp_path / "broker"),
+            topic="orders",
+            subscription="sub",
+            type=kind,
+            redis=redis_url,
+            **cfg,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+def eventually(fn: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
+    """Poll ``fn`` until it returns something truthy (the limit only ends a failing test)."""
+    deadline = time.monotonic() + limit
+    while True:
+        got = fn()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+def values(messages: list[list[Any]]) -> list[str]:
+    return [m[3] for m in messages]
+
+
+def ids(messages: list[list[Any]]) -> list[list[int]]:
+    return [[m[0], m[1]] for m in messages]
+
+
+def test_exclusive_is_busy_across_processes_until_its_consumer_dies(
+    spawn: Callable[..., RemoteConsumer], tmp_path: Path
+) -> None:
+    make_topic(tmp_path / "broker", 1, 10)
+    a, b = spawn("exclusive"), spawn("exclusive")
+    a.call("subscribe", name="a")
+    with pytest.raises(RemoteError) as busy:
+        b.call("subscribe", name="b")
+    assert busy.value.kind == "ConsumerBusyError"
+    assert "'a' is connected" in str(busy.value)
+    assert values(a.call("receive", n=3)) == ["v0", "v1", "v2"]
+    a.kill()
+
+    def join() -> bool:
+        try:
+            return bool(b.call("subscribe", name="b"))
+        except RemoteError as e:
+            assert e.kind == "ConsumerBusyError"
+            return False
+
+    eventually(join, "b subscribes once a's liveness expired")
+    got = b.call("receive", n=10)
+    # a received v0..v2 and never acknowledged them: b gets them again, first, in order.
+    assert [(m[3], m[4]) for m in got] == [(f"v{i}", int(i < 3)) for i in range(10)]
+
+
+def test_shared_round_robin_and_redelivery_of_a_killed_consumer(
+    spawn: Callable[..., RemoteConsumer], tmp_path: Path
+) -> None:
+    make_topic(tmp_path / "broker", 1, 10)
+    a, b = spawn("shared"), spawn("shared")
+    a.call("subscribe", name="a")
+    b.call("subscribe", name="b")
+    # a's receive dispatches round robin: every other message to b's receiver queue.
+    assert values(a.call("receive", n=4)) == ["v0", "v2", "v4", "v6"]
+    got_b = b.call("receive", n=3)
+    assert values(got_b) == ["v1", "v3", "v5"]
+    b_acked = {m[3]: m[4] for m in got_b}
+    b.call("ack", name="b", ids=ids(got_b))
+    a.kill()  # v0, v2, v4, v6 received, never acknowledged
+
+    def drain() -> bool:
+        got = b.call("receive", name="b", n=10, timeout=0.1)
+        b.call("ack", name="b", ids=ids(got))
+        b_acked.update({m[3]: m[4] for m in got})
+        return len(b_acked) == 10
+
+    eventually(drain, "b received every message")
+    assert b_acked == {f"v{i}": int(i in (0, 2, 4, 6)) for i in range(10)}
+    assert b.call("consumers") == ["b"]
+
+
+def test_failover_takeover_across_processes(
+    spawn: Callable[..., RemoteConsumer], tmp_path: Path
+) -> None:
+    make_topic(tmp_path / "broker", 2, 10)  # queue 0: v0 v2 ..; queue 1: v1 v3 ..
+    a, b, c = spawn("failover"), spawn("failover"), spawn("failover")
+    a.call("subscribe", name="a")
+    b.call("subscribe", name="b")
+    c.call("subscribe", name="c", priority=1)  # a standby
+    assert [c.call("active", queue=q) for q in (0, 1)] == ["a", "b"]
+    assert values(a.call("receive", name="a", n=10)) == ["v0", "v2", "v4", "v6", "v8"]
+    assert c.call("receive", name="c", n=10) == []
+    a.kill()
+    eventually(lambda: b.call("active", queue=0) == "b", "b takes over queue 0")
+    got = b.call("receive", name="b", n=10)
+    by_queue = {q: [(m[3], m[4]) for m in got if m[0] == q] for q in (0, 1)}
+    assert by_queue[0] == [(f"v{i}", 1) for i in range(0, 10, 2)]  # redelivered, in order
+    assert by_queue[1] == [(f"v{i}", 0) for i in range(1, 10, 2)]
+    b.call("ack_cumulative", name="b", ids=[[0, 4]])
+    b.call("close", name="b")
+    assert [c.call("active", queue=q) for q in (0, 1)] == ["c", "c"]
+    # queue 0 was acknowledged; queue 1's messages come again to c
+    assert [(m[3], m[4]) for m in c.call("receive", name="c", n=10)] == [
+        (f"v{i}", 1) for i in range(1, 10, 2)
+    ]
+
+
+@pytest.mark.parametrize("selector", ["consistent_hashing", "auto_split", "sticky"])
+def test_key_shared_order_holds_when_a_consumer_joins_mid_stream(
+    spawn: Callable[..., RemoteConsumer], tmp_path: Path, selector: str
+) -> None:
+    make_topic(tmp_path / "broker", 2, 120, keys=16)
+    ranges = {"a": [[0, 21844]], "b": [[21845, 43689]], "c": [[43690, 65535]]}
+    procs: dict[str, RemoteConsumer] = {}
+
+    def join(name: str) -> None:
+        procs[name] = spawn("key_shared", selector=selector, receiver_queue_size=10)
+        extra = {"ranges": ranges[name]} if selector == "sticky" else {}
+        procs[name].call("subscribe", name=name, **extra)
+
+    join("a")
+    join("b")
+    delivered: list[tuple[str, int, int, str, int]] = []  # (consumer, queue, offset, key, rc)
+    acked: set[tuple[int, int]] = set()
+    unacked: dict[str, list[list[int]]] = {}
+    rounds = 0
+    while len(acked) < 120:
+        rounds += 1
+        assert rounds < 1000, f"stuck with {len(acked)} of 120 acknowledged"
+        if rounds == 4:
+            join("c")  # while a's and b's messages are outstanding
+        for name, proc in procs.items():
+            got = proc.call("receive", name=name, n=5, timeout=0.02)
+            for q, o, key, _, rc in got:
+                # every earlier message of the key was delivered and acknowledged
+                earlier = [(q2, o2) for _, q2, o2, k, _ in delivered if k == key]
+                assert all(
+                    e in acked or d == name for e, d in zip(earlier, _owners(delivered, key))
+                )
+                assert all(o2 < o for _, o2 in earlier)
+                delivered.append((name, q, o, key, rc))
+            # acknowledge what it received the round before (messages stay outstanding)
+            proc.call("ack", name=name, ids=unacked.get(name, []))
+            acked.update((q, o) for q, o in unacked.get(name, []))
+            unacked[name] = ids(got)
+    assert sorted((q, o) for _, q, o, _, _ in delivered) == sorted(acked)
+    assert len(delivered) == 120 and {d[4] for d in delivered} == {0}
+    for key in {d[3] for d in delivered}:
+        owners = _owners(delivered, key)
+        changes = [(x, y) for x, y in zip(owners, owners[1:]) if x != y]
+        # a key stays on its consumer; it may move once, to the consumer that joined
+        assert changes in ([], [(owners[0], "c")]), (key, owners)
+    assert any(d[0] == "c" for d in delivered), "the joining consumer took no key"
+
+
+def _owners(delivered: list[tuple[str, int, int, str, int]], key: str) -> list[str]:
+    return [d[0] for d in delivered if d[3] == key]
