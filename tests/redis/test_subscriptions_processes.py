@@ -7,6 +7,7 @@ drives them one command at a time and SIGKILLs them by pid.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -176,12 +177,12 @@ def test_key_shared_order_holds_when_a_consumer_joins_mid_stream(
         for name, proc in procs.items():
             got = proc.call("receive", name=name, n=5, timeout=0.02)
             for q, o, key, _, rc in got:
-                # every earlier message of the key was delivered and acknowledged
-                earlier = [(q2, o2) for _, q2, o2, k, _ in delivered if k == key]
-                assert all(
-                    e in acked or d == name for e, d in zip(earlier, _owners(delivered, key))
-                )
-                assert all(o2 < o for _, o2 in earlier)
+                # every earlier message of the key went to this consumer or was
+                # acknowledged, and came earlier in its queue
+                for d, q2, o2, k, _ in delivered:
+                    if k == key:
+                        assert d == name or (q2, o2) in acked, (key, d, name)
+                        assert (q2, o2) < (q, o), (key, (q2, o2), (q, o))
                 delivered.append((name, q, o, key, rc))
             # acknowledge what it received the round before (messages stay outstanding)
             proc.call("ack", name=name, ids=unacked.get(name, []))
@@ -191,7 +192,7 @@ def test_key_shared_order_holds_when_a_consumer_joins_mid_stream(
     assert len(delivered) == 120 and {d[4] for d in delivered} == {0}
     for key in {d[3] for d in delivered}:
         owners = _owners(delivered, key)
-        changes = [(x, y) for x, y in zip(owners, owners[1:]) if x != y]
+        changes = [(x, y) for x, y in itertools.pairwise(owners) if x != y]
         # a key stays on its consumer; it may move once, to the consumer that joined
         assert changes in ([], [(owners[0], "c")]), (key, owners)
     assert any(d[0] == "c" for d in delivered), "the joining consumer took no key"
