@@ -42,7 +42,7 @@ from rstreams.runtime.queues.base import LogRecord
 if TYPE_CHECKING:
     import redis
 
-    from rstreams.runtime.subscriptions.subscription import Consumer, Subscription
+    from rstreams.runtime.subscriptions.subscription import Consumer, Subscription, _Cursor
 
 T = TypeVar("T")
 
@@ -63,6 +63,9 @@ class RedisState:
         namespace: str,
         consumer_ttl: float,
         selector_spec: Any,
+        *,
+        new_cursor: Callable[[int, int], _Cursor],
+        new_consumer: Callable[[Subscription, str, int, int], Consumer],
     ) -> None:
         import redis
 
@@ -77,6 +80,8 @@ class RedisState:
         if not namespace:
             raise ConfigError("a subscription in Redis needs a non-empty namespace")
         self.sub = sub
+        # (the classes come from subscription.py, which imports this module)
+        self.new_cursor, self.new_consumer = new_cursor, new_consumer
         self.client = redis.Redis.from_url(client) if isinstance(client, str) else client
         self.key = f"rs:{{{namespace}}}:sub:{sub.topic}:{sub.name}"
         self.ttl_ms = max(1, int(consumer_ttl * 1000))
@@ -181,11 +186,9 @@ class RedisState:
     def _fresh(self) -> None:
         """A subscription nobody opened yet: positions from the broker's committed
         offsets, no consumers."""
-        from rstreams.runtime.subscriptions.subscription import _Cursor
-
         sub, broker = self.sub, self.sub.broker
         sub._cursors = [
-            _Cursor(
+            self.new_cursor(
                 q, max(broker.committed(sub.name, sub.topic, q), broker.start_offset(sub.topic, q))
             )
             for q in range(sub.queue_count)
@@ -219,8 +222,6 @@ class RedisState:
             )
 
     def _load(self, state: dict[str, Any] | None) -> None:
-        from rstreams.runtime.subscriptions.subscription import Consumer, _Cursor
-
         if state is None:
             self._fresh()
             return
@@ -230,14 +231,14 @@ class RedisState:
         for seq, name, priority, _ in state["consumers"]:
             consumer = self.known.get(seq) or self.local.get(seq)
             if consumer is None:
-                consumer = Consumer(sub, name, priority, seq)
+                consumer = self.new_consumer(sub, name, priority, seq)
             consumer._inbox.clear()
             known[seq] = consumer
         self.known = known
         self._fetch(state["cursors"])
         sub._cursors = []
         for q, cs in enumerate(state["cursors"]):
-            cursor = _Cursor(q, cs["read"])
+            cursor = self.new_cursor(q, cs["read"])
             cursor.committed = cs["committed"]
             cursor.pending = {o: (known[s], self.records[(q, o)]) for o, s in cs["pending"]}
             cursor.replay = {o: self.records[(q, o)] for o in cs["replay"]}

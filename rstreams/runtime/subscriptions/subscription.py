@@ -232,7 +232,15 @@ class Subscription:
         if redis is not None:
             from rstreams.runtime.subscriptions.redisstate import RedisState
 
-            self._shared = RedisState(self, redis, namespace, consumer_ttl, key_shared_selector)
+            self._shared = RedisState(
+                self,
+                redis,
+                namespace,
+                consumer_ttl,
+                key_shared_selector,
+                new_cursor=_Cursor,
+                new_consumer=Consumer,
+            )
 
     def _apply(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the subscription's state: under the lock in-process; on the
