@@ -1,6 +1,7 @@
 """A subscription consumer in a process of its own, for the cross-process tests.
 
-Run as ``python subconsumer.py '<json config>'``: it opens a FileBroker and a
+Run as ``python subconsumer.py '<json config>'``: it opens a FileBroker (or a
+RedisBroker when the config names a ``job``) and a
 ``Subscription(..., redis=url)``, then answers one JSON line on stdout per JSON command
 line on stdin. :class:`RemoteConsumer` starts and drives one (and SIGKILLs it by pid).
 """
@@ -54,10 +55,14 @@ def _handle(sub: Any, consumers: dict[str, Any], cmd: dict[str, Any]) -> Any:
 
 def main() -> None:
     from rstreams.runtime.queues import FileBroker
+    from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
     from rstreams.runtime.subscriptions import Subscription
 
     cfg = json.loads(sys.argv[1])
-    broker = FileBroker(cfg["broker"])
+    if cfg.get("job"):  # the records in Redis too: a RedisBroker of that job
+        broker: Any = RedisBroker.open(RedisTarget.parse(cfg["redis"]), cfg["job"])
+    else:
+        broker = FileBroker(cfg["broker"])
     sub = Subscription(
         broker,
         cfg["topic"],

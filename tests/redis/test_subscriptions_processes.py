@@ -17,6 +17,7 @@ import pytest
 from subconsumer import RemoteConsumer, RemoteError
 
 from rstreams.runtime.queues import FileBroker
+from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 
 TTL = 1.0  # seconds without heartbeat before a killed consumer is removed
 
@@ -200,3 +201,38 @@ def test_key_shared_order_holds_when_a_consumer_joins_mid_stream(
 
 def _owners(delivered: list[tuple[str, int, int, str, int]], key: str) -> list[str]:
     return [d[0] for d in delivered if d[3] == key]
+
+
+def test_shared_on_a_redis_broker_while_records_arrive(
+    spawn: Callable[..., RemoteConsumer], redis_url: str
+) -> None:
+    """Records and subscription state both in Redis (a RedisBroker of job "j1"); the
+    producer appends while three consumer processes read, and one of them is killed."""
+    broker = RedisBroker.open(RedisTarget.parse(redis_url), "j1")
+    broker.create_topic("orders", 2)
+    procs = {name: spawn("shared", job="j1", receiver_queue_size=5) for name in "abc"}
+    for name, proc in procs.items():
+        proc.call("subscribe", name=name)
+    acked: dict[str, int] = {}
+    killed: list[str] = []
+    sent = 0
+    while len(acked) < 100:
+        if sent < 100:
+            for q in (0, 1):
+                broker.append("orders", q, [(sent, b"k", b"v%d" % (sent + i), ()) for i in (0, 1)])
+                sent += 2
+        for name, proc in procs.items():
+            got = proc.call("receive", n=7, timeout=0.02)
+            if name == "b" and got and not killed:
+                killed = values(got)  # received, never acknowledged
+                proc.kill()
+                break
+            proc.call("ack", ids=ids(got))
+            acked.update({m[3]: m[4] for m in got})
+        if killed:
+            procs.pop("b", None)
+    assert sorted(acked) == sorted(f"v{i}" for i in range(100))
+    assert killed and all(acked[v] == 1 for v in killed)
+    assert [broker.committed("sub", "orders", q) for q in (0, 1)] == [50, 50]
+    assert broker.client.exists("rs:{j1}:sub:orders:sub")
+    broker.close()

@@ -8,6 +8,8 @@ if each consumer were in its own process); every answer must be the same.
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,3 +149,12 @@ def test_closing_a_subscription_closes_only_its_own_consumers(redis_url: str) ->
     assert [c.name for c in second.consumers] == ["b"]
     with pytest.raises(ConsumerClosedError):
         a.receive()
+
+
+def test_docs_example_runs(redis_url: str) -> None:
+    """docs/groups.md's Redis example (a ``py`` block), against the test's server."""
+    text = (Path(__file__).parents[2] / "docs" / "groups.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```py\n(.*?)```", text, re.S)
+    assert len(blocks) == 1
+    exec(blocks[0].replace("redis://127.0.0.1:6379/0", redis_url), {})
+    assert redis.Redis.from_url(redis_url).exists("rs:{shop}:sub:orders:billing")

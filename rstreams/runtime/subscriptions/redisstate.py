@@ -42,6 +42,7 @@ from rstreams.runtime.queues.base import LogRecord
 if TYPE_CHECKING:
     import redis
 
+    from rstreams.runtime.queues.redisstreams import RedisTarget
     from rstreams.runtime.subscriptions.subscription import Consumer, Subscription, _Cursor
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class RedisState:
     def __init__(
         self,
         sub: Subscription,
-        client: str | redis.Redis,
+        client: str | RedisTarget | redis.Redis,
         namespace: str,
         consumer_ttl: float,
         selector_spec: Any,
@@ -67,8 +68,6 @@ class RedisState:
         new_cursor: Callable[[int, int], _Cursor],
         new_consumer: Callable[[Subscription, str, int, int], Consumer],
     ) -> None:
-        import redis
-
         if sub.selector is not None and not isinstance(selector_spec, str):
             raise ConfigError(
                 "a key_shared subscription whose state is in Redis needs a named selector "
@@ -77,12 +76,15 @@ class RedisState:
             )
         if consumer_ttl <= 0:
             raise ConfigError(f"consumer_ttl must be > 0 seconds; got {consumer_ttl}")
-        if not namespace:
-            raise ConfigError("a subscription in Redis needs a non-empty namespace")
+        if not namespace or set(namespace) & set("{}"):
+            raise ConfigError(
+                f"a subscription's Redis namespace must be a non-empty name without braces; "
+                f"got {namespace!r}"
+            )
         self.sub = sub
         # (the classes come from subscription.py, which imports this module)
         self.new_cursor, self.new_consumer = new_cursor, new_consumer
-        self.client = redis.Redis.from_url(client) if isinstance(client, str) else client
+        self.client = _client(client)
         self.key = f"rs:{{{namespace}}}:sub:{sub.topic}:{sub.name}"
         self.ttl_ms = max(1, int(consumer_ttl * 1000))
         self.selector_spec = selector_spec if sub.selector is not None else None
@@ -316,6 +318,16 @@ class RedisState:
             else sub.selector.export(lambda c: c.seq),
         }
         return json.dumps(state, separators=(",", ":"))
+
+
+def _client(spec: str | RedisTarget | redis.Redis) -> redis.Redis:
+    """A checked client (reachable, authenticated, Redis >= 7.0) of a URL or target, as
+    the Redis broker connects; a client is used as given."""
+    from rstreams.runtime.queues.redisstreams import RedisTarget, connect
+
+    if isinstance(spec, str):
+        spec = RedisTarget.parse(spec)
+    return connect(spec) if isinstance(spec, RedisTarget) else spec
 
 
 __all__ = ["FORMAT", "RedisState"]

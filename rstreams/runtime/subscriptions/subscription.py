@@ -168,9 +168,10 @@ class Subscription:
     yet received; ``max_look_ahead`` caps the messages held back (key_shared) before
     reading from the broker pauses.
 
-    ``redis`` (a ``redis://`` URL or a ``redis.Redis`` client) moves the subscription's
-    state to Redis, so consumers in other processes and hosts that open the same
-    ``namespace``, topic and name share it (see
+    ``redis`` (a ``redis://`` URL, a ``RedisTarget`` or a ``redis.Redis`` client) moves
+    the subscription's state to Redis, so consumers in other processes and hosts that
+    open the same ``namespace`` (default: a RedisBroker's job, else ``"default"``), topic
+    and name share it (see
     :mod:`rstreams.runtime.subscriptions.redisstate`); a consumer whose process stops
     refreshing its liveness for ``consumer_ttl`` seconds is removed and its
     unacknowledged messages go to the others.
@@ -189,7 +190,7 @@ class Subscription:
         max_look_ahead: int = 10_000,
         read_batch: int = 100,
         redis: Any = None,
-        namespace: str = "default",
+        namespace: str | None = None,
         consumer_ttl: float = 10.0,
     ) -> None:
         if not name:
@@ -235,7 +236,7 @@ class Subscription:
             self._shared = RedisState(
                 self,
                 redis,
-                namespace,
+                namespace or getattr(broker, "namespace", None) or "default",
                 consumer_ttl,
                 key_shared_selector,
                 new_cursor=_Cursor,
