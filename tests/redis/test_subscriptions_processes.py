@@ -73,12 +73,20 @@ def ids(messages: list[list[Any]]) -> list[list[int]]:
     return [[m[0], m[1]] for m in messages]
 
 
+def a_and_b(
+    spawn: Callable[..., RemoteConsumer], root: Path, kind: str
+) -> tuple[RemoteConsumer, RemoteConsumer]:
+    """Ten records on one queue, two consumer processes; "a" subscribed."""
+    make_topic(root, 1, 10)
+    a, b = spawn(kind), spawn(kind)
+    a.call("subscribe", name="a")
+    return a, b
+
+
 def test_exclusive_is_busy_across_processes_until_its_consumer_dies(
     spawn: Callable[..., RemoteConsumer], tmp_path: Path
 ) -> None:
-    make_topic(tmp_path / "broker", 1, 10)
-    a, b = spawn("exclusive"), spawn("exclusive")
-    a.call("subscribe", name="a")
+    a, b = a_and_b(spawn, tmp_path / "broker", "exclusive")
     with pytest.raises(RemoteError) as busy:
         b.call("subscribe", name="b")
     assert busy.value.kind == "ConsumerBusyError"
@@ -102,9 +110,7 @@ def test_exclusive_is_busy_across_processes_until_its_consumer_dies(
 def test_shared_round_robin_and_redelivery_of_a_killed_consumer(
     spawn: Callable[..., RemoteConsumer], tmp_path: Path
 ) -> None:
-    make_topic(tmp_path / "broker", 1, 10)
-    a, b = spawn("shared"), spawn("shared")
-    a.call("subscribe", name="a")
+    a, b = a_and_b(spawn, tmp_path / "broker", "shared")
     b.call("subscribe", name="b")
     # a's receive dispatches round robin: every other message to b's receiver queue.
     assert values(a.call("receive", n=4)) == ["v0", "v2", "v4", "v6"]
