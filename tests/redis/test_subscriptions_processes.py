@@ -242,3 +242,15 @@ def test_shared_on_a_redis_broker_while_records_arrive(
     assert [broker.committed("sub", "orders", q) for q in (0, 1)] == [50, 50]
     assert broker.client.exists("rs:{j1}:sub:orders:sub")
     broker.close()
+
+
+def test_an_idle_consumer_stays_and_one_that_exits_leaves_at_once(
+    spawn: Callable[..., RemoteConsumer], tmp_path: Path
+) -> None:
+    a, b = a_and_b(spawn, tmp_path / "broker", "failover")
+    b.call("subscribe", name="b")
+    time.sleep(3 * TTL)  # a calls nothing meanwhile: its heartbeat thread keeps it
+    assert b.call("consumers") == ["a", "b"]
+    a.stop()  # ends without closing its consumer
+    assert b.call("consumers") == ["b"]
+    assert b.call("active", queue=0) == "b"

@@ -28,10 +28,13 @@ the transaction succeeded.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
 import json
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -94,6 +97,9 @@ class RedisState:
         self.commits: dict[int, int] = {}
         self._heartbeat: threading.Thread | None = None
         self.run(lambda: None)  # fail now on a wrong type, selector or queue count
+        # A process that ends without closing its consumers lets them go at once, as a
+        # closed Pulsar connection does; only a killed one waits for consumer_ttl.
+        atexit.register(_leave_at_exit, weakref.ref(sub))
 
     def _alive_key(self, seq: int) -> str:
         return f"{self.key}:alive:{seq}"
@@ -318,6 +324,14 @@ class RedisState:
             else sub.selector.export(lambda c: c.seq),
         }
         return json.dumps(state, separators=(",", ":"))
+
+
+def _leave_at_exit(ref: weakref.ref[Subscription]) -> None:
+    sub = ref()
+    if sub is not None and sub._shared is not None:
+        with contextlib.suppress(Exception):  # Redis may be gone already: the TTL does it
+            for consumer in sub._shared.local_consumers():
+                consumer.close()
 
 
 def _client(spec: str | RedisTarget | redis.Redis) -> redis.Redis:
