@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import re
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +160,31 @@ def test_docs_example_runs(redis_url: str) -> None:
     assert len(blocks) == 1
     exec(blocks[0].replace("redis://127.0.0.1:6379/0", redis_url), {})
     assert redis.Redis.from_url(redis_url).exists("rs:{shop}:sub:orders:billing")
+
+
+def test_a_redis_restart_loses_nothing(own_redis: Any) -> None:
+    """Redis SIGKILLed between operations, and restarted (appendfsync always) while the
+    next operation waits for it: that operation retries until Redis is back, and the
+    subscription goes on where it was."""
+    broker = broker_with(2, 40)
+    sub_a = Subscription(broker, "orders", "s", "shared", redis=own_redis.url, read_batch=3)
+    sub_b = Subscription(broker, "orders", "s", "shared", redis=own_redis.url, read_batch=3)
+    a, b = sub_a.subscribe("a"), sub_b.subscribe("b")
+    acked: list[bytes] = []
+    for i in range(12):
+        consumer = (a, b)[i % 2]
+        got = consumer.receive(3)
+        if i % 4 == 1:
+            own_redis.stop(signal.SIGKILL)
+            back = threading.Timer(0.3, own_redis.start)
+            back.start()
+            consumer.ack(got)  # refused until Redis is back: retried meanwhile
+            back.join()
+        else:
+            consumer.ack(got)
+        acked += [m.value for m in got]
+    while got := a.receive(10) + b.receive(10):
+        a.ack(got)
+        acked += [m.value for m in got]
+    assert sorted(acked) == sorted(b"v%d" % i for i in range(40))
+    assert sub_a.committed() == {0: 20, 1: 20}

@@ -96,6 +96,7 @@ class RedisState:
         self.records: dict[tuple[int, int], LogRecord] = {}  # pending/held, by (queue, offset)
         self.commits: dict[int, int] = {}
         self._heartbeat: threading.Thread | None = None
+        self.executing = False
         self.run(lambda: None)  # fail now on a wrong type, selector or queue count
         # A process that ends without closing its consumers lets them go at once, as a
         # closed Pulsar connection does; only a killed one waits for consumer_ttl.
@@ -116,16 +117,30 @@ class RedisState:
 
     def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the state loaded from Redis and save it atomically (retrying
-        when another process changed the state in between)."""
+        when another process changed the state in between).
+
+        A connection error before the transaction was sent is retried with backoff for
+        up to ``consumer_ttl`` (nothing was applied: Redis restarting, a dropped
+        connection); one while it was being sent is raised, as it may have been applied.
+        """
         import redis
 
         sub = self.sub
+        deadline = time.monotonic() + self.ttl_ms / 1000
+        backoff = 0.01
         with sub._lock:
             while True:
+                self.executing = False
                 with self.client.pipeline() as pipe:
                     try:
                         result, local, lost = self._attempt(pipe, fn)
                     except redis.WatchError:
+                        continue
+                    except (redis.ConnectionError, redis.TimeoutError):
+                        if self.executing or time.monotonic() > deadline:
+                            raise
+                        time.sleep(backoff)
+                        backoff = min(backoff * 2, 0.5)
                         continue
                 self.local = local
                 for consumer in lost:
@@ -164,6 +179,7 @@ class RedisState:
             pipe.set(self._alive_key(seq), b"1", px=self.ttl_ms)
         for consumer in lost:
             pipe.delete(self._alive_key(consumer.seq))
+        self.executing = True  # from here on, Redis may have applied it
         pipe.execute()
         return result, local, lost
 
