@@ -97,6 +97,7 @@ class RedisState:
         self.commits: dict[int, int] = {}
         self._heartbeat: threading.Thread | None = None
         self.executing = False
+        self.retry_for = consumer_ttl  # seconds an unreachable Redis is waited for
         self.run(lambda: None)  # fail now on a wrong type, selector or queue count
         # A process that ends without closing its consumers lets them go at once, as a
         # closed Pulsar connection does; only a killed one waits for consumer_ttl.
@@ -126,7 +127,7 @@ class RedisState:
         import redis
 
         sub = self.sub
-        deadline = time.monotonic() + self.ttl_ms / 1000
+        deadline = time.monotonic() + self.retry_for
         backoff = 0.01
         with sub._lock:
             while True:
@@ -345,6 +346,7 @@ class RedisState:
 def _leave_at_exit(ref: weakref.ref[Subscription]) -> None:
     sub = ref()
     if sub is not None and sub._shared is not None:
+        sub._shared.retry_for = 0  # never hold up the exit
         with contextlib.suppress(Exception):  # Redis may be gone already: the TTL does it
             for consumer in sub._shared.local_consumers():
                 consumer.close()
