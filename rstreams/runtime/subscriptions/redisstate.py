@@ -185,26 +185,30 @@ class RedisState:
         return result, local, lost
 
     def _start_heartbeat(self) -> None:
-        if self._heartbeat is not None and self._heartbeat.is_alive():
-            return
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"rstreams-sub-heartbeat-{self.sub.name}", daemon=True
-        )
-        self._heartbeat.start()
+        if self._heartbeat is None:
+            # It lives as long as this object (it holds only a weak reference to it).
+            self._heartbeat = threading.Thread(
+                target=_beat,
+                args=(weakref.ref(self), self.ttl_ms / 4000),
+                name=f"rstreams-sub-heartbeat-{self.sub.name}",
+                daemon=True,
+            )
+            self._heartbeat.start()
 
-    def _beat(self) -> None:
-        """Refresh this process's consumers' liveness keys while it has any."""
+    def beat(self) -> None:
+        """Refresh the liveness keys of this process's consumers."""
         import redis
 
-        while self.local:
-            try:
-                with self.client.pipeline(transaction=False) as pipe:
-                    for seq in list(self.local):
-                        pipe.set(self._alive_key(seq), b"1", px=self.ttl_ms)
-                    pipe.execute()
-            except redis.RedisError:
-                pass  # Redis unreachable: the next operation reports it
-            time.sleep(self.ttl_ms / 4000)
+        local = list(self.local)
+        if not local:
+            return
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for seq in local:
+                    pipe.set(self._alive_key(seq), b"1", px=self.ttl_ms)
+                pipe.execute()
+        except redis.RedisError:
+            pass  # Redis unreachable: the next operation reports it
 
     # -- (de)serialization ----------------------------------------------------------------
 
@@ -341,6 +345,13 @@ class RedisState:
             else sub.selector.export(lambda c: c.seq),
         }
         return json.dumps(state, separators=(",", ":"))
+
+
+def _beat(ref: weakref.ref[RedisState], interval: float) -> None:
+    while (state := ref()) is not None:
+        state.beat()
+        del state  # (no strong reference while sleeping)
+        time.sleep(interval)
 
 
 def _leave_at_exit(ref: weakref.ref[Subscription]) -> None:
