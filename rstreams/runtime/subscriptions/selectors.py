@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
 from rstreams.runtime.subscriptions.errors import ConsumerAssignError
 from rstreams.runtime.subscriptions.hashing import (
@@ -27,6 +27,10 @@ from rstreams.runtime.subscriptions.hashing import (
 C = TypeVar("C", bound=Hashable)
 
 Ranges = dict[C, list[tuple[int, int]]]
+
+#: how :meth:`export` names a consumer, and how :meth:`restore` finds it again
+Ref = Callable[[Any], int]
+Resolve = Callable[[int], Any]
 
 
 def consumer_name(consumer: Hashable) -> str:
@@ -136,6 +140,16 @@ class AutoSplitHashRangeSelector(Generic[C]):
             out.setdefault(self._owner[end], []).append((start, end))
             start = end + 1
         return out
+
+    def export(self, ref: Ref) -> list[Any]:
+        """The selector's state as JSON-able data, naming consumers by ``ref`` (its
+        layout depends on the order of joins and leaves, so it is saved, not replayed)."""
+        return [[end, ref(self._owner[end])] for end in self._ends]
+
+    def restore(self, data: list[Any], resolve: Resolve) -> None:
+        """Load what :meth:`export` gave into this empty selector."""
+        for end, r in data:
+            self._put(int(end), resolve(r))
 
 
 class _RingPoint(Generic[C]):
@@ -274,6 +288,30 @@ class ConsistentHashingSelector(Generic[C]):
             rs.sort()
         return out
 
+    def export(self, ref: Ref) -> dict[str, Any]:
+        """The ring as JSON-able data, naming consumers by ``ref`` (see
+        :meth:`AutoSplitHashRangeSelector.export`)."""
+        return {
+            "index": sorted([ref(c), i] for c, i in self._index_of.items()),
+            "ring": [
+                [slot, ref(p.selected), [ref(c) for c in p.colliding]]
+                for slot in self._keys
+                for p in [self._ring[slot]]
+            ],
+        }
+
+    def restore(self, data: dict[str, Any], resolve: Resolve) -> None:
+        """Load what :meth:`export` gave into this empty selector."""
+        for r, index in data["index"]:
+            consumer = resolve(r)
+            self._index_of[consumer] = index
+            self._used_indexes.setdefault(consumer_name(consumer), set()).add(index)
+        for slot, selected, colliding in data["ring"]:
+            point = _RingPoint(resolve(selected))
+            point.colliding = [resolve(c) for c in colliding]
+            self._ring[slot] = point
+            self._keys.append(slot)
+
 
 class StickyHashRangeSelector(Generic[C]):
     """Pulsar's HashRangeExclusiveStickyKeyConsumerSelector (Key_Shared STICKY mode).
@@ -376,6 +414,15 @@ class StickyHashRangeSelector(Generic[C]):
 
     def ranges(self) -> Ranges[C]:
         return {c: list(rs) for c, rs in self._ranges_of.items()}
+
+    def export(self, ref: Ref) -> list[Any]:
+        """Each consumer's ranges, naming consumers by ``ref``."""
+        return [[ref(c), [list(r) for r in rs]] for c, rs in self._ranges_of.items()]
+
+    def restore(self, data: list[Any], resolve: Resolve) -> None:
+        """Load what :meth:`export` gave into this empty selector."""
+        for r, ranges in data:
+            self.add_consumer(resolve(r), [tuple(x) for x in ranges])
 
 
 StickyKeySelector = (

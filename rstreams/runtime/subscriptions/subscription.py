@@ -49,8 +49,8 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
@@ -153,6 +153,8 @@ class _Cursor:
         return out[0] if out else self.read_pos
 
 
+T = TypeVar("T")
+
 _HOLD = object()  # key_shared: keep in replay, look further
 _STOP = object()  # nobody can take it now: stop this queue for this pass
 
@@ -165,6 +167,14 @@ class Subscription:
     object. ``receiver_queue_size`` caps the messages dispatched to a consumer and not
     yet received; ``max_look_ahead`` caps the messages held back (key_shared) before
     reading from the broker pauses.
+
+    ``redis`` (a ``redis://`` URL, a ``RedisTarget`` or a ``redis.Redis`` client) moves
+    the subscription's state to Redis, so consumers in other processes and hosts that
+    open the same ``namespace`` (default: a RedisBroker's job, else ``"default"``), topic
+    and name share it (see
+    :mod:`rstreams.runtime.subscriptions.redisstate`); a consumer whose process stops
+    refreshing its liveness for ``consumer_ttl`` seconds is removed and its
+    unacknowledged messages go to the others.
     """
 
     def __init__(
@@ -179,6 +189,9 @@ class Subscription:
         receiver_queue_size: int = 1000,
         max_look_ahead: int = 10_000,
         read_batch: int = 100,
+        redis: Any = None,
+        namespace: str | None = None,
+        consumer_ttl: float = 10.0,
     ) -> None:
         if not name:
             raise ConfigError("a subscription needs a non-empty name")
@@ -216,6 +229,35 @@ class Subscription:
         # key_shared: consumer -> per queue, offsets that were pending when it joined
         self._joined_behind: dict[Consumer, dict[int, set[int]]] = {}
         self._closed = False
+        self._shared: Any = None  # a RedisState when the state lives in Redis
+        if redis is not None:
+            from rstreams.runtime.subscriptions.redisstate import RedisState
+
+            self._shared = RedisState(
+                self,
+                redis,
+                namespace or getattr(broker, "namespace", None) or "default",
+                consumer_ttl,
+                key_shared_selector,
+                new_cursor=_Cursor,
+                new_consumer=Consumer,
+            )
+
+    def _apply(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the subscription's state: under the lock in-process; on the
+        state loaded from Redis and saved back atomically when it is shared."""
+        if self._shared is not None:
+            return self._shared.run(fn)
+        with self._lock:
+            return fn()
+
+    def _pause(self, seconds: float) -> None:
+        """Wait for a change: acks and joins wake us in-process; Redis is polled."""
+        if self._shared is not None:
+            time.sleep(max(seconds, self._shared.poll_interval))
+            return
+        with self._lock:
+            self._changed.wait(seconds)
 
     @staticmethod
     def _make_selector(spec: str | Any) -> Any:
@@ -246,8 +288,7 @@ class Subscription:
     @property
     def consumers(self) -> list[Consumer]:
         """Connected consumers, in the order they subscribed."""
-        with self._lock:
-            return list(self._consumers)
+        return self._apply(lambda: list(self._consumers))
 
     @property
     def queue_count(self) -> int:
@@ -264,50 +305,54 @@ class Subscription:
         ``hash_ranges`` are the inclusive slot ranges of a sticky key_shared consumer."""
         if not consumer_name:
             raise ConfigError("a consumer needs a non-empty name")
-        with self._lock:
-            self._check_open()
-            if self.type is SubscriptionType.EXCLUSIVE and self._consumers:
-                raise ConsumerBusyError(
-                    f"subscription {self.name!r} on topic {self.topic!r} is exclusive and "
-                    f"consumer {self._consumers[0].name!r} is connected; close it first, "
-                    "or use subscription_type='failover', 'shared' or 'key_shared'"
-                )
-            if hash_ranges is not None and not isinstance(self.selector, StickyHashRangeSelector):
-                raise ConfigError(
-                    "hash_ranges is only for key_shared subscriptions with the 'sticky' selector"
-                )
-            consumer = Consumer(self, consumer_name, priority, next(self._seq))
-            if isinstance(self.selector, StickyHashRangeSelector):
-                self.selector.add_consumer(consumer, hash_ranges)
-            elif self.selector is not None:
-                self.selector.add_consumer(consumer)
-            if (
-                self.selector is not None
-                and getattr(self.selector, "moves_keys_on_join", True)
-                and not self.allow_out_of_order_delivery
-            ):
-                behind = {c.queue: set(c.pending) for c in self._cursors if c.pending}
-                if behind:
-                    self._joined_behind[consumer] = behind
-            self._consumers.append(consumer)
-            self._reassign_active()
-            self._changed.notify_all()
-            return consumer
+        ranges = None if hash_ranges is None else list(hash_ranges)
+        return self._apply(lambda: self._join(consumer_name, priority, ranges))
+
+    def _join(
+        self, consumer_name: str, priority: int, hash_ranges: list[tuple[int, int]] | None
+    ) -> Consumer:
+        self._check_open()
+        if self.type is SubscriptionType.EXCLUSIVE and self._consumers:
+            raise ConsumerBusyError(
+                f"subscription {self.name!r} on topic {self.topic!r} is exclusive and "
+                f"consumer {self._consumers[0].name!r} is connected; close it first, "
+                "or use subscription_type='failover', 'shared' or 'key_shared'"
+            )
+        if hash_ranges is not None and not isinstance(self.selector, StickyHashRangeSelector):
+            raise ConfigError(
+                "hash_ranges is only for key_shared subscriptions with the 'sticky' selector"
+            )
+        consumer = Consumer(self, consumer_name, priority, next(self._seq))
+        if isinstance(self.selector, StickyHashRangeSelector):
+            self.selector.add_consumer(consumer, hash_ranges)
+        elif self.selector is not None:
+            self.selector.add_consumer(consumer)
+        if (
+            self.selector is not None
+            and getattr(self.selector, "moves_keys_on_join", True)
+            and not self.allow_out_of_order_delivery
+        ):
+            behind = {c.queue: set(c.pending) for c in self._cursors if c.pending}
+            if behind:
+                self._joined_behind[consumer] = behind
+        self._consumers.append(consumer)
+        self._reassign_active()
+        self._changed.notify_all()
+        return consumer
 
     def _remove(self, consumer: Consumer) -> None:
-        with self._lock:
-            if consumer not in self._consumers:
-                return
-            self._consumers.remove(consumer)
-            if self.selector is not None:
-                self.selector.remove_consumer(consumer)
-            self._joined_behind.pop(consumer, None)
-            for cursor in self._cursors:
-                for offset in [o for o, (c, _) in cursor.pending.items() if c is consumer]:
-                    self._to_replay(cursor, offset)
-            consumer._inbox.clear()
-            self._reassign_active()
-            self._changed.notify_all()
+        if consumer not in self._consumers:
+            return
+        self._consumers.remove(consumer)
+        if self.selector is not None:
+            self.selector.remove_consumer(consumer)
+        self._joined_behind.pop(consumer, None)
+        for cursor in self._cursors:
+            for offset in [o for o, (c, _) in cursor.pending.items() if c is consumer]:
+                self._to_replay(cursor, offset)
+        consumer._inbox.clear()
+        self._reassign_active()
+        self._changed.notify_all()
 
     def _reassign_active(self) -> None:
         if self.type is SubscriptionType.EXCLUSIVE:
@@ -329,13 +374,14 @@ class Subscription:
         """The consumer receiving queue ``queue`` (exclusive and failover subscriptions)."""
         if self.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
             raise ConfigError(f"a {self.type.value} subscription has no single active consumer")
-        with self._lock:
-            return self._active[queue]
+        return self._apply(lambda: self._active[queue])
 
     def close(self) -> None:
-        """Close every consumer; the committed offsets stay for the next Subscription."""
+        """Close every consumer (of this process, when the state is in Redis); the
+        committed offsets stay for the next Subscription."""
         with self._lock:
-            for consumer in list(self._consumers):
+            mine = self._shared.local_consumers() if self._shared else list(self._consumers)
+            for consumer in mine:
                 consumer.close()
             self._closed = True
             self._changed.notify_all()
@@ -354,13 +400,15 @@ class Subscription:
 
     def committed(self) -> dict[int, int]:
         """Per queue, the first offset not acknowledged (as committed to the broker)."""
-        with self._lock:
-            return {c.queue: c.mark() for c in self._cursors}
+        return self._apply(lambda: {c.queue: c.mark() for c in self._cursors})
 
     def _commit(self, cursor: _Cursor) -> None:
         mark = cursor.mark()
         if mark != cursor.committed:
-            self.broker.commit(self.name, self.topic, cursor.queue, mark)
+            if self._shared is not None:
+                self._shared.commit_later(cursor.queue, mark)  # once the state is saved
+            else:
+                self.broker.commit(self.name, self.topic, cursor.queue, mark)
             cursor.committed = mark
 
     # -- state changes --------------------------------------------------------------------
@@ -575,6 +623,15 @@ class Consumer:
                 f"consumer {self.name!r} of subscription {self.subscription.name!r} is closed"
             )
 
+    def _run(self, fn: Callable[[], T]) -> T:
+        """``fn`` on the subscription's state, if this consumer is still connected."""
+
+        def step() -> T:
+            self._check()
+            return fn()
+
+        return self.subscription._apply(step)
+
     def receive(self, max_messages: int = 1, timeout: float = 0.0) -> list[Message]:
         """Up to ``max_messages`` messages; waits up to ``timeout`` seconds for the first.
 
@@ -584,15 +641,13 @@ class Consumer:
             raise ValueError(f"max_messages must be >= 0; got {max_messages}")
         sub = self.subscription
         deadline = time.monotonic() + timeout
-        with sub._lock:
-            while True:
-                self._check()
-                got = sub._receive(self, max_messages) if max_messages else []
-                left = deadline - time.monotonic()
-                if got or left <= 0 or not max_messages:
-                    return got
-                # Appends to the broker do not notify us: poll, waking early on acks/joins.
-                sub._changed.wait(min(left, 0.01))
+        while True:
+            got = self._run(lambda: sub._receive(self, max_messages) if max_messages else [])
+            left = deadline - time.monotonic()
+            if got or left <= 0 or not max_messages:
+                return got
+            # Appends to the broker do not notify us: poll, waking early on acks/joins.
+            sub._pause(min(left, 0.01))
 
     def ack(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Acknowledge messages (Message objects or ``(queue, offset)`` ids).
@@ -600,9 +655,8 @@ class Consumer:
         Acknowledging twice does nothing; acknowledging a message of this subscription
         that another consumer holds is allowed (the cursor is the subscription's).
         """
-        with self.subscription._lock:
-            self._check()
-            self.subscription._ack(_refs(messages))
+        refs = _refs(messages)
+        self._run(lambda: self.subscription._ack(refs))
 
     def ack_cumulative(self, message: MessageRef) -> None:
         """Acknowledge ``message`` and every earlier message of its queue (exclusive and
@@ -613,29 +667,26 @@ class Consumer:
                 f"cumulative acknowledgement is not supported on {sub.type.value} "
                 "subscriptions; acknowledge each message"
             )
-        with sub._lock:
-            self._check()
-            sub._ack([message], cumulative=True)
+        self._run(lambda: sub._ack([message], cumulative=True))
 
     def negative_acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
         """Give messages back: they are dispatched again (to any eligible consumer)."""
-        with self.subscription._lock:
-            self._check()
-            self.subscription._nack(_refs(messages))
+        refs = _refs(messages)
+        self._run(lambda: self.subscription._nack(refs))
 
     def ranges(self) -> list[tuple[int, int]]:
         """key_shared: the slot ranges this consumer owns now."""
         sel = self.subscription.selector
         if sel is None:
             raise ConfigError("only key_shared consumers own hash ranges")
-        with self.subscription._lock:
-            return list(sel.ranges().get(self, []))
+        sub = self.subscription
+        return sub._apply(lambda: list(sub.selector.ranges().get(self, [])))
 
     def close(self) -> None:
         """Leave the subscription; unacknowledged messages go to the other consumers."""
         if self._closed:
             return
-        self.subscription._remove(self)
+        self.subscription._apply(lambda: self.subscription._remove(self))
         self._closed = True
 
     def __enter__(self) -> Consumer:
