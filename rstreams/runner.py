@@ -110,6 +110,12 @@ def _run_embedded(
         raise ConfigError("follow=True needs the durable runtime: give data_dir")
     if config.data_dir is not None or (config.workers or 1) > 1:
         return _run_durable(topology, inputs, config, progress)
+    if topology.external_sources or topology.external_sinks:
+        from rstreams.runtime.engine.external import check_external_broker
+
+        # (which says what is missing: the Redis server the streams are on)
+        check_external_broker(topology, getattr(config, "broker", None))
+        raise ConfigError("Redis streams (RedisStream) need the durable runtime: give data_dir")
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())

@@ -71,6 +71,7 @@ __all__ = [
     "input_changed",
     "last_mark",
     "read_marks",
+    "record_input_end",
     "what_changed",
 ]
 
@@ -289,6 +290,23 @@ class Input:
                 yield lines, tap.mark(start + consumed)
 
 
+def record_input_end(
+    broker: Broker, job_id: str, topic: str, queues: int, ended_at: dict[int, int]
+) -> None:
+    """The ingest reached the end of the input of ``topic`` (for now, if following it):
+    record where each of its queues ends, so that tasks that have read that far stop
+    holding event time back (see the watermarks module). ``ended_at``: what was recorded
+    last, per queue (updated)."""
+    from rstreams.runtime.engine.watermarks import ingest_group
+
+    group = ingest_group(job_id)
+    for q in range(queues):
+        end = broker.end_offset(topic, q)
+        if ended_at.get(q) != end:
+            broker.commit(group, topic, q, end)
+            ended_at[q] = end
+
+
 class Ingest:
     """Appends input files to their source topics in chunks of whole lines, round-robin
     over each topic's queues. Every chunk's last record carries the mark of what was read
@@ -365,17 +383,7 @@ class Ingest:
             time.sleep(len(lines) / self.max_rate)
 
     def _record_input_end(self, inp: Input) -> None:
-        """The ingest reached the end of ``inp``'s file (for now, if following it): record
-        where each of its queues ends, so that tasks that have read that far stop holding
-        event time back (see the watermarks module)."""
-        from rstreams.runtime.engine.watermarks import ingest_group
-
-        group = ingest_group(self.job_id)
-        for q in range(inp.queues):
-            end = self.broker.end_offset(inp.topic, q)
-            if inp.ended_at.get(q) != end:
-                self.broker.commit(group, inp.topic, q, end)
-                inp.ended_at[q] = end
+        record_input_end(self.broker, self.job_id, inp.topic, inp.queues, inp.ended_at)
 
     def counts(self) -> dict[str, int]:
         """Lines appended and bytes read in this run, and the inputs' total size (a

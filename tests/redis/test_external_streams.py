@@ -1,0 +1,183 @@
+"""Redis streams other programs own, as sources and sinks of a durable run (RedisStream):
+written and read back with a plain redis client, copied exactly once, never changed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from rstreams import RedisStream, StreamBuilder
+from rstreams.errors import ConfigError, TopologyError
+from rstreams.loader import load_topology
+from rstreams.runtime.engine.supervisor import Supervisor
+
+PIPELINE = """
+from rstreams import RedisStream, StreamBuilder
+
+def build():
+    b = StreamBuilder("shop")
+    orders = b.source(RedisStream("orders", key="id", value="amount"), "json")
+    orders.groupByKey().sum().sink(RedisStream("totals", key="id", value="total"))
+    return b
+"""
+
+#: A job topic (refunds, from a file) and an external stream (all fields) in one pipeline.
+MIXED = """
+from rstreams import RedisStream, StreamBuilder
+
+def build():
+    b = StreamBuilder("mixed")
+    orders = b.source("incoming", external=RedisStream("app:orders"))
+    refunds = b.source("refunds", "json")
+    (orders.merge(refunds)
+        .keyBy(lambda o: o["id"])
+        .sum(lambda o: float(o["amount"]))
+        .sink("net"))
+    return b
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "pipeline.py"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def run(
+    tmp_path: Path, path: str, url: str, inputs: dict[str, str] | None = None, **options: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    sup = Supervisor(
+        path, load_topology(path), inputs or {}, data_dir=tmp_path / "data", workers=1,
+        external_url=url, worker_args=["--commit-interval", "0.2"], **options,
+    )  # fmt: skip
+    try:
+        status = sup.run()
+        return status, sup.tables()
+    finally:
+        sup.close()
+
+
+def totals(r: redis.Redis) -> tuple[dict[str, float], int]:
+    """The last total per id of the stream ``totals``, and its entry count."""
+    entries = r.xrange("totals")
+    last = {f[b"id"].decode(): float(f[b"total"]) for _, f in entries}
+    return last, len(entries)
+
+
+def orders(r: redis.Redis, *rows: tuple[int, float]) -> None:
+    for i, amount in rows:
+        r.xadd("orders", {"id": i, "amount": amount})
+
+
+@pytest.mark.slow
+def test_a_stream_written_by_a_plain_client_is_summed_into_a_stream_read_by_one(
+    tmp_path: Path, redis_url: str
+) -> None:
+    r = redis.Redis.from_url(redis_url)
+    orders(r, (7, 12.5), (8, 1), (7, 0.5))
+    path = write(tmp_path, PIPELINE)
+    status, tables = run(tmp_path, path, redis_url)
+    assert status["records_in"] == 3
+    assert tables["totals"] == {"7": 13.0, "8": 1}
+    got, _ = totals(r)
+    assert got == {"7": 13.0, "8": 1.0}
+    # The source stream is only read: no entry removed, no consumer group left behind.
+    assert r.xlen("orders") == 3
+    assert r.xinfo_groups("orders") == []
+
+    # Run again: nothing is copied twice, in or out; new entries are.
+    _, before = totals(r)
+    status, tables = run(tmp_path, path, redis_url)
+    assert status["records_in"] == 0
+    assert totals(r)[1] == before
+    orders(r, (8, 2))
+    status, tables = run(tmp_path, path, redis_url)
+    assert status["records_in"] == 1
+    got, count = totals(r)
+    assert got == {"7": 13.0, "8": 3.0} and count == before + 1
+    assert r.xlen("orders") == 4 and r.xinfo_groups("orders") == []
+
+
+@pytest.mark.slow
+def test_a_job_topic_and_an_external_stream_in_one_pipeline(tmp_path: Path, redis_url: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    for i, amount in [(1, "10"), (2, "4"), (1, "5")]:
+        r.xadd("app:orders", {"id": i, "amount": amount})
+    refunds = tmp_path / "refunds.jsonl"
+    refunds.write_text('{"id": "1", "amount": -3}\n')
+    path = write(tmp_path, MIXED)
+    status, tables = run(tmp_path, path, redis_url, {"refunds": str(refunds)})
+    assert status["records_in"] == 4
+    assert tables["net"] == {"1": 12.0, "2": 4.0}
+    assert r.xlen("app:orders") == 3
+
+
+@pytest.mark.slow
+def test_entries_trimmed_before_the_job_copied_them_stop_the_run(
+    tmp_path: Path, redis_url: str
+) -> None:
+    r = redis.Redis.from_url(redis_url)
+    orders(r, (1, 1))
+    path = write(tmp_path, PIPELINE)
+    run(tmp_path, path, redis_url)
+    copied = r.xrange("orders")[-1][0].decode()
+    orders(r, (2, 1), (3, 1))
+    r.xtrim("orders", maxlen=1, approximate=False)  # the entry of id 2 was never copied
+    with pytest.raises(ConfigError) as e:
+        run(tmp_path, path, redis_url)
+    msg = str(e.value)
+    assert "'orders'" in msg and copied in msg and "lost" in msg and "--fresh" in msg
+
+
+def test_a_stream_deleted_under_the_job_is_reported(tmp_path: Path, redis_url: str) -> None:
+    from rstreams.runtime.engine.external import ExternalIngest, StreamPosition
+    from rstreams.runtime.queues.memory import MemoryBroker
+
+    r = redis.Redis.from_url(redis_url)
+    orders(r, (1, 1))
+    b = StreamBuilder("j")
+    b.source(RedisStream("orders", value="amount")).sink("out")
+    topology = b.build()
+    broker = MemoryBroker()
+    broker.create_topic("orders", 2)
+    ingest = ExternalIngest(r, broker, topology, {"orders": 2}, chunk=10, follow=True)
+    assert ingest.step() and ingest.copied() == 1
+    assert ingest.sources[0].position == StreamPosition("orders", r.xrange("orders")[0][0].decode(), 1)
+    r.delete("orders")
+    with pytest.raises(ConfigError, match="no longer exists"):
+        ingest.step()
+    r.xadd("orders", {"amount": 1})  # created again: fewer entries than were copied
+    r.xadd("orders", {"amount": 1})
+    r.xdel("orders", r.xrange("orders")[0][0])
+    with pytest.raises(ConfigError, match="deleted and created again|lost"):
+        ingest.step()
+
+
+def test_external_streams_need_a_redis_broker(tmp_path: Path) -> None:
+    import rstreams
+
+    path = write(tmp_path, PIPELINE)
+    with pytest.raises(ConfigError, match=r"--broker redis://"):
+        Supervisor(path, load_topology(path), {}, data_dir=tmp_path / "data", workers=1)
+    with pytest.raises(ConfigError, match=r"--broker redis://"):
+        rstreams.run(load_topology(path), {})
+    with pytest.raises(ConfigError, match="bind no input file"):
+        rstreams.run(load_topology(path), {"orders": path})
+
+
+def test_the_spec_is_checked_where_it_is_written() -> None:
+    with pytest.raises(TopologyError, match="timestamp"):
+        RedisStream("s", timestamp="ts")
+    with pytest.raises(TopologyError, match="external=RedisStream"):
+        StreamBuilder("j").source(RedisStream("app:orders"))
+    b = StreamBuilder("j")
+    b.source("o", external=RedisStream("app:orders", timestamp="field:ts")).sink(
+        RedisStream("out", value="v")
+    )
+    t = b.build()
+    assert t.external_sources["o"].timestamp_field == "ts"
+    assert t.external_sinks == {"out": RedisStream("out", value="v")}
