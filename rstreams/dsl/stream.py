@@ -140,7 +140,9 @@ class StreamBuilder:
             external=external,
         )
         self.pipeline.sources[topic] = node
-        return RStream(self, node)
+        # An external stream's entries are copied round-robin over the topic's queues (a
+        # chunk and its position in one append): keyed steps shuffle them by key first.
+        return RStream(self, node, repartition=external is not None)
 
     def build(self) -> Topology:
         """Compile the pipeline into a :class:`~rstreams.planner.topology.Topology`."""

@@ -54,8 +54,8 @@ __all__ = [
     "Externals",
     "StreamPosition",
     "check_external_broker",
-    "entry_fields",
     "egress_key",
+    "entry_fields",
     "entry_record",
     "last_position",
 ]
@@ -184,11 +184,10 @@ def entry_fields(spec: RedisStream, key: Any, value: Any, timestamp: int) -> dic
 
 def _lost(topic: str, pos: StreamPosition, what: str) -> ConfigError:
     return ConfigError(
-        f"the Redis stream {pos.stream!r} (source topic {topic!r}) {what}, after entry "
-        f"{pos.id}, the last one the job copied: the job can not read them, and will not "
-        f"skip them silently. Keep entries until the job has copied them (trim with "
-        f"XTRIM {pos.stream} MINID below the job's position), or run with --fresh to start "
-        f"over from what the stream holds now"
+        f"the Redis stream {pos.stream!r} (source topic {topic!r}) {what}; the job had "
+        f"copied it up to entry {pos.id} and will not skip what it can not read. Keep "
+        f"entries until the job has copied them (trim with XTRIM {pos.stream} MINID <an id "
+        f"at most {pos.id}>), or run with --fresh to start over from what the stream holds now"
     )
 
 
@@ -302,18 +301,24 @@ class ExternalIngest:
         at_end = len(entries) < self.chunk
         if pos.id == "0-0":  # the first read: what is gone already was never the job's
             return added - len(entries) if at_end else added - int(info["length"])
-        if added < pos.added:
+        if added < pos.added or (at_end and added - pos.added < len(entries)):
+            # (entries-added restarted: more entries after the position than were added)
             raise _lost(
                 src.topic, pos,
-                f"was deleted and created again (it was given {added} entries; the job "
-                f"had copied {pos.added})",
+                f"was deleted and created again (it was given {added} entries in all, "
+                f"{len(entries)} of them after the {pos.added} the job counted)",
             )  # fmt: skip
         deleted = _id(info.get("max-deleted-entry-id") or b"0-0")
         first = _id(entries[0][0]) if entries else None
         if deleted > _id(pos.id) and (first is None or deleted < first):
-            raise _lost(src.topic, pos, f"lost entries up to {_id_text(deleted)}")
+            raise _lost(
+                src.topic, pos, f"lost entries up to {_id_text(deleted)} (trimmed or deleted)"
+            )
         if at_end and added - pos.added > len(entries):
-            raise _lost(src.topic, pos, f"lost {added - pos.added - len(entries)} entries")
+            gone = added - pos.added - len(entries)
+            raise _lost(
+                src.topic, pos, f"lost {gone} entries the job did not copy (trimmed or deleted)"
+            )
         return pos.added
 
     def wait(self, timeout_ms: int) -> None:
