@@ -51,9 +51,6 @@ class RunCommandOptions:
         '{"key": ..., "value": ...} (- for stdout); a windowed result as '
         '{"key": ..., "window": {"start": ..., "end": ...}, ["closed": ...,] "value": ...}',
     )
-    broker: str | None = option(
-        None, flag="--broker", metavar="URL", help="broker URL (not available yet)"
-    )
     conf: tuple[str, ...] = option(
         (),
         flag="--conf",
@@ -96,7 +93,8 @@ class RunCommandOptions:
 
 #: The options of ``rstreams run``, in the order its help shows them.
 RUN_FLAGS = (
-    "input", "bind", "output", "backend", "workers", "broker", "master", "conf",
+    "input", "bind", "output", "backend", "workers", "broker", "broker_password_file",
+    "broker_tls_ca", "broker_tls_cert", "broker_tls_key", "join", "master", "conf",
     "streaming", "checkpoint", "data_dir", "fresh", "allow_topology_change", "guarantee",
     "state", "allocation", "rebalance_interval", "follow", "live", "idle_timeout",
     "in_memory", "on_error", "dead_letters", "top", "max_restarts", "metrics_port",
@@ -136,15 +134,34 @@ def _check_options(args: argparse.Namespace) -> None:
             "--in-memory, --fresh and --follow are options of the embedded runtime; "
             "with --backend spark use --streaming (and --checkpoint DIR)"
         )
-    if args.broker:
-        raise UnsupportedOperation(
-            "--broker is not available in this version; the embedded runtime runs in process"
-        )
+    _check_broker_options(args)
     for cls, name in RUN_OPTIONS:
         check_args(args, cls, [name])
     if args.in_memory and args.workers not in (None, 1):
         raise ConfigError("--in-memory runs in this process: it takes no --workers")
     _check_run_paths(args)
+
+
+def _check_broker_options(args: argparse.Namespace) -> None:
+    """--broker runs the durable embedded runtime; --join reads no input."""
+    others = [f for f, v in (("--join", args.join), ("--broker-password-file",
+              args.broker_password_file), ("--broker-tls-ca", args.broker_tls_ca),
+              ("--broker-tls-cert", args.broker_tls_cert), ("--broker-tls-key",
+              args.broker_tls_key)) if v]  # fmt: skip
+    if not args.broker:
+        if others:
+            raise ConfigError(f"{', '.join(others)} need(s) --broker URL")
+        return
+    if args.backend == "spark" or args.in_memory:
+        raise UnsupportedOperation(
+            "--broker keeps the job of the durable embedded runtime; it takes no "
+            "--in-memory or --backend spark"
+        )
+    if args.join and (args.input or args.bind or args.fresh):
+        raise ConfigError(
+            "--join starts workers for a job another run started: that run reads the "
+            "inputs (no --input, --bind or --fresh here)"
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -153,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_options(args)
     topology = load_topology(args.pipeline)
     _check_dead_letters(args, topology.job_id)
-    inputs = _inputs(args, topology)
+    inputs = {} if args.join else _inputs(args, topology)
     sinks = topology.sink_topics
     if args.output and len(sinks) != 1:
         raise ConfigError(
@@ -233,6 +250,12 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
             state=args.state,
             max_restarts=args.max_restarts,
             idle_timeout=args.idle_timeout,
+            broker=args.broker,
+            broker_password_file=args.broker_password_file,
+            broker_tls_ca=args.broker_tls_ca,
+            broker_tls_cert=args.broker_tls_cert,
+            broker_tls_key=args.broker_tls_key,
+            join=args.join,
             worker=WorkerConfig(**worker),
         )
     if args.fresh or args.follow or args.idle_timeout is not None:

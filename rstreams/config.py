@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
@@ -61,6 +62,47 @@ def dead_letter_topic(job_id: str) -> str:
     'wordcount-dead-letter'
     """
     return f"{job_id}-dead-letter"
+
+
+#: The URL schemes ``--broker`` takes: Redis, and Redis over TLS.
+BROKER_SCHEMES = ("redis", "rediss")
+
+
+def redact_url(url: str | None) -> str:
+    """``url`` with its password (if any) replaced, for reprs, logs and errors.
+
+    >>> redact_url("redis://app:s3cret@db:6379/0")
+    "'redis://app:***@db:6379/0'"
+    >>> redact_url(None)
+    'None'
+    """
+    if url is None:
+        return "None"
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return repr(url)
+        user = parts.username or ""
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return repr(urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}")))
+    except ValueError:
+        return "'<a broker URL>'"
+
+
+def _broker_url(value: str) -> str | None:
+    scheme = value.partition("://")[0]
+    if scheme in BROKER_SCHEMES and value != f"{scheme}://":
+        return None
+    return "must be redis://[USER:PASSWORD@]HOST[:PORT][/DB] (rediss:// for TLS)"
+
+
+def _broker_check(value: str) -> str | None:
+    what = _broker_url(value)
+    # (the value itself may hold a password: errors never show it)
+    if what is not None:
+        raise ConfigError(f"--broker {what}; got {redact_url(value)}")
+    return None
 
 
 def check_choice(option: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -170,6 +212,11 @@ class RunConfig:
             command line.
         idle_timeout: seconds after which a source queue with no new record stops
             holding back event time after a shuffle (durable runtime; None: never).
+        broker: the broker URL of the durable runtime (None: the file log under
+            ``data_dir``); its password never shows in a repr.
+        broker_password_file, broker_tls_ca, broker_tls_cert, broker_tls_key: the
+            broker's password, read from a file, and its TLS files.
+        join: start workers only, joining the job another run over ``broker`` started.
         worker: timing and sizing of each worker process of the durable runtime.
 
     Each option is declared once, with its command-line flag, help text and check (see
@@ -282,11 +329,55 @@ class RunConfig:
         "--follow) holds nothing back at all, so a followed run closes its windows",
         check=at_least(0),
     )
+    broker: str | None = option(
+        None,
+        flag="--broker",
+        metavar="URL",
+        help="durable runtime: keep the job's topics, offsets and group in this broker "
+        "instead of the file log under --data-dir: redis://[USER:PASSWORD@]HOST[:PORT][/DB] "
+        "(rediss:// for TLS); local state stays under --data-dir",
+        check=_broker_check,
+        show=redact_url,
+    )
+    broker_password_file: str | None = option(
+        None,
+        flag="--broker-password-file",
+        metavar="PATH",
+        help="with --broker: read the broker's password from this file (kept out of the URL, "
+        "so out of `ps`)",
+    )
+    broker_tls_ca: str | None = option(
+        None, flag="--broker-tls-ca", metavar="PATH", help="with rediss://: CA certificates"
+    )
+    broker_tls_cert: str | None = option(
+        None,
+        flag="--broker-tls-cert",
+        metavar="PATH",
+        help="with rediss://: this client's certificate",
+    )
+    broker_tls_key: str | None = option(
+        None, flag="--broker-tls-key", metavar="PATH", help="with rediss://: its private key"
+    )
+    join: bool = option(
+        False,
+        flag="--join",
+        help="with --broker: join the job another `rstreams run --broker ...` started (on "
+        "this host or another): start workers only, which join its group; no input is read "
+        "here. Ends when that run ends",
+    )
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
 
     def __attrs_post_init__(self) -> None:
         if self.worker_args:
             self.worker_config()  # (refuses worker_args the workers would refuse)
+        if self.broker is None and (self.join or self.broker_options()):
+            raise ConfigError("--join and the --broker-* options need --broker URL")
+
+    def broker_options(self) -> dict[str, str]:
+        """The ``--broker-*`` options given, by name without ``broker_``."""
+        names = ("password_file", "tls_ca", "tls_cert", "tls_key")
+        given = {n: getattr(self, f"broker_{n}") for n in names}
+        return {n: v for n, v in given.items() if v is not None}
 
     def worker_config(self) -> WorkerConfig:
         """The workers' :class:`WorkerConfig`: :attr:`worker` with :attr:`worker_args`

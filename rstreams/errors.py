@@ -164,3 +164,9 @@ class StorageError(RStreamsError, OSError):
             f"{what}{where}: {fix}, then run the same command again: it resumes from the "
             "last commit"
         )
+
+
+class FencedError(RStreamsError, RuntimeError):
+    """A commit was refused because its writer was replaced (fenced): the fence it
+    checks no longer holds the generation the writer had. Nothing of the commit was
+    applied; the writer must stop and leave its work to the one that replaced it."""

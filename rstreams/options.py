@@ -91,14 +91,17 @@ def option(
     cli_default: Any = FIELD_DEFAULT,
     converter: Callable[[Any], Any] | None = None,
     factory: Callable[[], Any] | None = None,
+    show: Callable[[Any], str] | bool = True,
 ) -> Any:
-    """An attrs field declaring one option; a value it refuses raises ConfigError."""
+    """An attrs field declaring one option; a value it refuses raises ConfigError.
+    ``show``: how a repr shows the value (a function hides a secret in it)."""
     declared = Declared(flag, help, metavar, check, errors_say_flag, cli_default)
     return attrs.field(
         default=default,
         factory=factory,
         converter=converter,
         validator=_validate,
+        repr=show,
         metadata={KEY: declared},
     )
 

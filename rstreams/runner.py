@@ -95,7 +95,8 @@ def run(
         raise UnsupportedOperation(
             f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
         )
-    check_inputs(topology, inputs)
+    if not config.join:  # (a joining run reads no input: the run it joins does)
+        check_inputs(topology, inputs)
     with tuned():
         return _run_embedded(topology, inputs, config, progress)
 
@@ -108,7 +109,7 @@ def _run_embedded(
 ) -> RunResult:
     if config.follow and config.data_dir is None:
         raise ConfigError("follow=True needs the durable runtime: give data_dir")
-    if config.data_dir is not None or (config.workers or 1) > 1:
+    if config.data_dir is not None or config.broker or (config.workers or 1) > 1:
         return _run_durable(topology, inputs, config, progress)
     if topology.external_sources or topology.external_sinks:
         from rstreams.runtime.engine.external import check_external_broker

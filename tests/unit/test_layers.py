@@ -244,6 +244,13 @@ def test_the_job_layout_sits_below_everything_that_finds_a_file() -> None:
     assert {b for a, b, _ in EDGES if a == "rstreams.runtime.layout"} == set()
 
 
+def test_the_redis_broker_is_part_of_the_queue_layer() -> None:
+    """rstreams.runtime.queues.redisstreams knows no topology, state or engine: only the
+    queue layer it belongs to and the errors."""
+    found = {b for a, b, _ in EDGES if _in(a, "rstreams.runtime.queues.redisstreams")}
+    assert {b for b in found if not _in(b, "rstreams.runtime.queues")} <= {"rstreams.errors"}
+
+
 def test_options_and_config_sit_below_the_runtimes() -> None:
     # The declarations every layer reads its options from: they import no layer.
     assert {b for a, b, _ in EDGES if a == "rstreams.options"} <= {"rstreams.errors"}

@@ -7,11 +7,19 @@ it writes them at once. Exactly-once, it builds one
 commit point, once the broker syncs it), then applies it: the outputs, the offsets, and
 last the stores. :meth:`Committer.recover` finishes a transaction a previous owner left
 half applied.
+
+On a broker with atomic transactions (Redis: ``broker.transaction(fence=...)``) and a
+``fence`` (the task's ownership token), one transaction applies the outputs, the
+changelog records, the control records, the transaction record (kept for where the
+task's time got; with no appends, nothing to redo) and the input positions, or nothing:
+a worker whose task was taken over can not write, its commit raises
+:class:`~rstreams.errors.FencedError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rstreams.errors import SerdeError
 from rstreams.runtime.engine.faults import maybe_crash
@@ -60,6 +68,7 @@ class Committer:
         producer: Producer,
         txn_topic: str,
         txn_queue: int | None,
+        fence: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
         self.task_id = task_id
         self.queue = queue
@@ -69,6 +78,8 @@ class Committer:
         self.txn_topic = txn_topic
         self.txn_queue = txn_queue
         self.exactly_once = txn_queue is not None
+        #: The task's fence, when its commits are one atomic, fenced broker transaction.
+        self.fence = fence if hasattr(broker, "transaction") else None
         #: Where the stores' changelog records go: the broker, or (exactly-once) the
         #: transaction being built.
         self.log: ChangelogLog = TransactionLog(broker) if self.exactly_once else broker
@@ -105,6 +116,8 @@ class Committer:
         if not outputs and offsets == self.committed:
             return None
         self.seq += 1
+        if self.fence is not None:
+            return self._commit_atomic(timestamp, outputs, offsets, times, changed)
         # Each append is encoded once, as the frame payload it becomes, marker included:
         # applying the transaction (now or on recovery) writes those bytes as they are.
         marker = txn_marker(self.task_id, self.seq)
@@ -120,6 +133,36 @@ class Committer:
         record = [(timestamp, None, txn.encode(), ())]
         at = self.broker.append(self.txn_topic, self.txn_queue, record)
         return Commit(txn, at, txn.written)
+
+    def _commit_atomic(
+        self,
+        timestamp: int,
+        outputs: list[tuple[tuple[str, int], TxnColumns]],
+        offsets: dict[str, int],
+        times: tuple[int, int],
+        stores: list[MeteredStore],
+    ) -> Commit:
+        """Everything of the commit in one fenced broker transaction, then the stores
+        (local: rebuilt from the changelog if the process dies before)."""
+        assert self.fence is not None and self.txn_queue is not None
+        txn = Transaction(self.task_id, self.seq, offsets, (), times)
+        broker: Any = self.broker
+        with broker.transaction(fence=self.fence()) as tx:
+            for (topic, q), columns in outputs:
+                tx.append_columns(topic, q, *columns)
+            tx.append(self.txn_topic, self.txn_queue, [(timestamp, None, txn.encode(), ())])
+            for topic, pos in offsets.items():
+                if self.committed.get(topic) != pos:
+                    tx.commit(self.group, topic, self.queue, pos)
+        maybe_crash("txn-written")
+        self.committed = dict(offsets)
+        for store in stores:
+            store.write()
+        self._commits += 1
+        if self._commits % PURGE_EVERY == 0:
+            at = self.broker.end_offset(self.txn_topic, self.txn_queue) - 1
+            self.broker.purge(self.txn_topic, self.txn_queue, at)
+        return Commit(None, 0, [q for q, _ in outputs])
 
     def apply(self, c: Commit) -> None:
         """Second phase, once the transaction is durable (the commit point): write its

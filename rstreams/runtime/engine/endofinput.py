@@ -12,11 +12,10 @@ next sub-topology is told.
 
 from __future__ import annotations
 
-import shutil
-
 import attrs
 
 from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags
 from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.layout import GroupLayout
 from rstreams.runtime.queues.broker import Broker
@@ -26,16 +25,20 @@ from rstreams.runtime.queues.broker import Broker
 class EndOfInput:
     """Tells when the job's group has committed all its input, and declares end of input
     one sub-topology at a time (the supervisor's side; workers answer in
-    ``Worker._end_of_input``). ``queue_counts``: of every topic of ``topology``."""
+    ``Worker._end_of_input``). ``queue_counts``: of every topic of ``topology``;
+    ``flags``: where declarations and answers are kept (default: files of ``group``)."""
 
     broker: Broker
     topology: Topology
     queue_counts: dict[str, int]
     group: GroupLayout
+    flags: EoiFlags = attrs.field(
+        default=attrs.Factory(lambda self: FileEoiFlags(self.group), takes_self=True)
+    )
 
     def reset(self) -> None:
         """A new bounded run: end of input is declared afresh when its input is done."""
-        shutil.rmtree(self.group.eoi, ignore_errors=True)
+        self.flags.reset()
 
     def _queues(self) -> list[tuple[str, int]]:
         """Every input queue of every sub-topology, upstream first."""
@@ -62,14 +65,13 @@ class EndOfInput:
         """Declare end of input to the next sub-topology (upstream first) once the
         previous one's tasks all finished and their output is processed. True when all
         are done."""
-        self.group.eoi.mkdir(parents=True, exist_ok=True)
+        flags = self.flags
         for sub in self.topology.subtopologies:
             n = max(self.queue_counts[t] for t in sub.source_topics)
-            declared = self.group.eoi_declared(sub.id)
-            if not declared.exists():
-                declared.touch()
+            if not flags.declared(sub.id):
+                flags.declare(sub.id)
                 return False
-            if not all(self.group.eoi_done(TaskId(sub.id, q)).exists() for q in range(n)):
+            if not all(flags.done(TaskId(sub.id, q)) for q in range(n)):
                 return False
         return True
 

@@ -46,16 +46,21 @@ from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, defa
 from rstreams.errors import ConfigError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
+from rstreams.runtime.engine.brokers import (
+    drop_job,
+    on_redis,
+    open_broker,
+    open_eoi_flags,
+    open_job_lock,
+)
 from rstreams.runtime.engine.collect import Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.endofinput import EndOfInput
 from rstreams.runtime.engine.external import Externals, check_external_broker
 from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
-from rstreams.runtime.engine.joblock import JobLock
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
-from rstreams.runtime.engine.worker import open_broker
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.fsck import refuse_if_repaired
@@ -116,7 +121,7 @@ class Supervisor:
         self.group_dir = self.layout.coordination.dir
         self.skipped_before = 0
         # One run per job at a time, from before --fresh deletes anything until close().
-        self.lock = JobLock(data_dir, topology.job_id).acquire()
+        self.lock = open_job_lock(data_dir, topology.job_id, config).acquire()
         try:
             self._open(inputs, max_ingest_rate)
         except BaseException:  # (a failed start must not keep the job locked)
@@ -133,9 +138,11 @@ class Supervisor:
         config, topology, job = self.config, self.topology, self.topology.job_id
         if config.fresh and self.root.exists():
             shutil.rmtree(self.root)
+        if config.fresh and on_redis(config):
+            drop_job(config, job)  # (its streams, offsets and group; not the lock)
         refuse_if_repaired(self.root)  # a repair removed records this job consumed
         self.root.mkdir(parents=True, exist_ok=True)
-        self.broker = open_broker(self.root)
+        self.broker = open_broker(self.root, config)
         # Refuse an input that no longer holds what the job read of it, before any work
         # (recording the topology is some).
         read = read_marks(self.broker, inputs)
@@ -159,7 +166,9 @@ class Supervisor:
             committed=lambda: self.broker.group_offsets(job),
         )  # fmt: skip
         group = self.layout.coordination
-        self.end_of_input = EndOfInput(self.broker, topology, self.queue_counts, group)
+        self.end_of_input = EndOfInput(
+            self.broker, topology, self.queue_counts, group, open_eoi_flags(group, job, config)
+        )
         self.collector = Collector(self.broker, topology, self.queue_counts, group)
         self.inputs = [
             Input(topic, path, self.queue_counts[topic], read[topic])
@@ -367,9 +376,13 @@ def run_durable(
     *,
     progress: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Run on worker processes over the file log; returns a
-    :class:`~rstreams.runtime.results.RunResult`."""
+    """Run on worker processes over the file log (or ``config.broker``); returns a
+    :class:`~rstreams.runtime.results.RunResult`. With ``config.join``, only this host's
+    workers of a job another run owns (see the joined module)."""
     from rstreams.runtime.results import Progress, RunResult
+
+    if config.join:
+        return _run_joined(pipeline_path, topology, config)
 
     def report(s: dict[str, Any]) -> None:
         if progress is not None:
@@ -414,6 +427,19 @@ def run_durable(
     return RunResult(
         tables, status["records_in"], status["records_out"], status["elapsed"], metrics, stale
     )
+
+
+def _run_joined(pipeline_path: str, topology: Topology, config: RunConfig) -> Any:
+    from rstreams.runtime.engine.joined import JoinedRun
+    from rstreams.runtime.results import RunResult
+
+    joined = JoinedRun(pipeline_path, topology, config)
+    try:
+        status = joined.run()
+        tables = joined.collector.tables()
+    finally:
+        joined.close()
+    return RunResult(tables, 0, status["records_out"], status["elapsed"], {})
 
 
 def _warn_skipped(skipped: int, config: RunConfig, layout: JobLayout) -> None:

@@ -207,6 +207,7 @@ class Task:
         fetch: Fetch | None = None,
         txn_queue: int | None = None,
         on_restore: Callable[[str, int, int], None] | None = None,
+        fence: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
         self.id = str(TaskId(sub.id, queue))  # its name on disk and in transactions
         self.lifecycle = Lifecycle(self.id)
@@ -227,7 +228,7 @@ class Task:
         self.txn_queue = txn_queue
         self.committer = Committer(
             self.id, queue, group, broker, producer, transactions_topic(topology.job_id),
-            txn_queue if self.exactly_once else None,
+            txn_queue if self.exactly_once else None, fence,
         )  # fmt: skip
         self.fetch: Fetch = fetch or broker.read_columns
         self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}

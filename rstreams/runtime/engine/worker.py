@@ -33,11 +33,14 @@ from typing import Any
 import attrs
 
 from rstreams.config import WorkerConfig
-from rstreams.errors import ProcessingError, RStreamsError, StorageError
+from rstreams.errors import FencedError, ProcessingError, RStreamsError, StorageError
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
+from rstreams.runtime.engine.brokers import open_broker as open_broker
+from rstreams.runtime.engine.brokers import open_eoi_flags, open_membership
 from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags
 from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
 from rstreams.runtime.engine.exitreport import EXIT_PROCESSING_ERROR as EXIT_PROCESSING_ERROR
 from rstreams.runtime.engine.exitreport import ExitReport
@@ -56,6 +59,7 @@ from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.rebalance import AllocateStrategy, MessageQueue, get_strategy
+from rstreams.runtime.rebalance.group import GroupMembership
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.state.stores import StoreDamagedError
 
@@ -64,6 +68,11 @@ log = logging.getLogger("rstreams.worker")
 #: Rebuilds of damaged state a worker makes in a row, without a commit between them,
 #: before it gives up (the damage is not in the store's files: the disk, a bug...).
 MAX_REBUILDS = 3
+
+
+def new_member_id() -> str:
+    """A member id of its own: host, pid and a random part."""
+    return f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 def task_queue(job_id: str, task: TaskId) -> MessageQueue:
@@ -140,17 +149,26 @@ class Worker:
         engine: EngineConfig | None = None,
         config: WorkerConfig | None = None,
         strategy: AllocateStrategy | None = None,
+        membership: GroupMembership | None = None,
+        eoi: EoiFlags | None = None,
     ) -> None:
+        """``membership`` (a group membership of this worker; default: files under
+        ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
         self.strategy = strategy or get_strategy(self.config.allocation)
         self.group = topology.job_id
-        self.member_id = member_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.membership = FileGroupMembership(
+        self.member_id = member_id or new_member_id()
+        self.membership = membership or open_membership(
             root, self.group, self.member_id, self.config.session_timeout
         )
+        #: This host's files of the group (statistics, restore progress, skip counts).
+        self.group_layout = GroupLayout.of(root, self.group)
+        self.eoi = eoi or FileEoiFlags(self.group_layout)
+        #: Commits are fenced by task ownership where the membership gives a fence.
+        self._fenced = not isinstance(self.membership, FileGroupMembership)
         self.queue_counts = create_topics(topology, broker, self.engine)
         #: Every task of the topology, with its transaction queue.
         self.task_index = task_index(topology, self.queue_counts)
@@ -172,7 +190,7 @@ class Worker:
         #: The loop's timers; :meth:`join` sets them again.
         self.due = Deadlines.starting(time.monotonic(), self.config)
         #: What this worker publishes for `rstreams top` and --metrics-port.
-        self.stats = StatsPublisher(self.membership.dir, self.member_id)
+        self.stats = StatsPublisher(self.group_layout.dir, self.member_id)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -189,7 +207,7 @@ class Worker:
         task = Task(
             self.topology, sub, queue, self.broker, Producer(self.broker), self.engine,
             self.group, wall_clock_ms, fetch=fetch, txn_queue=self.task_index[task_id],
-            on_restore=self._restore_progress,
+            on_restore=self._restore_progress, fence=self._fence_of(task_id),
         )  # fmt: skip
         for topic, pos in task.positions.items():
             cache = QueueCache(self.config.cache_records, pos, [name])
@@ -204,7 +222,7 @@ class Worker:
             )
             self.pool.add(agent)
         self.tasks[task_id] = task
-        base = skipped_at(self.membership.dir, task_id, dict(task.positions))
+        base = skipped_at(self.group_layout.dir, task_id, dict(task.positions))
         self._skipped[task_id] = [base, base]
         log.info(
             "%s: started task %s (restored %d changelog records)",
@@ -217,7 +235,7 @@ class Worker:
         """Publish a task's restore progress for the supervisor's progress line (a file
         per task under ``coordination/<job>/restore``, gone when the restore is done)."""
         self.stats.restore_progress(task, done, total)
-        path = self.membership.layout.restore_file(task)
+        path = self.group_layout.restore_file(task)
         if done >= total:
             path.unlink(missing_ok=True)
             return
@@ -237,7 +255,7 @@ class Worker:
             total = counts[0] + task.ctx.metrics["skipped"]
             if total == counts[1]:
                 continue
-            path = self.membership.layout.skipped_file(task_id)
+            path = self.group_layout.skipped_file(task_id)
             path.parent.mkdir(parents=True, exist_ok=True)
             entries = [*_read_skipped(path)[-1:], (dict(task.positions), total)]
             tmp = path.with_name(f".{task_id}.{os.getpid()}.tmp")
@@ -311,25 +329,50 @@ class Worker:
             "on from the last commit",
             self.member_id, error.store, len(self.tasks),
         )  # fmt: skip
-        for task_id in list(self.tasks):
-            task = self.tasks.pop(task_id)
-            for topic in task.positions:
-                self.pool.remove(topic, task.queue)
-            self._skipped.pop(task_id, None)
-            task.abandon()
+        self._drop_tasks(list(self.tasks))
         discard_damaged_store(error, self.engine.state_dir, self.member_id)
+
+    def _drop_tasks(self, task_ids: list[TaskId], release: bool = False) -> None:
+        """Stop tasks without committing anything (their next owner, maybe this worker
+        again, goes on from their last commit); ``release``: give their locks up too."""
+        for task_id in task_ids:
+            task = self.tasks.pop(task_id, None)
+            if task is not None:
+                for topic in task.positions:
+                    self.pool.remove(topic, task.queue)
+                self._skipped.pop(task_id, None)
+                task.abandon()
+            if release:
+                self.membership.release_task(str(task_id))
+
+    def _fenced_out(self, error: FencedError) -> None:
+        """A commit was refused: another member owns a task of this worker now (this one
+        was paused past its session). Drop every task uncommitted (their group commit
+        failed them all) and let the next rebalance say which are still ours."""
+        log.warning(
+            "%s: %s; dropping its %d task(s) without committing", self.member_id, error,
+            len(self.tasks),
+        )  # fmt: skip
+        self._drop_tasks(list(self.tasks), release=True)
+        self._generation = -1  # rebalance on the next turn
+
+    def _fence_of(self, task_id: TaskId) -> Any:
+        """The fence of ``task_id``'s commits (a function giving (key, value)), if any."""
+        if not (self._fenced and self.exactly_once):
+            return None
+        membership: Any = self.membership
+        return lambda: membership.task_fence(str(task_id))
 
     def _end_of_input(self) -> None:
         """The supervisor declared bounded input over for a sub-topology (a control
         file): each of its tasks here finishes (closes windows...), commits, and says so."""
-        layout = self.membership.layout
-        if not layout.eoi.is_dir():
+        eoi = self.eoi
+        if not eoi.any_declared():
             return
         for task_id, task in list(self.tasks.items()):
-            done = layout.eoi_done(task_id)
-            if not layout.eoi_declared(task_id.subtopology).exists():
+            if not eoi.declared(task_id.subtopology):
                 continue
-            if not done.exists():
+            if not eoi.done(task_id):
                 task.end_of_input()
             elif not task.ended:
                 task.input_ended()  # taken over after its end of input: say so again
@@ -338,7 +381,7 @@ class Worker:
             self._publish_skipped({task_id: task})
             task.commit()
             self.broker.flush()
-            done.touch()
+            eoi.mark_done(task_id)
 
     def maintain(self) -> dict[str, int]:
         """Keep the log bounded: drop shuffle records every reader committed past (the
@@ -369,7 +412,7 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 if not self.step(time.monotonic()):
-                    self.stop_event.wait(self.config.idle_sleep)
+                    self._idle()
         except BaseException as e:
             try:
                 self.leave()
@@ -377,6 +420,14 @@ class Worker:
                 log.warning("%s: leaving after %r failed too: %r", self.member_id, e, again)
             raise
         self.leave()
+
+    def _idle(self) -> None:
+        """Wait a little, or (where the membership pushes changes) until the group
+        changes: the rebalance then happens at once."""
+        if isinstance(self.membership, FileGroupMembership):  # (files push nothing)
+            self.stop_event.wait(self.config.idle_sleep)
+        else:
+            self.membership.wait_for_change(self.config.idle_sleep)
 
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer
@@ -407,6 +458,9 @@ class Worker:
             self._run_timers(now, processed)
         except StoreDamagedError as e:
             self._rebuild(e)
+            return 0
+        except FencedError as e:
+            self._fenced_out(e)
             return 0
         except OSError:
             # The disk failed (full, read-only, I/O error): commit nothing more, even of
@@ -442,6 +496,9 @@ class Worker:
                 self.stop()
                 return False
             self.membership.heartbeat()
+            lost = self.membership.lost_tasks()
+            if lost:  # taken by another member while this one was paused: never commit
+                self._drop_tasks([TaskId.parse(t) for t in lost], release=True)
             due.heartbeat = now + cfg.heartbeat_interval
             # Liveness check of the others: a dead member bumps the generation.
             self.membership.members()
@@ -545,12 +602,6 @@ def skipped_at(group_dir: Path, task: TaskId, committed: dict[str, int]) -> int:
     return best
 
 
-def open_broker(root: str | os.PathLike[str], **kwargs: Any) -> Broker:
-    from rstreams.runtime.queues.filelog import FileBroker
-
-    return FileBroker(JobLayout.at(root).log, **kwargs)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
     gone), 3 a record failed processing, 4 another rstreams error (a bad configuration
@@ -611,11 +662,15 @@ def _make_worker(launch: WorkerLaunch) -> Worker:
     topology = load_topology(run.pipeline)
     idle = run.idle_timeout
     config = run.worker_config()
+    member = launch.member or new_member_id()
+    group, root = topology.job_id, launch.job_dir
     worker = Worker(
         topology,
-        open_broker(launch.job_dir),
-        launch.job_dir,
-        member_id=launch.member,
+        open_broker(root, run),
+        root,
+        member_id=member,
+        membership=open_membership(root, group, member, config.session_timeout, run),
+        eoi=open_eoi_flags(GroupLayout.of(root, group), group, run),
         engine=EngineConfig(
             on_error=run.on_error,
             coalesce=True,

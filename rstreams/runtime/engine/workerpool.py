@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -132,6 +133,9 @@ class WorkerPool:
     def _spawn(self, slot: int) -> None:
         self.spawned += 1
         member = f"w{slot}-{self.spawned}"
+        if self.config.broker is not None:
+            # The group spans hosts (--join): each host's slots need names of their own.
+            member = f"{socket.gethostname()}-{os.getpid()}-{member}"
         # Its configuration comes on its stdin, typed (never as arguments anyone can read).
         launch = WorkerLaunch(
             config=self.config,

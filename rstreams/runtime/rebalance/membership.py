@@ -74,20 +74,40 @@ class FileGroupMembership:
         self._lock_file: IO[str] | None = None
         self._task_locks: dict[str, IO[str]] = {}
         self.started = time.time()
+        self._seen = -1  # the generation this member last read
 
     # -- generation ----------------------------------------------------------------------
 
     def generation(self) -> int:
+        self._seen = self._read_generation()
+        return self._seen
+
+    def _read_generation(self) -> int:
         try:
             return int(self.layout.generation.read_text() or 0)
         except (FileNotFoundError, ValueError):
             return 0
 
+    def wait_for_change(self, timeout: float, poll: float = 0.05) -> bool:
+        """True as soon as the generation moved since this member last read it (by
+        :meth:`generation` or here); False after ``timeout`` seconds. Files push nothing:
+        this looks every ``poll`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gen = self._read_generation()
+            if gen != self._seen:
+                self._seen = gen
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(poll, remaining))
+
     def bump(self) -> int:
         """Increment the generation (tells every member to rebalance)."""
         with open(self.layout.coordinator_lock, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            gen = self.generation() + 1
+            gen = self._read_generation() + 1
             _write_atomic(self.layout.generation, str(gen))
             return gen
 
@@ -209,3 +229,7 @@ class FileGroupMembership:
     @property
     def held_tasks(self) -> list[str]:
         return sorted(self._task_locks)
+
+    def lost_tasks(self) -> list[str]:
+        """Always empty: a task lock is held for as long as the process lives."""
+        return []

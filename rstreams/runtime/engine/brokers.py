@@ -1,0 +1,134 @@
+"""One dispatch: a run's broker, group membership, job lock and end-of-input flags.
+
+Without ``--broker`` everything of a job is files under its data directory: the file
+log, :class:`~rstreams.runtime.rebalance.membership.FileGroupMembership`, the
+``flock`` :class:`~rstreams.runtime.engine.joblock.JobLock` and end-of-input files.
+With ``--broker redis://...`` the job's topics, offsets, group, lock and end-of-input
+flags live in Redis, so workers on several hosts (``rstreams run --join``) run one job;
+each host keeps its local state stores (RocksDB), its worker logs and statistics under
+its own data directory, and a task that moves restores from its changelog (a topic in
+the broker).
+
+Every process opens what it needs here, from the run's :class:`~rstreams.config.RunConfig`
+(a worker gets it in its launch, on standard input: never a password in its argv).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rstreams.config import RunConfig
+from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags, RedisEoiFlags
+from rstreams.runtime.engine.joblock import JobLock
+from rstreams.runtime.layout import GroupLayout, JobLayout
+from rstreams.runtime.queues.broker import Broker
+from rstreams.runtime.rebalance.group import GroupMembership
+
+if TYPE_CHECKING:
+    import redis
+
+    from rstreams.runtime.queues.redisstreams import RedisTarget
+
+
+def on_redis(config: RunConfig | None) -> bool:
+    """Does a run with ``config`` keep its job in Redis?"""
+    return config is not None and config.broker is not None
+
+
+def broker_target(config: RunConfig) -> RedisTarget:
+    """The Redis server ``config.broker`` and the ``--broker-*`` options name."""
+    from rstreams.runtime.queues.redisstreams import RedisTarget
+
+    assert config.broker is not None
+    return RedisTarget.parse(
+        config.broker,
+        config.broker_password_file,
+        tls_ca=config.broker_tls_ca,
+        tls_cert=config.broker_tls_cert,
+        tls_key=config.broker_tls_key,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _client(target_json: str) -> redis.Redis:
+    from rstreams.runtime.queues.redisstreams import RedisTarget, connect
+
+    return connect(RedisTarget.from_json(target_json))
+
+
+def redis_client(config: RunConfig) -> redis.Redis:
+    """This process's client of the run's Redis (one per server: membership, the job
+    lock and end-of-input flags share it; the broker has its own)."""
+    return _client(broker_target(config).to_json())
+
+
+def open_broker(
+    root: str | os.PathLike[str], config: RunConfig | None = None, **kwargs: Any
+) -> Broker:
+    """The broker of the job whose directory is ``root``: the file log under it, or, with
+    ``config.broker``, the job's streams in Redis (``kwargs`` go to the file log)."""
+    if not on_redis(config):
+        from rstreams.runtime.queues.filelog import FileBroker
+
+        return FileBroker(JobLayout.at(root).log, **kwargs)
+    from rstreams.runtime.queues.redisstreams import RedisBroker
+
+    assert config is not None
+    broker: Broker = RedisBroker.open(broker_target(config), Path(root).name)
+    return broker
+
+
+def open_membership(
+    root: str | os.PathLike[str],
+    group: str,
+    member: str,
+    session_timeout: float,
+    config: RunConfig | None = None,
+) -> GroupMembership:
+    """Member ``member`` of consumer group ``group`` of the job in ``root``: in files, or
+    in Redis (then its changes are pushed: ``wait_for_change``)."""
+    if not on_redis(config):
+        from rstreams.runtime.rebalance.membership import FileGroupMembership
+
+        return FileGroupMembership(root, group, member, session_timeout)
+    from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
+
+    assert config is not None
+    job = Path(root).name
+    return RedisGroupMembership(
+        redis_client(config), job, group, member, session_timeout=session_timeout
+    )
+
+
+def open_job_lock(data_dir: str | os.PathLike[str], job: str, config: RunConfig) -> Any:
+    """The lock that lets one run own job ``job`` at a time: a file lock in ``data_dir``,
+    or, with a broker, a lock in Redis (over every host), not yet taken."""
+    if not on_redis(config):
+        return JobLock(data_dir, job)
+    from rstreams.runtime.engine.redis_joblock import RedisJobLock
+
+    return RedisJobLock(redis_client(config), job)
+
+
+def open_eoi_flags(group: GroupLayout, job: str, config: RunConfig | None) -> EoiFlags:
+    """Where the end of input of a bounded run is declared and answered."""
+    if not on_redis(config):
+        return FileEoiFlags(group)
+    assert config is not None
+    return RedisEoiFlags(redis_client(config), job)
+
+
+def drop_job(config: RunConfig, job: str) -> int:
+    """Delete what job ``job`` keeps in the broker (``--fresh``): its streams, offsets,
+    group and flags, all under its hash tag; not its job lock (held by the caller).
+    Returns the keys deleted."""
+    client = redis_client(config)
+    lock = f"rs:{{{job}}}:lock"
+    keys = list(client.scan_iter(match=f"rs:{{{job}}}:*", count=1000))
+    keys = [k for k in keys if (k.decode() if isinstance(k, bytes) else k) != lock]
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    return len(keys)

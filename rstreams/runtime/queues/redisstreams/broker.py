@@ -1,0 +1,454 @@
+"""The Broker protocol on Redis Streams: :class:`RedisBroker`.
+
+Key layout (every key of a job under the hash tag ``{<job>}``, so one script or
+transaction may touch any of them, and on Redis Cluster they all live in one slot)::
+
+    rs:{<job>}:q:<topic>:<queue>   a stream per queue: one entry per record (see codec)
+    rs:{<job>}:topics              hash: topic -> JSON of its queue count and options
+    rs:{<job>}:starts              hash: "<topic>:<queue>" -> start offset (after a purge)
+    rs:{<job>}:offsets:<group>     hash: "<topic>:<queue>" -> committed offset
+    rs:{<job>}:groups              set of the groups that committed
+
+Durability is the server's: a write is acknowledged once Redis has it in memory, and it
+survives a restart as its persistence settings say (``appendonly yes`` with
+``appendfsync always`` keeps every acknowledged write; ``everysec`` may lose the last
+second on a crash of the machine). :meth:`RedisBroker.flush` is therefore a no-op. A
+queue that ends below a position the job reached is detected
+(:meth:`RedisBroker.check_not_behind`, and every read of a stream that is gone) and is a
+:class:`~rstreams.runtime.queues.redisstreams.lost.RedisDataLostError`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rstreams.errors import ConfigError
+from rstreams.runtime.queues.base import LogRecord, RecordColumns
+from rstreams.runtime.queues.broker import (
+    check_create_topic,
+    not_compacted,
+    purged,
+    unknown_queue,
+    unknown_topic,
+)
+from rstreams.runtime.queues.offsets import check_name
+from rstreams.runtime.queues.redisstreams import scripts
+from rstreams.runtime.queues.redisstreams.codec import (
+    decode_entries,
+    entry_id,
+    offset_of,
+    record_bytes,
+)
+from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
+from rstreams.runtime.queues.redisstreams.transaction import Transaction
+
+if TYPE_CHECKING:
+    import redis
+
+    from rstreams.runtime.queues.redisstreams.target import RedisTarget
+
+#: Entries fetched per XRANGE when a caller wants everything (compaction, retention).
+SCAN_CHUNK = 10_000
+
+
+class RedisBroker:
+    """Topics of queues as Redis streams, consumer-group offsets in hashes.
+
+    ``client`` is a ``redis.Redis`` (bytes replies) that this broker owns from now on
+    (:meth:`close` releases its pool); ``namespace`` is the job: every key is under the
+    hash tag ``{namespace}``. Offsets are dense from 0: offset N is entry ``0-(N+1)``.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}"):
+            raise ConfigError(
+                f"a Redis broker's namespace (the job) must be a non-empty name without "
+                f"braces; got {namespace!r}"
+            )
+        # Any: redis-py types its replies as bytes | str (decode_responses); ours are bytes.
+        self.client: Any = client
+        self.namespace = namespace
+        self.prefix = f"rs:{{{namespace}}}:"
+        self._topics_key = self.prefix + "topics"
+        self._starts_key = self.prefix + "starts"
+        self._groups_key = self.prefix + "groups"
+        self._write = client.register_script(scripts.WRITE)
+        self._create = client.register_script(scripts.CREATE_TOPIC)
+        self._end = client.register_script(scripts.END)
+        self._purge = client.register_script(scripts.PURGE)
+        self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
+        self._closed = False
+
+    @classmethod
+    def open(cls, target: RedisTarget, job: str) -> RedisBroker:
+        """A broker of job ``job`` on ``target`` (connected and checked by
+        :func:`~rstreams.runtime.queues.redisstreams.target.connect`)."""
+        from rstreams.runtime.queues.redisstreams.target import connect
+
+        return cls(connect(target), job)
+
+    def __repr__(self) -> str:
+        kw = self.client.get_connection_kwargs()
+        where = f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+        return f"RedisBroker({where!r}, namespace={self.namespace!r})"
+
+    def __enter__(self) -> RedisBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def key(self, name: str) -> str:
+        """A key of the job (under its hash tag), e.g. for a fence."""
+        return self.prefix + name
+
+    def stream_key(self, topic: str, queue: int) -> str:
+        """The key of a queue's stream."""
+        return f"{self.prefix}q:{topic}:{queue}"
+
+    def offsets_key(self, group: str) -> str:
+        return f"{self.prefix}offsets:{group}"
+
+    # -- topics -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError(f"{self!r} is closed")
+
+    def _topic_options(self, name: str) -> dict[str, Any] | None:
+        options = self._options.get(name)
+        if options is None:
+            raw = self.client.hget(self._topics_key, name)
+            if raw is None:
+                return None
+            options = self._options[name] = json.loads(raw)
+        return options
+
+    def create_topic(
+        self,
+        name: str,
+        queues: int,
+        *,
+        compacted: bool = False,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_bytes: int | None = None,
+    ) -> None:
+        """Create topic ``name`` with ``queues`` streams; a no-op if it exists with as many.
+
+        ``retention_ms``/``retention_bytes`` bound a normal topic by record age and size
+        (see :meth:`enforce_retention`); ``segment_bytes`` means nothing on Redis.
+        """
+        self._check_open()
+        old = self._topic_options(name)
+        if old is None:
+            check_name(name)
+        if not check_create_topic(name, queues, None if old is None else old["queues"]):
+            return
+        for what, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise ConfigError(f"{what} must be None or an int >= 0; got {v!r}")
+        options = {
+            "queues": queues,
+            "compacted": compacted,
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+        }
+        keys = [self._topics_key] + [self.stream_key(name, q) for q in range(queues)]
+        existing = self._create(keys, [name, json.dumps(options)])
+        if existing is not None:  # another process created it first
+            check_create_topic(name, queues, json.loads(existing)["queues"])
+            return
+        self._options[name] = options
+
+    def queue_count(self, name: str) -> int | None:
+        """The number of queues of topic ``name``; None if it does not exist."""
+        self._check_open()
+        options = self._topic_options(name)
+        return None if options is None else int(options["queues"])
+
+    def topics(self) -> dict[str, int]:
+        """Every topic of the job (created by any process) and its queue count."""
+        self._check_open()
+        raw = self.client.hgetall(self._topics_key)
+        out = {}
+        for name, options in raw.items():
+            topic = name.decode()
+            self._options.setdefault(topic, json.loads(options))
+            out[topic] = int(self._options[topic]["queues"])
+        return dict(sorted(out.items()))
+
+    def _key(self, topic: str, queue: int) -> str:
+        """The stream key of an existing queue (ConfigError for an unknown one)."""
+        self._check_open()
+        options = self._topic_options(topic)
+        if options is None:
+            raise unknown_topic(topic)
+        if not 0 <= queue < options["queues"]:
+            raise unknown_queue(topic, queue, options["queues"])
+        return self.stream_key(topic, queue)
+
+    # -- append -------------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        queue: int,
+        records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
+    ) -> int:
+        """Append (timestamp, key, value, headers) records atomically; the first new offset."""
+        return self._apply(topic, queue, lambda tx: tx.append(topic, queue, records))
+
+    def append_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[tuple],
+    ) -> int:
+        """:meth:`append` of records given as columns; the first new offset."""
+        return self._apply(
+            topic,
+            queue,
+            lambda tx: tx.append_columns(topic, queue, timestamps, keys, values, headers),
+        )
+
+    def append_encoded(
+        self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
+    ) -> int:
+        """:meth:`append` of a batch encoded by ``_logformat.encode_batch``."""
+        return self._apply(
+            topic, queue, lambda tx: tx.append_encoded(topic, queue, payload, count, max_ts)
+        )
+
+    def _apply(self, topic: str, queue: int, add: Callable[[Transaction], None]) -> int:
+        """One append as its own transaction: its first offset (the end if it adds nothing)."""
+        tx = Transaction(self)
+        add(tx)
+        if not tx.ops:
+            return self.end_offset(topic, queue)
+        tx.execute()
+        return tx.first_offsets[0]
+
+    @contextmanager
+    def transaction(self, fence: tuple[str, str] | None = None) -> Iterator[Transaction]:
+        """Appends and commits applied together, all or nothing, when the block ends.
+
+        ``fence=(key, expected)``: apply only if ``key`` still holds ``expected`` (checked
+        on the server in the same atomic step); otherwise nothing is applied and
+        :class:`~rstreams.errors.FencedError` is raised. Use a key of the job
+        (:meth:`key`) so it shares the hash tag. An exception inside the block applies
+        nothing. After the block, ``tx.first_offsets`` holds the first offset of each
+        append, in order.
+
+        >>> # with broker.transaction(fence=(broker.key("gen:w1"), "7")) as tx:
+        >>> #     tx.append("out", 0, records); tx.commit("g", "in", 0, 42)
+        """
+        tx = Transaction(self, fence)
+        yield tx
+        tx.execute()
+
+    # -- read ---------------------------------------------------------------------------
+
+    def _range(
+        self, topic: str, queue: int, offset: int, max_records: int | None
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        key = self._key(topic, queue)
+        if max_records is not None and max_records <= 0:
+            self.start_offset(topic, queue)  # (checks the queue)
+            return []
+        count = () if max_records is None else ("COUNT", max_records)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hget(self._starts_key, f"{topic}:{queue}")
+        pipe.execute_command("XRANGE", key, entry_id(max(offset, 0)), "+", *count)
+        pipe.exists(key)
+        start, entries, exists = pipe.execute()
+        start = int(start or 0)
+        if offset < start:
+            raise purged(topic, queue, offset, start)
+        if not exists:
+            raise self._gone(topic, queue, key, offset)
+        return entries
+
+    def read(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> list[LogRecord]:
+        """Records with offsets >= ``offset``, oldest first, at most ``max_records``."""
+        return self.read_columns(topic, queue, offset, max_records).records()
+
+    def read_columns(
+        self, topic: str, queue: int, offset: int, max_records: int | None = None
+    ) -> RecordColumns:
+        """:meth:`read` as columns: one XRANGE (with COUNT), decoded column by column."""
+        return decode_entries(self._range(topic, queue, offset, max_records))
+
+    def start_offset(self, topic: str, queue: int) -> int:
+        """The first offset that may be read: 0 until a purge or retention moves it."""
+        self._key(topic, queue)  # (checks the queue)
+        return int(self.client.hget(self._starts_key, f"{topic}:{queue}") or 0)
+
+    def end_offset(self, topic: str, queue: int) -> int:
+        """The number of records ever appended: the stream's last generated id (kept by
+        XDEL and XTRIM)."""
+        key = self._key(topic, queue)
+        end = int(self._end([key]))
+        if end == -1:
+            raise self._gone(topic, queue, key, None)
+        if end < 0:
+            raise ConfigError(
+                f"stream {key} has entries not written by rstreams (ids other than 0-<n>)"
+            )
+        return end
+
+    def check_not_behind(self, topic: str, queue: int, committed: int) -> None:
+        """Raise :class:`RedisDataLostError` if the queue ends below ``committed``, a
+        position the job reached (Redis restarted without its data, or the stream was
+        trimmed or deleted under the job)."""
+        end = self.end_offset(topic, queue)
+        if end < committed:
+            raise RedisDataLostError(
+                topic, queue, self.stream_key(topic, queue),
+                f"ends at offset {end} but the job had reached offset {committed}",
+                offset=end,
+            )  # fmt: skip
+
+    def _gone(self, topic: str, queue: int, key: str, offset: int | None) -> RedisDataLostError:
+        return RedisDataLostError(
+            topic, queue, key, "does not exist although the topic does", offset=offset
+        )
+
+    # -- removing records ---------------------------------------------------------------
+
+    def purge(self, topic: str, queue: int, before: int) -> None:
+        """Trim the entries below offset ``before`` (XTRIM MINID) and move the start mark,
+        in one atomic step: an empty purged stream still knows where it starts."""
+        key = self._key(topic, queue)
+        if int(self._purge([key, self._starts_key], [f"{topic}:{queue}", before])) == -1:
+            raise self._gone(topic, queue, key, before)
+
+    def _scan(self, key: str, start: int) -> Iterator[list[tuple[bytes, dict[bytes, bytes]]]]:
+        """The entries of a stream from offset ``start`` on, in chunks."""
+        lo = entry_id(start)
+        while chunk := self.client.xrange(key, lo, "+", count=SCAN_CHUNK):
+            yield chunk
+            lo = "(" + chunk[-1][0].decode()
+
+    def compact(self, topic: str, queue: int) -> int:
+        """XDEL every record of a compacted topic that a later record with the same key
+        supersedes; how many were removed. Offsets of what stays do not change."""
+        key = self._key(topic, queue)
+        if not self._options[topic]["compacted"]:
+            raise not_compacted(topic)
+        latest: dict[bytes, bytes] = {}
+        superseded: list[bytes] = []
+        for chunk in self._scan(key, self.start_offset(topic, queue)):
+            for eid, fields in chunk:
+                k = fields.get(b"k")
+                if k is not None:
+                    old = latest.get(k)
+                    if old is not None:
+                        superseded.append(old)
+                    latest[k] = eid
+        removed = 0
+        for i in range(0, len(superseded), SCAN_CHUNK):
+            removed += int(self.client.xdel(key, *superseded[i : i + SCAN_CHUNK]))
+        return removed
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Drop the oldest records of topics created with ``retention_ms`` (records whose
+        timestamp is older, from the start up to the first that is not) or
+        ``retention_bytes`` (from the start while the queue's fields hold more bytes);
+        the number of records dropped.
+
+        A stream has no segments, so each record is its own "segment": whole records go,
+        from the start only, through :meth:`purge` (the start offset moves), and the last
+        record of a queue always stays. Each call reads the queues it bounds in full.
+        """
+        self._check_open()
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        dropped = 0
+        for topic, count in self.topics().items():
+            options = self._options[topic]
+            limit_ms, limit_bytes = options["retention_ms"], options["retention_bytes"]
+            if options["compacted"] or (limit_ms is None and limit_bytes is None):
+                continue
+            for q in range(count):
+                start = self.start_offset(topic, q)
+                before = self._retention_point(
+                    self.stream_key(topic, q), start,
+                    None if limit_ms is None else now - limit_ms, limit_bytes,
+                )  # fmt: skip
+                if before > start:
+                    self.purge(topic, q, before)
+                    dropped += before - start
+        return dropped
+
+    def _retention_point(
+        self, key: str, start: int, oldest_ms: int | None, limit_bytes: int | None
+    ) -> int:
+        """The offset retention keeps from (never past the last record)."""
+        sizes: list[tuple[int, int, int]] = []  # (offset, timestamp, bytes)
+        for chunk in self._scan(key, start):
+            sizes += ((offset_of(e), int(f[b"t"]), record_bytes(f)) for e, f in chunk)
+        if not sizes:
+            return start
+        last = len(sizes) - 1
+        cut = 0
+        if oldest_ms is not None:  # the first record young enough
+            cut = next((i for i, (_, ts, _) in enumerate(sizes) if ts >= oldest_ms), last)
+        if limit_bytes is not None:  # the first record from which the rest fits
+            total, i = sum(b for _, _, b in sizes), 0
+            while i < last and total > limit_bytes:
+                total -= sizes[i][2]
+                i += 1
+            cut = max(cut, i)
+        cut = min(cut, last)
+        return sizes[cut][0] if cut > 0 else start
+
+    # -- consumer groups ----------------------------------------------------------------
+
+    def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        """Record ``group``'s position in a queue. Appends before it are already on the
+        server (every append is acknowledged after it is applied)."""
+        tx = Transaction(self)
+        tx.commit(group, topic, queue, offset)
+        tx.execute()
+
+    def committed(self, group: str, topic: str, queue: int) -> int:
+        """The offset ``group`` last committed for the queue; 0 if none."""
+        self._check_open()
+        return int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
+
+    def groups(self) -> list[str]:
+        """Every group that committed an offset, sorted."""
+        self._check_open()
+        return sorted(g.decode() for g in self.client.smembers(self._groups_key))
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """``{(topic, queue): offset}`` of everything ``group`` committed."""
+        self._check_open()
+        out = {}
+        for field, offset in self.client.hgetall(self.offsets_key(group)).items():
+            topic, _, queue = field.decode().rpartition(":")
+            out[(topic, int(queue))] = int(offset)
+        return dict(sorted(out.items()))
+
+    # -- lifetime -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Nothing to do: every write is on the server when it returns, and how durable
+        it is there is the server's ``appendonly``/``appendfsync`` (see the module doc)."""
+
+    def close(self) -> None:
+        """Release the client's connections; the broker can no longer be used."""
+        if not self._closed:
+            self._closed = True
+            self.client.close()

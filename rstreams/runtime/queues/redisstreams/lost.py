@@ -1,0 +1,33 @@
+"""The error for data Redis acknowledged and no longer has."""
+
+from __future__ import annotations
+
+from rstreams.errors import RStreamsError
+from rstreams.runtime.queues._files import CorruptLogError
+
+_FIX = (
+    "Redis lost data it had acknowledged: it restarted without its data (appendonly no, or "
+    "appendfsync everysec and a crash), or something deleted or trimmed the stream under "
+    "the job. Nothing was written on top of it. Rebuild the job from its input with "
+    "`rstreams run ... --fresh`, and run Redis with `appendonly yes` and `appendfsync "
+    "always` (docs/redis.md#persistence) so this cannot happen again"
+)
+
+
+class RedisDataLostError(CorruptLogError):
+    """A queue of the job on Redis ends below a position it had reached: a committed
+    offset, or a stream that is gone altogether. A :class:`CorruptLogError` (the run
+    stops as it does for a damaged file log); ``segment`` is the stream's key."""
+
+    def __init__(
+        self, topic: str, queue: int, key: str, reason: str, *, offset: int | None = None
+    ) -> None:
+        RStreamsError.__init__(
+            self, f"lost data on Redis in {topic!r}[{queue}]: stream {key} {reason}. {_FIX}"
+        )
+        self.topic = topic
+        self.queue = queue
+        self.segment = key
+        self.position = None
+        self.offset = offset
+        self.reason = reason

@@ -1,0 +1,258 @@
+"""Where a Redis broker lives: :class:`RedisTarget` (a parsed ``redis://`` URL) and
+:func:`connect`.
+
+A target never shows its password: ``str()``, ``repr()``, :attr:`RedisTarget.redacted`
+and every error :func:`connect` raises print ``***`` in its place.
+
+>>> t = RedisTarget.parse("redis://app:s3cret@db.example:6380/2")
+>>> str(t), t.host, t.port, t.db, t.username
+('redis://app:***@db.example:6380/2', 'db.example', 6380, 2, 'app')
+>>> "s3cret" in repr(t)
+False
+>>> RedisTarget.parse("rediss://cache").redacted
+'rediss://cache:6379/0'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import attrs
+
+from rstreams.errors import ConfigError
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = [
+    "MIN_REDIS_VERSION",
+    "RedisAuthError",
+    "RedisConfigError",
+    "RedisDatabaseError",
+    "RedisTLSError",
+    "RedisTarget",
+    "RedisUnreachableError",
+    "RedisVersionError",
+    "connect",
+]
+
+#: Streams with ``XADD key 0-*`` (explicit time, server sequence) need Redis 7.0.
+MIN_REDIS_VERSION = (7, 0)
+DEFAULT_PORT = 6379
+
+
+class RedisConfigError(ConfigError):
+    """A Redis broker cannot be used as given (``rstreams`` exits 2). Never names a password."""
+
+
+class RedisUnreachableError(RedisConfigError):
+    """Nothing answers at the target's host and port."""
+
+
+class RedisAuthError(RedisConfigError):
+    """The server refused the user name or password (or wants one that was not given)."""
+
+
+class RedisDatabaseError(RedisConfigError):
+    """The server has no database of the target's number."""
+
+
+class RedisVersionError(RedisConfigError):
+    """The server is older than :data:`MIN_REDIS_VERSION`."""
+
+
+class RedisTLSError(RedisConfigError):
+    """The TLS handshake failed (certificate, CA, or a server that does not speak TLS)."""
+
+
+def _read_password_file(path: str) -> str:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise RedisConfigError(
+            f"cannot read the Redis password file {path}: {e.strerror or e}"
+        ) from None
+    line = text.splitlines()[0] if text else ""
+    if not line:
+        raise RedisConfigError(f"the Redis password file {path} is empty")
+    return line
+
+
+@attrs.frozen(repr=False)
+class RedisTarget:
+    """A Redis server and database: host, port, db, user, password, TLS files.
+
+    Build one with :meth:`parse`. The password is kept in memory only; :meth:`to_json`
+    carries the password file's path when there is one (and the password itself only
+    when it came in the URL: workers get that on stdin, never in argv).
+    """
+
+    host: str
+    port: int = DEFAULT_PORT
+    db: int = 0
+    username: str | None = None
+    password: str | None = attrs.field(default=None, eq=False)
+    tls: bool = False
+    password_file: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        url: str,
+        password_file: str | None = None,
+        *,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> RedisTarget:
+        """``redis://[user[:pass]@]host[:port][/db]`` or ``rediss://...`` (TLS).
+
+        ``password_file``: a file whose first line is the password (it overrides one in
+        the URL). A malformed URL is a :class:`RedisConfigError` that does not repeat it
+        (it may hold a password).
+        """
+        try:
+            parts = urlsplit(url)
+            port = parts.port or DEFAULT_PORT
+        except ValueError:
+            raise RedisConfigError(
+                "a Redis URL must look like redis://[user[:password]@]host[:port][/db]"
+            ) from None
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise RedisConfigError(
+                f"a Redis URL must look like redis://[user[:password]@]host[:port][/db] or "
+                f"rediss://... (TLS); got scheme {parts.scheme!r} and host {parts.hostname!r}"
+            )
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise RedisConfigError(f"the database of a Redis URL is a number; got {path!r}")
+        password = unquote(parts.password) if parts.password else None
+        if password_file is not None:
+            password = _read_password_file(password_file)
+        tls = parts.scheme == "rediss"
+        if not tls and (tls_ca or tls_cert or tls_key):
+            raise RedisConfigError("TLS certificates need a rediss:// URL")
+        return cls(
+            host=parts.hostname,
+            port=port,
+            db=int(path or 0),
+            username=unquote(parts.username) if parts.username else None,
+            password=password,
+            tls=tls,
+            password_file=password_file,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
+
+    @property
+    def redacted(self) -> str:
+        """The URL with ``***`` for the password: what logs and errors show."""
+        scheme = "rediss" if self.tls else "redis"
+        user = self.username or ""
+        auth = f"{user}:***@" if self.password else (f"{user}@" if user else "")
+        return f"{scheme}://{auth}{self.host}:{self.port}/{self.db}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.redacted
+
+    def __repr__(self) -> str:
+        return f"RedisTarget({self.redacted!r})"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the password (if any) replaced by ``***``."""
+        return text.replace(self.password, "***") if self.password else text
+
+    def to_json(self) -> str:
+        """The target for a worker process. Holds the password file's path when there is
+        one; the password itself only when it came in the URL (send this on stdin)."""
+        doc: dict[str, Any] = attrs.asdict(self)
+        if self.password_file is not None:
+            doc["password"] = None
+        return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RedisTarget:
+        """The target :meth:`to_json` wrote (the password file is read again)."""
+        doc = json.loads(text)
+        if doc.get("password_file") is not None:
+            doc["password"] = _read_password_file(doc["password_file"])
+        return cls(**doc)
+
+
+def _version(info: dict[str, Any]) -> tuple[int, ...]:
+    raw = str(info.get("redis_version", "0"))
+    return tuple(int(p) if p.isdigit() else 0 for p in raw.split("."))
+
+
+def connect(target: RedisTarget, **options: Any) -> redis.Redis:
+    """A client of ``target``, checked: reachable, authenticated, the database exists and
+    the server is Redis >= 7.0. Each failure is one clear line (a
+    :class:`RedisConfigError`: the CLI exits 2) that never holds the password."""
+    import redis
+    import redis.exceptions as rx
+
+    kwargs: dict[str, Any] = {
+        "host": target.host,
+        "port": target.port,
+        "db": target.db,
+        "username": target.username,
+        "password": target.password,
+        "socket_connect_timeout": 5,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+    }
+    if target.tls:
+        kwargs.update(
+            ssl=True,
+            ssl_ca_certs=target.tls_ca,
+            ssl_certfile=target.tls_cert,
+            ssl_keyfile=target.tls_key,
+        )
+    kwargs.update(options)
+    where = f"Redis at {target.address}"
+    client = redis.Redis(**kwargs)
+    try:
+        info = client.info("server")
+    except (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError) as e:
+        client.close()
+        raise RedisAuthError(
+            f"{where} refused the credentials of {target.redacted}: {target.scrub(str(e))}"
+        ) from None
+    except rx.ResponseError as e:
+        client.close()
+        text = target.scrub(str(e))
+        if "DB index" in text or "invalid DB" in text:
+            raise RedisDatabaseError(
+                f"{where} has no database {target.db} ({text}); raise its `databases` setting "
+                "or use another number"
+            ) from None
+        if "NOAUTH" in text or "WRONGPASS" in text or "AUTH" in text:
+            raise RedisAuthError(
+                f"{where} refused the credentials of {target.redacted}: {text}"
+            ) from None
+        raise RedisConfigError(f"{where} answered with an error: {text}") from None
+    except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
+        client.close()
+        text = target.scrub(str(e))
+        if target.tls and ("SSL" in text or "TLS" in text or "certificate" in text):
+            raise RedisTLSError(f"TLS with {where} failed: {text}") from None
+        raise RedisUnreachableError(f"cannot reach {where}: {text}") from None
+    version = _version(info)
+    if version[:2] < MIN_REDIS_VERSION:
+        client.close()
+        raise RedisVersionError(
+            f"{where} runs Redis {info.get('redis_version')}; rstreams needs "
+            f"{'.'.join(map(str, MIN_REDIS_VERSION))} or newer"
+        )
+    return client

@@ -1,0 +1,118 @@
+"""Appends and commits applied together on Redis: :class:`Transaction`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rstreams.errors import FencedError
+from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
+from rstreams.runtime.queues.offsets import check_name, check_offset
+from rstreams.runtime.queues.redisstreams.codec import check_columns, encode_records, offset_of
+from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
+
+if TYPE_CHECKING:
+    from rstreams.runtime.queues.redisstreams.broker import RedisBroker
+
+
+class Transaction:
+    """Operations queued for one atomic server-side step (the broker's write script).
+
+    Made by :meth:`RedisBroker.transaction`; every call checks its arguments at once
+    (the same errors as the broker's own methods) and queues; :meth:`execute` applies
+    everything or nothing. After it, :attr:`first_offsets` holds the first offset of
+    each append, in order.
+    """
+
+    def __init__(self, broker: RedisBroker, fence: tuple[str, str] | None = None) -> None:
+        self.broker = broker
+        self.fence = fence
+        self.keys: list[str] = [fence[0]] if fence is not None else []
+        self._index: dict[str, int] = {}
+        self._queues: dict[str, tuple[str, int]] = {}  # stream key -> (topic, queue)
+        self.ops: list[Any] = []
+        self.first_offsets: list[int] = []
+
+    def _key_index(self, key: str) -> int:
+        i = self._index.get(key)
+        if i is None:
+            self.keys.append(key)
+            i = self._index[key] = len(self.keys)  # Lua's KEYS count from 1
+        return i
+
+    def append(
+        self,
+        topic: str,
+        queue: int,
+        records: Iterable[tuple[int, bytes | None, bytes | None, tuple]],
+    ) -> None:
+        """Queue :meth:`RedisBroker.append` of (timestamp, key, value, headers) records."""
+        columns = list(zip(*records))
+        if not columns:
+            self.broker._key(topic, queue)  # (checks the queue)
+            return
+        if len(columns) != 4:
+            raise TypeError(
+                "records must be (timestamp, key, value, headers) tuples; "
+                f"got {len(columns)} fields"
+            )
+        self.append_columns(topic, queue, *columns)
+
+    def append_columns(
+        self,
+        topic: str,
+        queue: int,
+        timestamps: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[tuple],
+    ) -> None:
+        """Queue :meth:`RedisBroker.append_columns`."""
+        key = self.broker._key(topic, queue)
+        n = check_columns(timestamps, keys, values, headers)
+        if not n:
+            return
+        args = encode_records(timestamps, keys, values, headers)
+        self._queues[key] = (topic, queue)
+        self.ops += ("x", self._key_index(key), n)
+        self.ops += args
+
+    def append_encoded(
+        self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
+    ) -> None:
+        """Queue :meth:`RedisBroker.append_encoded`."""
+        c = decode_columns(memoryview(b"\0" * HEADER_SIZE + payload), 0, count, count - 1)
+        self.append_columns(topic, queue, c.timestamps, c.keys, c.values, c.headers)
+
+    def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
+        """Queue :meth:`RedisBroker.commit`."""
+        self.broker._check_open()
+        check_name(group)
+        check_name(topic)
+        check_offset(group, topic, queue, offset)
+        hash_key = self._key_index(self.broker.offsets_key(group))
+        groups = self._key_index(self.broker.key("groups"))
+        self.ops += ("c", hash_key, f"{topic}:{queue}", int(offset), groups, group)
+
+    def execute(self) -> None:
+        """Apply everything queued, all or nothing (nothing to do without operations
+        unless there is a fence: then it is still checked)."""
+        if not self.ops and self.fence is None:
+            return
+        self.broker._check_open()
+        fence = ["1", self.fence[1]] if self.fence is not None else ["0", ""]
+        reply = self.broker._write(self.keys, fence + self.ops)
+        status = reply[0]
+        if status == b"ok":
+            self.first_offsets = [offset_of(i) for i in reply[1:]]
+        elif status == b"fenced":
+            assert self.fence is not None
+            current = reply[1].decode() if len(reply) > 1 and reply[1] else None
+            raise FencedError(
+                f"commit refused: {self.fence[0]} holds {current!r}, not {self.fence[1]!r} "
+                "(this writer was replaced); nothing of it was applied"
+            )
+        else:
+            key = reply[1].decode()
+            topic, queue = self._queues[key]
+            raise RedisDataLostError(topic, queue, key, "does not exist although the topic does")

@@ -1,0 +1,230 @@
+"""`rstreams run --broker redis://...` end to end, on real redis-server processes: word
+count with one and two workers, a second run joining the job (`--join`, its own data
+directory), workers killed mid-run, fenced commits, and no password where `ps`, the
+stats files or the logs show it."""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redisserver import RedisServer
+
+from rstreams.errors import FencedError
+from rstreams.loader import load_topology
+from rstreams.runtime.engine.commit import Committer
+from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.redis_joblock import RedisJobLock
+from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
+from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "examples" / "data" / "corpus.txt"
+WORDCOUNT = ROOT / "examples" / "wordcount.py"
+
+
+def expected_counts(path: Path) -> dict[str, int]:
+    """What examples/wordcount.py counts (as tests/integration/test_cli.py does)."""
+    with path.open(encoding="utf-8") as f:
+        return dict(collections.Counter(w for line in f for w in re.findall(r"\w+", line.lower())))
+
+
+def read_table(path: Path) -> dict[str, int]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return {r["key"]: r["value"] for r in rows}
+
+
+def run_cmd(*args: object) -> list[str]:
+    return [sys.executable, "-m", "rstreams", "run", str(WORDCOUNT), *map(str, args)]
+
+
+def big_corpus(tmp_path: Path, times: int) -> Path:
+    path = tmp_path / "big.txt"
+    path.write_text(CORPUS.read_text(encoding="utf-8") * times, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
+    out = tmp_path / "counts.jsonl"
+    r = subprocess.run(
+        run_cmd("--input", CORPUS, "--broker", redis_url, "--workers", workers,
+                "--data-dir", tmp_path / "data", "--output", out),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert read_table(out) == expected_counts(CORPUS)
+    job = tmp_path / "data" / "wordcount"
+    assert (job / "state").is_dir() and not (job / "log").exists()  # the log is in Redis
+
+
+def test_join_without_a_running_job_fails_clearly(tmp_path, redis_url):
+    r = subprocess.run(
+        run_cmd("--broker", redis_url, "--join", "--data-dir", tmp_path / "data"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "no run of job 'wordcount' to join" in r.stderr
+
+
+def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
+    corpus = big_corpus(tmp_path, 20)
+    client = redis.Redis.from_url(redis_url)
+    lock = RedisJobLock(client, "wordcount")
+    observer = RedisGroupMembership(client, "wordcount", "wordcount", "observer")
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    common = ("--broker", redis_url, "--workers", 1, "--commit-interval", "0.2")
+    a = subprocess.Popen(
+        run_cmd("--input", corpus, "--data-dir", tmp_path / "host-a", "--output", outs[0],
+                *common),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    b = None
+    try:
+        _wait_for(lambda: observer.task_owners(), "host A's workers to take tasks")
+        assert lock.holder() is not None
+        b = subprocess.Popen(
+            run_cmd("--join", "--data-dir", tmp_path / "host-b", "--output", outs[1], *common),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        hosts_seen: set[frozenset[str]] = set()
+        while a.poll() is None:
+            owners = observer.task_owners()
+            # A member is "<host>-<supervisor pid>-w<slot>-<n>": its run's pid says its host.
+            hosts_seen.add(frozenset(m.split("-w")[0].rsplit("-", 1)[1] for m in owners.values()))
+            time.sleep(0.05)
+        assert a.wait() == 0, a.stderr.read() if a.stderr else ""
+        assert b.wait(timeout=120) == 0, b.stderr.read() if b.stderr else ""
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert frozenset({str(a.pid), str(b.pid)}) in hosts_seen  # tasks on both hosts at once
+    expected = expected_counts(corpus)
+    assert read_table(outs[0]) == expected and read_table(outs[1]) == expected
+    # Each host restored what it ran into its own data directory.
+    assert (tmp_path / "host-b" / "wordcount" / "state").is_dir()
+
+
+@pytest.mark.slow
+def test_workers_killed_mid_run_results_exact(tmp_path, redis_url):
+    corpus = big_corpus(tmp_path, 3)
+    rng = random.Random(7)
+    kills = [0]
+    next_kill = [time.monotonic() + 1.0]
+
+    def chaos(_status):
+        now = time.monotonic()
+        if kills[0] < 8 and now >= next_kill[0]:
+            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
+            if live:
+                sup.kill_worker(rng.choice(live), signal.SIGKILL)
+                kills[0] += 1
+            next_kill[0] = now + rng.uniform(0.2, 0.8)
+
+    sup = Supervisor(
+        str(WORDCOUNT), load_topology(str(WORDCOUNT)), {"sentences": str(corpus)},
+        data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
+        broker=redis_url, max_restarts=10_000, max_ingest_rate=3_000,
+        worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
+    )  # fmt: skip
+    try:
+        sup.run()
+        table = sup.tables()["word-counts"]
+    finally:
+        sup.close()
+    assert kills[0] >= 1
+    assert table == expected_counts(corpus)
+
+
+def test_a_fenced_owner_can_not_commit(redis_url):
+    target = RedisTarget.parse(redis_url)
+    broker = RedisBroker.open(target, "fenced")
+    client = redis.Redis.from_url(redis_url)
+    for topic in ("in", "out", "fenced-transactions"):
+        broker.create_topic(topic, 1)
+    old = RedisGroupMembership(client, "fenced", "fenced", "old")
+    new = RedisGroupMembership(client, "fenced", "fenced", "new")
+    old.join()
+    new.join()
+    assert old.acquire_task("0_0") and not new.acquire_task("0_0")
+
+    def committer(member: RedisGroupMembership) -> tuple[Committer, Producer]:
+        producer = Producer(broker)
+        fence = lambda: member.task_fence("0_0")  # noqa: E731
+        c = Committer("0_0", 0, "fenced", broker, producer, "fenced-transactions", 0, fence)
+        return c, producer
+
+    c_old, p_old = committer(old)
+    client.delete(old.task_fence("0_0")[0])  # its lease ran out (a long pause)...
+    assert new.acquire_task("0_0")  # ...and another member took the task
+    c_new, p_new = committer(new)
+    p_old.send("out", 0, b"k", b"from the old owner", 1, ())
+    with pytest.raises(FencedError):
+        c_old.begin(1, [], {"in": 5}, (0, 0))
+    # Nothing of the refused commit was applied: no output, no position, no transaction.
+    assert broker.end_offset("out", 0) == 0 and broker.committed("fenced", "in", 0) == 0
+    assert broker.end_offset("fenced-transactions", 0) == 0
+    p_new.send("out", 0, b"k", b"from the new owner", 1, ())
+    c_new.begin(1, [], {"in": 3}, (0, 0))
+    assert [r.value for r in broker.read("out", 0, 0)] == [b"from the new owner"]
+    assert broker.committed("fenced", "in", 0) == 3
+    broker.close()
+
+
+@pytest.mark.slow
+def test_no_password_in_worker_argv_stats_or_logs(tmp_path):
+    secret = "s3cret-Pa55"
+    server = RedisServer(tmp_path / "redis", password=secret).start()
+    try:
+        password_file = tmp_path / "password"
+        password_file.write_text(secret + "\n")
+        url = f"redis://127.0.0.1:{server.port}/0"
+        data = tmp_path / "data"
+        corpus = big_corpus(tmp_path, 3)
+        p = subprocess.Popen(
+            run_cmd("--input", corpus, "--broker", url, "--broker-password-file", password_file,
+                    "--workers", 2, "--data-dir", data, "-v"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        argvs: list[str] = []
+        while p.poll() is None:
+            ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+            argvs += [line for line in ps.splitlines() if "rstreams" in line]
+            time.sleep(0.1)
+        out, err = p.communicate()
+        assert p.returncode == 0, err
+        assert any("rstreams.runtime.engine.worker" in a for a in argvs)  # workers were seen
+        seen = [*argvs, out, err]
+        seen += [f.read_text(errors="replace") for f in data.rglob("*") if f.is_file()
+                 and f.suffix in (".json", ".log")]  # fmt: skip
+        assert not [text for text in seen if secret in text]
+        # With the password in the URL instead, argv of the workers still never has it.
+        r = subprocess.run(
+            run_cmd("--input", CORPUS, "--broker", f"redis://:{secret}@127.0.0.1:{server.port}/1",
+                    "--workers", 1, "--data-dir", tmp_path / "data2", "--fresh"),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert secret not in r.stderr and secret not in r.stdout
+    finally:
+        server.stop()
