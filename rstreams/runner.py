@@ -114,9 +114,7 @@ def _run_embedded(
     if topology.external_sources or topology.external_sinks:
         from rstreams.runtime.engine.external import check_external_broker
 
-        # (which says what is missing: the Redis server the streams are on)
-        check_external_broker(topology, getattr(config, "broker", None))
-        raise ConfigError("Redis streams (RedisStream) need the durable runtime: give data_dir")
+        check_external_broker(topology, None)  # (raises: they need --broker redis://)
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())

@@ -52,7 +52,7 @@ def run(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     sup = Supervisor(
         path, load_topology(path), inputs or {}, data_dir=tmp_path / "data", workers=1,
-        external_url=url, worker_args=["--commit-interval", "0.2"], **options,
+        broker=url, worker_args=["--commit-interval", "0.2"], **options,
     )  # fmt: skip
     try:
         status = sup.run()
@@ -193,7 +193,7 @@ def test_a_followed_stream_is_tailed_while_a_plain_client_writes(
     path = write(tmp_path, PIPELINE)
     sup = Supervisor(
         path, load_topology(path), {}, data_dir=tmp_path / "data", workers=1, follow=True,
-        external_url=redis_url, worker_args=["--commit-interval", "0.2"],
+        broker=redis_url, worker_args=["--commit-interval", "0.2"],
     )  # fmt: skip
     done: list[dict[str, Any]] = []
     thread = threading.Thread(target=lambda: done.append(sup.run()))
@@ -216,3 +216,25 @@ def test_a_followed_stream_is_tailed_while_a_plain_client_writes(
     assert done and done[0]["records_in"] == 60
     assert totals(r)[0] == expected
     assert r.xlen("orders") == 60 and r.xinfo_groups("orders") == []
+
+
+@pytest.mark.slow
+def test_rstreams_run_reads_and_writes_redis_streams(tmp_path: Path, redis_url: str) -> None:
+    import subprocess
+    import sys
+
+    r = redis.Redis.from_url(redis_url)
+    orders(r, (7, 12.5), (8, 1), (7, 0.5))
+    path = write(tmp_path, PIPELINE)
+    cmd = [sys.executable, "-m", "rstreams", "run", path, "--data-dir", str(tmp_path / "d")]
+    # Without a Redis broker: one clear line, exit 2.
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2, bad.stderr
+    assert "--broker redis://" in bad.stderr and "'orders'" in bad.stderr
+    ok = subprocess.run(
+        [*cmd, "--broker", redis_url, "--workers", "2"], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert totals(r)[0] == {"7": 13.0, "8": 1.0}
+    assert r.xlen("orders") == 3 and r.xinfo_groups("orders") == []

@@ -416,15 +416,13 @@ class Egress:
 
 class Externals:
     """A run's external streams: the ingest of its sources and the egress of its sinks,
-    on one Redis connection."""
+    on one client of the run's Redis (``client``: its own, closed by :meth:`close`)."""
 
     def __init__(
-        self, url: str, broker: Broker, topology: Topology, queue_counts: dict[str, int],
+        self, client: Any, broker: Broker, topology: Topology, queue_counts: dict[str, int],
         *, chunk: int, follow: bool,
     ) -> None:  # fmt: skip
-        import redis
-
-        self.client = redis.Redis.from_url(url)
+        self.client = client  # (closed with this)
         try:
             self.ingest = ExternalIngest(
                 self.client, broker, topology, queue_counts, chunk=chunk, follow=follow

@@ -47,6 +47,7 @@ from rstreams.errors import ConfigError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
+    broker_target,
     drop_job,
     on_redis,
     open_broker,
@@ -96,19 +97,15 @@ class Supervisor:
         *,
         progress: Callable[[dict[str, Any]], None] | None = None,
         max_ingest_rate: float | None = None,
-        external_url: str | None = None,
         **options: Any,
     ) -> None:
         """``config`` (or its options as keywords: ``workers=2, data_dir=...``) says how
-        to run; ``max_ingest_rate`` (lines per second) slows ingest down, for tests.
-        ``external_url``: the Redis server of the topology's external streams
-        (``RedisStream``), by default the run's Redis broker."""
+        to run; ``max_ingest_rate`` (lines per second) slows ingest down, for tests."""
         config = RunConfig.of(config, **options)
         data_dir = config.data_dir or DEFAULT_DATA_DIR
         _check_input_files(inputs)
-        self.external_url = check_external_broker(
-            topology, external_url or getattr(config, "broker", None)
-        )
+        # (a RedisStream is on the run's Redis: refused before anything is opened)
+        self.external_url = check_external_broker(topology, config.broker)
         self.externals: Externals | None = None
         self.config = config
         self.pipeline_path = pipeline_path
@@ -179,8 +176,10 @@ class Supervisor:
             follow=config.follow, max_rate=max_ingest_rate,
         )  # fmt: skip
         if self.external_url is not None:
+            from rstreams.runtime.queues.redisstreams import connect
+
             self.externals = Externals(
-                self.external_url, self.broker, topology, self.queue_counts,
+                connect(broker_target(config)), self.broker, topology, self.queue_counts,
                 chunk=config.chunk_lines, follow=config.follow,
             )  # fmt: skip
         if self.stale is not None:
