@@ -46,7 +46,7 @@ def _timestamp(_: Any, __: Any, value: Any) -> None:
 class RedisStream:
     """A Redis stream outside the job, as a source or a sink.
 
-    Args:
+    Attributes:
         stream: the stream's key, as other programs name it (``XADD <stream> ...``).
         value: the field that is a record's value; None: all fields, as a dict (read as
             JSON by default). As a sink, None writes a dict value's items as fields (and
