@@ -238,3 +238,135 @@ def test_rstreams_run_reads_and_writes_redis_streams(tmp_path: Path, redis_url: 
     assert ok.returncode == 0, ok.stderr
     assert totals(r)[0] == {"7": 13.0, "8": 1.0}
     assert r.xlen("orders") == 3 and r.xinfo_groups("orders") == []
+
+
+def _copy_setup(r: redis.Redis, follow: bool) -> tuple[Any, Any]:
+    from rstreams.runtime.engine.external import ExternalIngest
+    from rstreams.runtime.queues.memory import MemoryBroker
+
+    b = StreamBuilder("j")
+    b.source(RedisStream("orders", value="amount")).sink("out")
+    broker = MemoryBroker()
+    broker.create_topic("orders", 2)
+    ingest = ExternalIngest(r, broker, b.build(), {"orders": 2}, chunk=10, follow=follow)
+    return ingest, broker
+
+
+def test_a_bounded_copy_ends_when_the_last_entries_were_deleted(redis_url: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    orders(r, (1, 1), (2, 2), (3, 3))
+    r.xdel("orders", r.xrange("orders")[-1][0])  # the stream's last id is no entry now
+    ingest, broker = _copy_setup(r, follow=False)
+    while not ingest.done:
+        assert ingest.step() or ingest.done
+    assert ingest.copied() == 2
+    values = [rec.value for q in range(2) for rec in broker.read("orders", q, 0, 10)]
+    assert sorted(values) == [b"1", b"2"]
+
+
+def test_two_egresses_of_one_sink_never_add_an_entry_twice(redis_url: str) -> None:
+    from rstreams.runtime.engine.external import Egress
+    from rstreams.runtime.queues.memory import MemoryBroker
+
+    r = redis.Redis.from_url(redis_url)
+    b = StreamBuilder("j")
+    b.source("in").sink(RedisStream("out", value="v"))
+    topology = b.build()
+    others: list[Egress] = []
+
+    class Racing(MemoryBroker):
+        """The other egress copies while this one is between its WATCH and its EXEC."""
+
+        def read(self, *args: Any, **kwargs: Any) -> Any:
+            if others:
+                others.pop().step()
+            return super().read(*args, **kwargs)
+
+    broker = Racing()
+    broker.create_topic("out", 1)
+    broker.append("out", 0, [(0, None, f'"{i}"'.encode(), ()) for i in range(25)])
+    first = Egress(r, broker, topology, {"out": 1}, chunk=10)
+    second = Egress(r, broker, topology, {"out": 1}, chunk=10)
+    others.append(second)
+    while not first.drained():
+        first.step()
+        second.step()
+    assert [f[b"v"] for _, f in r.xrange("out")] == [str(i).encode() for i in range(25)]
+    assert first.written + second.written == 25
+
+
+KILLED_RUN = """
+import sys
+from rstreams.loader import load_topology
+from rstreams.runtime.engine.supervisor import Supervisor
+
+path, data, url = sys.argv[1:4]
+sup = Supervisor(path, load_topology(path), {}, data_dir=data, workers=2, broker=url,
+                 chunk_lines=200, worker_args=["--commit-interval", "0.2"])
+try:
+    sup.run()
+finally:
+    sup.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_supervisor_killed_mid_copy_then_run_again_copies_each_entry_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
+
+    r = redis.Redis.from_url(redis_url)
+    n = 20_000
+    pipe = r.pipeline(transaction=False)
+    expected: dict[str, float] = {}
+    for i in range(n):
+        pipe.xadd("orders", {"id": i % 13, "amount": i % 10})
+        expected[str(i % 13)] = expected.get(str(i % 13), 0) + i % 10
+    pipe.execute()
+    path = write(tmp_path, PIPELINE)
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN)
+    p = subprocess.Popen(
+        [sys.executable, str(script), path, str(tmp_path / "data"), redis_url],
+        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    copied = 0
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None:
+            copied = sum(r.xlen(k) for k in r.scan_iter("rs:{shop}:q:orders:*"))
+            if copied >= 2_000:
+                break
+            time.sleep(0.01)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert 0 < copied < n, "the run was not killed mid-copy"
+    # Its workers leave when their supervisor is gone; its lock would lapse in seconds.
+    deadline = time.monotonic() + 60
+    while list(r.scan_iter("rs:{shop}:*member:*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    r.delete("rs:{shop}:lock")
+    _, tables = run(tmp_path, path, redis_url)
+    assert tables["totals"] == expected
+    assert totals(r)[0] == expected
+    broker = RedisBroker.open(RedisTarget.parse(redis_url), "shop")
+    try:
+        source = sum(
+            broker.end_offset("orders", q) for q in range(broker.queue_count("orders") or 0)
+        )
+        sink = sum(broker.end_offset("totals", q) for q in range(broker.queue_count("totals") or 0))
+    finally:
+        broker.close()
+    assert source == n  # each entry copied into the job once
+    assert totals(r)[1] == sink  # each sink record added to the stream once
+    assert r.xlen("orders") == n and r.xinfo_groups("orders") == []

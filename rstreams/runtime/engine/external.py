@@ -203,10 +203,13 @@ class _Source:
     target: tuple[int, int] | None = None
     copied: int = 0
     ended_at: dict[int, int] = attrs.field(factory=dict)
+    #: A bounded run found nothing more up to ``target`` (the entries it had at start
+    #: up to there may have been deleted since: then the position never gets there).
+    finished: bool = False
 
     @property
     def done(self) -> bool:
-        return self.target is not None and _id(self.position.id) >= self.target
+        return self.target is not None and (self.finished or _id(self.position.id) >= self.target)
 
 
 class ExternalIngest:
@@ -273,12 +276,15 @@ class ExternalIngest:
         if isinstance(info, redis.ResponseError) and "no such key" in str(info).lower():
             if pos.id != "0-0":
                 raise _lost(src.topic, pos, "no longer exists (it was deleted)")
+            src.finished = True  # (a bounded run: what it had at start went with it)
             return False
         if isinstance(info, Exception):
             raise info
         added = self._check(src, info, entries)
         if src.target is not None:
-            entries = [e for e in entries if _id(e[0]) <= src.target]
+            kept = [e for e in entries if _id(e[0]) <= src.target]
+            src.finished = len(kept) < len(entries) or len(entries) < self.chunk
+            entries = kept
         if not entries:
             record_input_end(self.broker, self.job_id, src.topic, src.queues, src.ended_at)
             return False
@@ -292,6 +298,8 @@ class ExternalIngest:
         self._rr += 1
         src.position = end
         src.copied += len(entries)
+        if src.done:  # (for watermarks: the input has ended, see record_input_end)
+            record_input_end(self.broker, self.job_id, src.topic, src.queues, src.ended_at)
         return True
 
     def _check(self, src: _Source, info: dict[str, Any], entries: list[Any]) -> int:
