@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.ingest import record_input_end
+from rstreams.runtime.engine.ingest import last_headers, record_input_end
 
 if TYPE_CHECKING:
     from rstreams.dsl.external import RedisStream
@@ -110,16 +110,10 @@ def last_position(broker: Broker, topic: str, stream: str) -> StreamPosition:
     """The newest position copied from ``stream`` into ``topic``: the furthest among
     the last records of the topic's queues (chunks go round-robin over them)."""
     best = StreamPosition(stream)
-    for q in range(broker.queue_count(topic) or 0):
-        end = broker.end_offset(topic, q)
-        if end <= broker.start_offset(topic, q):
-            continue
-        (last,) = broker.read(topic, q, end - 1, 1)
-        for name, value in last.headers:
-            if name == EXTERNAL_HEADER:
-                pos = StreamPosition.decode(value)
-                if pos.stream == stream and _id(pos.id) > _id(best.id):
-                    best = pos
+    for value in last_headers(broker, topic, EXTERNAL_HEADER):
+        pos = StreamPosition.decode(value)
+        if pos.stream == stream and _id(pos.id) > _id(best.id):
+            best = pos
     return best
 
 

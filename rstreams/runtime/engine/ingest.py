@@ -69,6 +69,7 @@ __all__ = [
     "ReadMark",
     "Tap",
     "input_changed",
+    "last_headers",
     "last_mark",
     "read_marks",
     "record_input_end",
@@ -174,19 +175,23 @@ def last_mark(broker: Broker, topic: str, file: str) -> ReadMark | None:
 
     Chunks go round-robin over the topic's queues and each ends with its mark, so the
     newest one is the one that read furthest among the queues' last records."""
-    queues = broker.queue_count(topic) or 0
     best: ReadMark | None = None
-    for q in range(queues):
+    for value in last_headers(broker, topic, INGEST_HEADER):
+        mark = ReadMark.decode(value)
+        if mark.file == file and (best is None or mark.position > best.position):
+            best = mark
+    return best
+
+
+def last_headers(broker: Broker, topic: str, header: str) -> Iterator[bytes]:
+    """The values of ``header`` on the last record of each queue of ``topic``: where
+    an ingest records how far it got."""
+    for q in range(broker.queue_count(topic) or 0):
         end = broker.end_offset(topic, q)
         if end <= broker.start_offset(topic, q):
             continue
         (last,) = broker.read(topic, q, end - 1, 1)
-        for name, value in last.headers:
-            if name == INGEST_HEADER:
-                mark = ReadMark.decode(value)
-                if mark.file == file and (best is None or mark.position > best.position):
-                    best = mark
-    return best
+        yield from (value for name, value in last.headers if name == header)
 
 
 def what_changed(path: str, mark: ReadMark, *, follow: bool = False) -> str | None:
