@@ -34,7 +34,7 @@ import attrs
 
 from rstreams.errors import StateStoreError
 from rstreams.runtime.faults import POINTS, maybe_fail
-from rstreams.state.stores import KeyValueStore, StoreDamagedError
+from rstreams.state.stores import KeyValueStore, StoreDamagedError, StoreLockedError
 
 _META = "meta"  # the column family of the store's bookkeeping
 _OFFSET = "changelog_offset"  # its key of the checkpoint (JSON, as every meta value)
@@ -50,8 +50,9 @@ def store_error(name: str, path: Path, what: str, e: BaseException) -> StateStor
     """The :class:`StateStoreError` of RocksDB failure ``e`` of store ``name``."""
     msg = str(e)
     lower = msg.lower()
-    damage = not any(w in msg for w in _LOCKED) and not any(w in lower for w in _NOT_DAMAGE)
-    cls = StoreDamagedError if damage else StateStoreError
+    locked = any(w in msg for w in _LOCKED)
+    damage = not locked and not any(w in lower for w in _NOT_DAMAGE)
+    cls = StoreDamagedError if damage else StoreLockedError if locked else StateStoreError
     return cls(
         f"state store {name!r} ({path}): RocksDB could not {what}: {msg}",
         store=name,

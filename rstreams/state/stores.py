@@ -21,6 +21,11 @@ class StoreDamagedError(StateStoreError):
     disk is full or read-only) are not cured by a rebuild."""
 
 
+class StoreLockedError(StateStoreError):
+    """A store's local copy is open elsewhere (its RocksDB LOCK is held): by a worker of
+    this host that still runs the store's task, maybe after losing it to this one."""
+
+
 class LostStateError(StateStoreError):
     """Records the job's state relies on can not be read or are gone from its log: a
     damaged changelog, a changelog ending below a store's checkpoint, a queue ending

@@ -180,7 +180,8 @@ def test_missing_pipeline_and_input(tmp_path):
         (["--master", "local[2]"], "--master and --conf need --backend spark"),
         (["--conf", "spark.x=1"], "--master and --conf need --backend spark"),
         (["--streaming"], "--streaming and --checkpoint need --backend spark"),
-        (["--broker", "redis://localhost"], "--broker is not available"),
+        # --broker works (tests/redis/test_run_redis.py) on the durable runtime only.
+        (["--broker", "redis://localhost", "--in-memory"], "--broker keeps the job of the"),
     ],
 )
 def test_not_yet_available_flags_exit_2(flags, message):

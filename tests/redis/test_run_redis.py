@@ -68,6 +68,21 @@ def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
     assert (job / "state").is_dir() and not (job / "log").exists()  # the log is in Redis
 
 
+def test_a_run_again_resumes_and_fresh_starts_over_in_redis(tmp_path, redis_url):
+    out = tmp_path / "counts.jsonl"
+    args = ("--input", CORPUS, "--broker", redis_url, "--workers", 1, "--output", out)
+    for i, extra in enumerate([(), (), ("--fresh",)]):
+        # Each run with its own --data-dir: what the job read and counted is in Redis.
+        r = subprocess.run(
+            run_cmd(*args, "--data-dir", tmp_path / f"data{i}", *extra),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert read_table(out) == expected_counts(CORPUS)  # never counted twice
+        if i == 1:
+            assert "done: 0 records in" in r.stderr  # resumed: nothing new to read
+
+
 def test_join_without_a_running_job_fails_clearly(tmp_path, redis_url):
     r = subprocess.run(
         run_cmd("--broker", redis_url, "--join", "--data-dir", tmp_path / "data"),
@@ -91,7 +106,7 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
     lock = RedisJobLock(client, "wordcount")
     observer = RedisGroupMembership(client, "wordcount", "wordcount", "observer")
     outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    common = ("--broker", redis_url, "--workers", 1, "--commit-interval", "0.2")
+    common = ("--broker", redis_url, "--workers", 1)
     a = subprocess.Popen(
         run_cmd("--input", corpus, "--data-dir", tmp_path / "host-a", "--output", outs[0],
                 *common),
@@ -99,7 +114,8 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
     )  # fmt: skip
     b = None
     try:
-        _wait_for(lambda: observer.task_owners(), "host A's workers to take tasks")
+        _wait_for(lambda: a.poll() is not None or observer.task_owners(), "A's tasks")
+        assert a.poll() is None, a.communicate()[1]
         assert lock.holder() is not None
         b = subprocess.Popen(
             run_cmd("--join", "--data-dir", tmp_path / "host-b", "--output", outs[1], *common),

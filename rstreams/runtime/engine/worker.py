@@ -61,7 +61,7 @@ from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.rebalance import AllocateStrategy, MessageQueue, get_strategy
 from rstreams.runtime.rebalance.group import GroupMembership
 from rstreams.runtime.rebalance.membership import FileGroupMembership
-from rstreams.state.stores import StoreDamagedError
+from rstreams.state.stores import StoreDamagedError, StoreLockedError
 
 log = logging.getLogger("rstreams.worker")
 
@@ -297,7 +297,15 @@ class Worker:
     def _claim_tasks(self) -> None:
         for task_id in self.wanted:
             if task_id not in self.tasks and self.membership.acquire_task(str(task_id)):
-                self._start_task(task_id)
+                try:
+                    self._start_task(task_id)
+                except StoreLockedError:
+                    if not self._fenced:
+                        raise
+                    # A worker of this host still runs it: it lost the task to this one
+                    # (its lease ran out) and drops it at its next heartbeat.
+                    log.info("%s: task %s is still open here; later", self.member_id, task_id)
+                    self.membership.release_task(str(task_id))
 
     def commit(self) -> None:
         started = time.perf_counter()
