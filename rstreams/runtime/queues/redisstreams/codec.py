@@ -9,14 +9,17 @@ Offsets are dense: offset ``N`` is the entry id ``0-(N+1)`` (``XADD key 0-* ...`
 the next sequence number of time 0, so the ids go 0-1, 0-2, ...). The end offset is the
 sequence number of the stream's last generated id, which ``XDEL`` and ``XTRIM`` keep.
 
->>> args = encode_records([5], [b"k"], [b""], [(("h", b"1"),)])
->>> args
-[8, b't', 5, b'k', b'k', b'v', b'', b'h', b'\\x91\\x92\\xa1h\\xc4\\x011']
->>> entry = (b"0-3", dict(zip(args[1::2], [str(a).encode() if isinstance(a, int) else a
-...                                          for a in args[2::2]])))
->>> c = decode_entries([entry])
->>> list(c.offsets), c.timestamps, c.keys, c.values, c.headers
-([2], [5], [b'k'], [b''], [(('h', b'1'),)])
+Between this process and the server's scripts (:mod:`.scripts`) records travel as
+msgpack columns, packed and unpacked at C speed on both sides:
+
+>>> op = append_op(2, [5, 6], [b"k", None], [b"", b"v"], [(), (("h", b"1"),)])
+>>> op[:4], op[4:6]
+(['x', 2, 2, ['5', '6']], [[b'k', None], [b'', b'v']])
+>>> blob = msgpack.packb([[3, 4], [b"5", b"6"], [b"k", False], [b"", b"v"],
+...                       [2, op[6][1]]])
+>>> c = decode_read(blob)
+>>> c.offsets, c.timestamps, c.keys, c.values, c.headers
+(range(2, 4), [5, 6], [b'k', None], [b'', b'v'], [(), (('h', b'1'),)])
 >>> entry_id(2), offset_of(b"0-3")
 ('0-3', 2)
 """
@@ -24,8 +27,6 @@ sequence number of the stream's last generated id, which ``XDEL`` and ``XTRIM`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
-from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -34,7 +35,6 @@ from rstreams.runtime.queues._logformat import _RECORD_SHAPE
 from rstreams.runtime.queues.base import RecordColumns
 
 _BYTES = {bytes, type(None)}
-_TS = itemgetter(b"t")
 
 
 def entry_id(offset: int) -> str:
@@ -46,11 +46,16 @@ def offset_of(entry: bytes | str) -> int:
     """The offset of a stream entry id written by :func:`entry_id`."""
     ms, _, seq = (entry.decode() if isinstance(entry, bytes) else entry).partition("-")
     if ms != "0":
-        raise ValueError(
-            f"stream entry {entry!r} was not written by rstreams (its ids are 0-<n>); "
-            "another program added entries to a stream of the job"
-        )
+        raise ValueError(foreign(entry))
     return int(seq) - 1
+
+
+def foreign(entry: bytes | str) -> str:
+    """What is wrong with an entry rstreams did not write in a stream of the job."""
+    return (
+        f"stream entry {entry!r} was not written by rstreams (its ids are 0-<n>, with a "
+        "t field): another program added entries to a stream of the job"
+    )
 
 
 def check_columns(
@@ -70,61 +75,61 @@ def check_columns(
     return n
 
 
-def encode_records(
+def _pack_headers(h: tuple) -> bytes | None:
+    if not h:
+        return None
+    try:
+        return msgpack.packb(h, use_bin_type=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{_RECORD_SHAPE}; {e}") from None
+
+
+def append_op(
+    key_index: int,
     timestamps: Sequence[int],
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     headers: Sequence[tuple],
 ) -> list[Any]:
-    """The write script's arguments for checked columns: per record the number of
-    field-name and value items, then those items (``t``, ``k``, ``v``, ``h``)."""
-    out: list[Any] = []
-    add, extend = out.append, out.extend
-    packb = msgpack.packb
-    for ts, k, v, h in zip(timestamps, keys, values, headers):
-        if k is not None and v is not None and not h:  # the usual record
-            extend((6, b"t", ts, b"k", k, b"v", v))
-            continue
-        fields: list[Any] = [b"t", ts]
-        if k is not None:
-            fields += (b"k", k)
-        if v is not None:
-            fields += (b"v", v)
-        if h:
-            try:
-                fields += (b"h", packb(h, use_bin_type=True))
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"{_RECORD_SHAPE}; {e}") from None
-        add(len(fields))
-        extend(fields)
-    return out
+    """The write script's ``"x"`` operation for checked columns. Timestamps travel as
+    decimal text (exact beyond 2**53, where Lua's numbers are not)."""
+    packed = list(map(_pack_headers, headers)) if any(headers) else None
+    return ["x", key_index, len(timestamps), list(map(str, timestamps)), list(keys),
+            list(values), packed]  # fmt: skip
 
 
-def _headers(raw: bytes | None) -> tuple:
-    if raw is None:
-        return ()
+def pack_ops(ops: list[list[Any]]) -> bytes:
+    """The operations as the write script unpacks them (bytes as msgpack raw strings:
+    the server's cmsgpack knows no ``bin`` type)."""
+    return msgpack.packb(ops, use_bin_type=False)
+
+
+def _headers(raw: bytes) -> tuple:
     return tuple(tuple(p) for p in msgpack.unpackb(raw, raw=False, use_list=False))
 
 
-def decode_entries(entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> RecordColumns:
-    """Columns of ``XRANGE`` entries (as redis-py returns them), in one pass per column."""
-    if not entries:
+def decode_read(blob: bytes) -> RecordColumns:
+    """Columns of the read script's reply: sequence numbers, timestamps, keys and values
+    (False for an absent field), headers as ``[index from 1, blob, ...]``."""
+    seqs, ts, keys, values, hs = msgpack.unpackb(blob, raw=True)
+    n = len(seqs)
+    if not n:
         return RecordColumns(range(0), [], [], [], [])
-    ids, fields = zip(*entries)
-    first, last = offset_of(ids[0]), offset_of(ids[-1])
-    dense = last - first == len(ids) - 1  # else compaction removed entries: gaps
-    offsets: Sequence[int] = range(first, last + 1) if dense else list(map(offset_of, ids))
-    timestamps = list(map(int, map(_TS, fields)))
-    keys = [f.get(b"k") for f in fields]
-    values = [f.get(b"v") for f in fields]
-    has = [b"h" in f for f in fields]
-    headers: list[tuple] = [()] * len(fields)
-    if any(has):
-        for i in compress(range(len(fields)), has):
-            headers[i] = _headers(fields[i][b"h"])
-    return RecordColumns(offsets, timestamps, keys, values, headers)
+    dense = seqs[-1] - seqs[0] == n - 1  # else compaction removed entries: gaps
+    offsets: Sequence[int] = range(seqs[0] - 1, seqs[-1]) if dense else [s - 1 for s in seqs]
+    if False in keys:
+        keys = [None if k is False else k for k in keys]
+    if False in values:
+        values = [None if v is False else v for v in values]
+    headers: list[tuple] = [()] * n
+    for i in range(0, len(hs), 2):
+        headers[hs[i] - 1] = _headers(hs[i + 1])
+    return RecordColumns(offsets, list(map(int, ts)), keys, values, headers)
 
 
-def record_bytes(fields: dict[bytes, bytes]) -> int:
-    """The stored size of one entry's fields (what ``retention_bytes`` counts)."""
-    return sum(len(k) + len(v) for k, v in fields.items())
+def stored_bytes(c: RecordColumns) -> list[int]:
+    """The bytes each record's key, value and timestamp take (what retention counts)."""
+    return [
+        len(k or b"") + len(v or b"") + len(str(t))
+        for t, k, v in zip(c.timestamps, c.keys, c.values)
+    ]

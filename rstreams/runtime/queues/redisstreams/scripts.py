@@ -11,47 +11,86 @@ from __future__ import annotations
 #: Appends and commits, all or nothing, optionally fenced.
 #:
 #: KEYS: the fence key (when ARGV[1] is "1"), then every key the operations name.
-#: ARGV[1] "1" with a fence, ARGV[2] the value the fence key must hold; then operations:
-#:   "x", stream key index, record count, then per record: item count, items (XADD 0-*)
-#:   "c", hash key index, field, offset, set key index, group (HSET + SADD)
-#: Returns {"ok", first id of each "x"...}, {"fenced", current value}, {"lost", key}.
+#: ARGV[1] "1" with a fence, ARGV[2] the value the fence key must hold, ARGV[3] the
+#: operations as one msgpack array (unpacked here at C speed), each one of
+#:   {"x", stream key index, n, timestamps, keys, values, headers or nil}: n XADD 0-*
+#:      (a nil key, value or headers entry leaves that field out)
+#:   {"c", hash key index, field, offset, set key index, group}: HSET + SADD
+#: Returns {"ok", first id of each "x"...}, {"fenced", current value}, {"lost", key} or
+#: {"foreign", key, id} (XADD 0-* would fail there: checked first, so nothing is applied).
 WRITE = """
-local i = 3
 if ARGV[1] == '1' then
   local v = redis.call('GET', KEYS[1])
   if v ~= ARGV[2] then return {'fenced', v} end
 end
-while i <= #ARGV do
-  if ARGV[i] == 'x' then
-    local k = KEYS[tonumber(ARGV[i + 1])]
+local ops = cmsgpack.unpack(ARGV[3])
+for _, op in ipairs(ops) do
+  if op[1] == 'x' then
+    local k = KEYS[op[2]]
     if redis.call('EXISTS', k) == 0 then return {'lost', k} end
-    local n = tonumber(ARGV[i + 2])
-    i = i + 3
-    for r = 1, n do i = i + 1 + tonumber(ARGV[i]) end
-  else
-    i = i + 6
+    local last = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)[1]
+    if last and string.sub(last[1], 1, 2) ~= '0-' then return {'foreign', k, last[1]} end
   end
 end
 local out = {'ok'}
-i = 3
-while i <= #ARGV do
-  if ARGV[i] == 'x' then
-    local k = KEYS[tonumber(ARGV[i + 1])]
-    local n = tonumber(ARGV[i + 2])
-    i = i + 3
-    for r = 1, n do
-      local m = tonumber(ARGV[i])
-      local id = redis.call('XADD', k, '0-*', unpack(ARGV, i + 1, i + m))
+for _, op in ipairs(ops) do
+  if op[1] == 'x' then
+    local key, ts, ks, vs, hs = KEYS[op[2]], op[4], op[5], op[6], op[7]
+    for r = 1, op[3] do
+      local k, v, h = ks[r], vs[r], hs and hs[r]
+      local id
+      if k and v and not h then
+        id = redis.call('XADD', key, '0-*', 't', ts[r], 'k', k, 'v', v)
+      else
+        local f = {'t', ts[r]}
+        if k then f[#f + 1] = 'k'; f[#f + 1] = k end
+        if v then f[#f + 1] = 'v'; f[#f + 1] = v end
+        if h then f[#f + 1] = 'h'; f[#f + 1] = h end
+        id = redis.call('XADD', key, '0-*', unpack(f))
+      end
       if r == 1 then out[#out + 1] = id end
-      i = i + 1 + m
     end
   else
-    redis.call('HSET', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3])
-    redis.call('SADD', KEYS[tonumber(ARGV[i + 4])], ARGV[i + 5])
-    i = i + 6
+    redis.call('HSET', KEYS[op[2]], op[3], op[4])
+    redis.call('SADD', KEYS[op[5]], op[6])
   end
 end
 return out
+"""
+
+#: Read: the start mark checked, then up to COUNT entries from an id, returned as one
+#: msgpack array of columns {sequence numbers, timestamps, keys, values, headers} (keys
+#: and values false where the field is absent; headers as {index, blob, ...}): one bulk
+#: reply the client decodes at C speed, not a reply element per field.
+#: KEYS: the stream, the starts hash. ARGV: start field, offset, first id, count ("" =
+#: all). Returns {"ok", blob}, {"purged", start}, {"lost"} or {"foreign", id}.
+READ = """
+local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if tonumber(ARGV[2]) < start then return {'purged', start} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'lost'} end
+local e
+if ARGV[4] == '' then
+  e = redis.call('XRANGE', KEYS[1], ARGV[3], '+')
+else
+  e = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', ARGV[4]) or {}  -- (COUNT 0: nil)
+end
+local seqs, ts, ks, vs, hs = {}, {}, {}, {}, {}
+for i = 1, #e do
+  local id, f = e[i][1], e[i][2]
+  if string.sub(id, 1, 2) ~= '0-' then return {'foreign', id} end
+  seqs[i] = tonumber(string.sub(id, 3))
+  ks[i] = false
+  vs[i] = false
+  for j = 1, #f, 2 do
+    local name = f[j]
+    if name == 't' then ts[i] = f[j + 1]
+    elseif name == 'k' then ks[i] = f[j + 1]
+    elseif name == 'v' then vs[i] = f[j + 1]
+    elseif name == 'h' then hs[#hs + 1] = i; hs[#hs + 1] = f[j + 1] end
+  end
+  if ts[i] == nil then return {'foreign', id} end
+end
+return {'ok', cmsgpack.pack({seqs, ts, ks, vs, hs})}
 """
 
 #: Create a topic: its options in the topics hash and an empty stream per queue (made

@@ -36,6 +36,7 @@ __all__ = [
     "RedisTarget",
     "RedisUnreachableError",
     "RedisVersionError",
+    "check_version",
     "connect",
 ]
 
@@ -190,17 +191,36 @@ class RedisTarget:
         return cls(**doc)
 
 
-def _version(info: dict[str, Any]) -> tuple[int, ...]:
-    raw = str(info.get("redis_version", "0"))
-    return tuple(int(p) if p.isdigit() else 0 for p in raw.split("."))
+def check_version(version: str, where: str) -> None:
+    """Refuse a server older than :data:`MIN_REDIS_VERSION` (``version`` as INFO gives it).
+
+    >>> check_version("7.0.15", "Redis at h:1")
+    >>> check_version("6.2.14", "Redis at h:1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rstreams.runtime.queues.redisstreams.target.RedisVersionError: Redis at h:1 runs ...
+    """
+    parts = tuple(int(p) if p.isdigit() else 0 for p in version.split(".")[:2])
+    if parts < MIN_REDIS_VERSION:
+        raise RedisVersionError(
+            f"{where} runs Redis {version}; rstreams needs "
+            f"{'.'.join(map(str, MIN_REDIS_VERSION))} or newer"
+        )
 
 
 def connect(target: RedisTarget, **options: Any) -> redis.Redis:
     """A client of ``target``, checked: reachable, authenticated, the database exists and
     the server is Redis >= 7.0. Each failure is one clear line (a
-    :class:`RedisConfigError`: the CLI exits 2) that never holds the password."""
+    :class:`RedisConfigError`: the CLI exits 2) that never holds the password.
+
+    The client does not retry a command by itself (``options`` may say otherwise): a
+    write whose reply was lost may or may not have been applied, and only the caller can
+    tell (by what it committed) whether to send it again without duplicating it.
+    """
     import redis
     import redis.exceptions as rx
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     kwargs: dict[str, Any] = {
         "host": target.host,
@@ -211,6 +231,7 @@ def connect(target: RedisTarget, **options: Any) -> redis.Redis:
         "socket_connect_timeout": 5,
         "socket_keepalive": True,
         "health_check_interval": 30,
+        "retry": Retry(NoBackoff(), 0),
     }
     if target.tls:
         kwargs.update(
@@ -245,14 +266,16 @@ def connect(target: RedisTarget, **options: Any) -> redis.Redis:
     except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
         client.close()
         text = target.scrub(str(e))
-        if target.tls and ("SSL" in text or "TLS" in text or "certificate" in text):
-            raise RedisTLSError(f"TLS with {where} failed: {text}") from None
+        if target.tls and any(w in text for w in ("SSL", "TLS", "certificate", "Timeout")):
+            # (a server that does not speak TLS never answers the handshake: a timeout)
+            raise RedisTLSError(
+                f"TLS with {where} failed: {text} (check the CA and client certificate files, "
+                "and that the server listens for TLS on this port)"
+            ) from None
         raise RedisUnreachableError(f"cannot reach {where}: {text}") from None
-    version = _version(info)
-    if version[:2] < MIN_REDIS_VERSION:
+    try:
+        check_version(str(info.get("redis_version", "0")), where)
+    except RedisVersionError:
         client.close()
-        raise RedisVersionError(
-            f"{where} runs Redis {info.get('redis_version')}; rstreams needs "
-            f"{'.'.join(map(str, MIN_REDIS_VERSION))} or newer"
-        )
+        raise
     return client

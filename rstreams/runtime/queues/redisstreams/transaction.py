@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rstreams.errors import FencedError
+from rstreams.errors import ConfigError, FencedError
 from rstreams.runtime.queues._logformat import HEADER_SIZE, decode_columns
 from rstreams.runtime.queues.offsets import check_name, check_offset
-from rstreams.runtime.queues.redisstreams.codec import check_columns, encode_records, offset_of
+from rstreams.runtime.queues.redisstreams.codec import (
+    append_op,
+    check_columns,
+    foreign,
+    offset_of,
+    pack_ops,
+)
 from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
 
 if TYPE_CHECKING:
@@ -30,7 +36,7 @@ class Transaction:
         self.keys: list[str] = [fence[0]] if fence is not None else []
         self._index: dict[str, int] = {}
         self._queues: dict[str, tuple[str, int]] = {}  # stream key -> (topic, queue)
-        self.ops: list[Any] = []
+        self.ops: list[list[Any]] = []
         self.first_offsets: list[int] = []
 
     def _key_index(self, key: str) -> int:
@@ -69,13 +75,10 @@ class Transaction:
     ) -> None:
         """Queue :meth:`RedisBroker.append_columns`."""
         key = self.broker._key(topic, queue)
-        n = check_columns(timestamps, keys, values, headers)
-        if not n:
+        if not check_columns(timestamps, keys, values, headers):
             return
-        args = encode_records(timestamps, keys, values, headers)
         self._queues[key] = (topic, queue)
-        self.ops += ("x", self._key_index(key), n)
-        self.ops += args
+        self.ops.append(append_op(self._key_index(key), timestamps, keys, values, headers))
 
     def append_encoded(
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
@@ -92,7 +95,7 @@ class Transaction:
         check_offset(group, topic, queue, offset)
         hash_key = self._key_index(self.broker.offsets_key(group))
         groups = self._key_index(self.broker.key("groups"))
-        self.ops += ("c", hash_key, f"{topic}:{queue}", int(offset), groups, group)
+        self.ops.append(["c", hash_key, f"{topic}:{queue}", str(int(offset)), groups, group])
 
     def execute(self) -> None:
         """Apply everything queued, all or nothing (nothing to do without operations
@@ -101,7 +104,7 @@ class Transaction:
             return
         self.broker._check_open()
         fence = ["1", self.fence[1]] if self.fence is not None else ["0", ""]
-        reply = self.broker._write(self.keys, fence + self.ops)
+        reply = self.broker._write(self.keys, [*fence, pack_ops(self.ops)])
         status = reply[0]
         if status == b"ok":
             self.first_offsets = [offset_of(i) for i in reply[1:]]
@@ -112,6 +115,8 @@ class Transaction:
                 f"commit refused: {self.fence[0]} holds {current!r}, not {self.fence[1]!r} "
                 "(this writer was replaced); nothing of it was applied"
             )
+        elif status == b"foreign":
+            raise ConfigError(f"{reply[1].decode()}: {foreign(reply[2])}")
         else:
             key = reply[1].decode()
             topic, queue = self._queues[key]
