@@ -180,6 +180,8 @@ def test_the_spec_is_checked_where_it_is_written() -> None:
     t = b.build()
     assert t.external_sources["o"].timestamp_field == "ts"
     assert t.external_sinks == {"out": RedisStream("out", value="v")}
+    assert "(topic: o, Redis stream: app:orders)" in t.describe()
+    assert "(topic: out, Redis stream: out)" in t.describe()
 
 
 @pytest.mark.slow
