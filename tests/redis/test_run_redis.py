@@ -68,19 +68,24 @@ def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
     assert (job / "state").is_dir() and not (job / "log").exists()  # the log is in Redis
 
 
-def test_a_run_again_resumes_and_fresh_starts_over_in_redis(tmp_path, redis_url):
-    out = tmp_path / "counts.jsonl"
-    args = ("--input", CORPUS, "--broker", redis_url, "--workers", 1, "--output", out)
+def test_another_data_dir_resumes_from_redis_and_fresh_starts_over(tmp_path, redis_url):
+    lines = CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)
+    corpus, out = tmp_path / "corpus.txt", tmp_path / "counts.jsonl"
+    corpus.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    args = ("--input", corpus, "--broker", redis_url, "--workers", 1, "--output", out)
     for i, extra in enumerate([(), (), ("--fresh",)]):
-        # Each run with its own --data-dir: what the job read and counted is in Redis.
+        if i == 1:  # the input grew: the run goes on from what the first one committed
+            corpus.write_text("".join(lines), encoding="utf-8")
+        # Each run with a --data-dir of its own, as on another host: what the job read
+        # and counted is in Redis, its state restored from the changelogs there.
         r = subprocess.run(
             run_cmd(*args, "--data-dir", tmp_path / f"data{i}", *extra),
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
-        assert read_table(out) == expected_counts(CORPUS)  # never counted twice
+        assert read_table(out) == expected_counts(corpus)  # never counted twice
         if i == 1:
-            assert "done: 0 records in" in r.stderr  # resumed: nothing new to read
+            assert f"done: {len(lines) - len(lines) // 2:,} records in" in r.stderr
 
 
 def test_join_without_a_running_job_fails_clearly(tmp_path, redis_url):

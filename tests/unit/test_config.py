@@ -130,3 +130,19 @@ def test_run_refuses_a_bad_option_before_reading_anything(tmp_path) -> None:
         run(b.build(), {"in": str(path)}, RunConfig().replace(on_error="skip"), on_error="no")
     result = run(b.build(), {"in": str(path)}, RunConfig(on_error="skip"))
     assert result.tables["out"] == {"a": 1}
+
+
+def test_broker_options_hide_the_password_and_need_broker():
+    from rstreams.runtime.engine.launch import WorkerLaunch
+
+    c = RunConfig(broker="redis://app:s3cret@db:6379/0", pipeline="wc.py")
+    assert "s3cret" not in repr(c) and "redis://app:***@db:6379/0" in repr(c)
+    # The worker gets it whole, on its standard input.
+    launch = WorkerLaunch(config=c, job_dir="d/wc")
+    assert WorkerLaunch.from_text(launch.to_text()).config.broker == c.broker
+    with pytest.raises(ConfigError, match=r"--broker must be redis://") as e:
+        RunConfig(broker="http://app:s3cret@db")
+    assert "s3cret" not in str(e.value)
+    for options in ({"join": True}, {"broker_password_file": "pw"}):
+        with pytest.raises(ConfigError, match="need --broker URL"):
+            RunConfig(**options)

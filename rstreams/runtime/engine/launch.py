@@ -3,8 +3,8 @@
 The supervisor writes a :class:`WorkerLaunch` as JSON on the worker's standard input
 (its one argument is ``-``); a worker started by hand reads it from a file named by that
 argument. Never on the command line, where every user of the machine can read it (a
-broker password, one day). The worker reads it with the checks the run's options were
-built with: a bad value is refused naming the option.
+broker password: ``--broker redis://user:PASSWORD@...``). The worker reads it with the
+checks the run's options were built with: a bad value is refused naming the option.
 
     >>> from rstreams.config import RunConfig
     >>> launch = WorkerLaunch(

@@ -3,7 +3,9 @@
 The supervisor (the ``rstreams run`` process itself):
 
 1. opens the job's directory ``<data-dir>/<job-id>/`` (see the layout module: file log,
-   offsets, group files) under the job lock, and creates the topology's topics;
+   offsets, group files) under the job lock, and creates the topology's topics; with
+   ``--broker`` the log, offsets, group and lock are the broker's (see the brokers
+   module), and ``--join`` runs only workers (see the joined module);
 2. starts N worker processes (one consumer group: the job id), restarts those that die
    unexpectedly and ends the run on an error a restart would meet again (see the
    workerpool module);
