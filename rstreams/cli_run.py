@@ -195,10 +195,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _inputs(args: argparse.Namespace, topology: Topology) -> dict[str, str]:
-    """Source topic -> input path, from --bind and --input."""
+    """Source topic -> input path, from --bind and --input. (A source that is a Redis
+    stream, ``RedisStream``, is read from it: no input.)"""
     inputs = _parse_binds(args.bind)
+    sources = [t for t in topology.source_topics if t not in topology.external_sources]
     if args.input:
-        sources = topology.source_topics
         if len(sources) != 1:
             raise ConfigError(
                 f"--input binds the only source topic, but {topology.job_id!r} reads "
@@ -207,7 +208,7 @@ def _inputs(args: argparse.Namespace, topology: Topology) -> dict[str, str]:
         if sources[0] in inputs:
             raise ConfigError(f"topic {sources[0]!r} is bound by both --input and --bind")
         inputs[sources[0]] = args.input
-    if not inputs:
+    if not inputs and sources:
         raise ConfigError("nothing to read: give --input PATH (or --bind TOPIC=PATH)")
     return inputs
 

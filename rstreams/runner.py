@@ -111,6 +111,10 @@ def _run_embedded(
         raise ConfigError("follow=True needs the durable runtime: give data_dir")
     if config.data_dir is not None or config.broker or (config.workers or 1) > 1:
         return _run_durable(topology, inputs, config, progress)
+    if topology.external_sources or topology.external_sinks:
+        from rstreams.runtime.engine.external import check_external_broker
+
+        check_external_broker(topology, None)  # (raises: they need --broker redis://)
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
     total_bytes: int | None = sum(size or 0 for _, size in opened.values())

@@ -1,5 +1,6 @@
 """The fluent DSL: builds the logical graph and nothing else (no runtime code)."""
 
+from rstreams.dsl.external import RedisStream
 from rstreams.dsl.stream import (
     GroupedStream,
     JoinedStream,
@@ -25,6 +26,7 @@ __all__ = [
     "JoinedStream",
     "RStream",
     "RTable",
+    "RedisStream",
     "SessionWindow",
     "SlidingWindow",
     "StreamBuilder",

@@ -59,6 +59,8 @@ class SourceNode(Node):
     value_serde: Serde
     key_serde: Serde
     queues: int | None = None
+    #: A stream other programs write (a ``RedisStream``), copied into ``topic``.
+    external: Any = None
 
 
 @attrs.frozen(kw_only=True, eq=False, repr=False)
@@ -126,6 +128,8 @@ class SinkNode(Node):
     value_serde: Serde
     key_serde: Serde
     queues: int | None = None
+    #: A stream other programs read (a ``RedisStream``), ``topic`` is copied into.
+    external: Any = None
 
 
 AGGREGATIONS = ("count", "sum", "min", "max", "reduce", "aggregate")

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rstreams.dsl import nodes as n
+from rstreams.dsl.external import RedisStream, external_topic
 from rstreams.dsl.windows import (
     HoppingWindow,
     JoinWindow,
@@ -72,6 +73,18 @@ def _check_queues(queues: int | None, method: str) -> int | None:
     return queues
 
 
+def _check_topic(topic: str, what: str, external: RedisStream | None) -> None:
+    try:
+        n.check_name(topic, what)
+    except TopologyError as e:
+        if external is None or topic != external.stream:
+            raise
+        raise TopologyError(
+            f"{e}; name the job's topic for the stream {external.stream!r} yourself: "
+            f"(topic, external=RedisStream(...))"
+        ) from None
+
+
 class StreamBuilder:
     """Entry point of the DSL: holds one pipeline (logical graph) for one job.
 
@@ -92,18 +105,25 @@ class StreamBuilder:
 
     def source(
         self,
-        topic: str,
+        topic: str | RedisStream,
         deserializer: SerdeLike | None = None,
         *,
         key_deserializer: SerdeLike | None = None,
         queues: int | None = None,
+        external: RedisStream | None = None,
     ) -> RStream:
         """Read a topic. Values are UTF-8 text unless ``deserializer`` says otherwise
         ("str", "bytes", "json", "msgpack", a Serde, or a function of bytes).
 
         ``queues`` declares the topic's queue count when known; shuffles default to it.
+        A :class:`~rstreams.dsl.external.RedisStream` (as ``topic``, named after its
+        stream, or as ``external=``) reads a stream other programs write; a stream of all
+        fields (``value=None``) is read as JSON unless ``deserializer`` says otherwise.
         """
-        n.check_name(topic, "a source topic")
+        topic, external = external_topic(topic, external, "source")
+        _check_topic(topic, "a source topic", external)
+        if external is not None and external.value is None and deserializer is None:
+            deserializer = "json"  # the ingest writes the entry's fields as a JSON object
         if topic in self.pipeline.sources:
             raise TopologyError(
                 f"topic {topic!r} is already read by source step "
@@ -117,9 +137,12 @@ class StreamBuilder:
             value_serde=get_serde(deserializer),
             key_serde=get_serde(key_deserializer),
             queues=_check_queues(queues, "source"),
+            external=external,
         )
         self.pipeline.sources[topic] = node
-        return RStream(self, node)
+        # An external stream's entries are copied round-robin over the topic's queues (a
+        # chunk and its position in one append): keyed steps shuffle them by key first.
+        return RStream(self, node, repartition=external is not None)
 
     def build(self) -> Topology:
         """Compile the pipeline into a :class:`~rstreams.planner.topology.Topology`."""
@@ -159,17 +182,19 @@ class _Sinkable(_Stream):
 
     def sink(
         self,
-        topic: str,
+        topic: str | RedisStream,
         serializer: SerdeLike | None = None,
         *,
         key_serializer: SerdeLike | None = None,
         queues: int | None = None,
         name: str | None = None,
+        external: RedisStream | None = None,
     ) -> None:
         """Shorthand for ``.toRStream().sink(...)``."""
         self.toRStream().sink(
-            topic, serializer, key_serializer=key_serializer, queues=queues, name=name
-        )
+            topic, serializer, key_serializer=key_serializer, queues=queues, name=name,
+            external=external,
+        )  # fmt: skip
 
 
 class RStream(_Stream):
@@ -244,18 +269,25 @@ class RStream(_Stream):
 
     def sink(
         self,
-        topic: str,
+        topic: str | RedisStream,
         serializer: SerdeLike | None = None,
         *,
         key_serializer: SerdeLike | None = None,
         queues: int | None = None,
         name: str | None = None,
+        external: RedisStream | None = None,
     ) -> None:
         """Terminal step: write records to ``topic`` (values as JSON unless
-        ``serializer`` says otherwise; the queue is mmh3(key) % queues)."""
+        ``serializer`` says otherwise; the queue is mmh3(key) % queues).
+
+        A :class:`~rstreams.dsl.external.RedisStream` (as ``topic``, named after its
+        stream, or as ``external=``) also writes each record as an entry of a stream
+        other programs read, its key and value as fields.
+        """
+        topic, external = external_topic(topic, external, "sink")
         if not topic:
             raise TopologyError("sink() needs a topic name; got an empty one")
-        n.check_name(topic, "a sink topic")
+        _check_topic(topic, "a sink topic", external)
         self._add(
             n.SinkNode,
             name,
@@ -263,6 +295,7 @@ class RStream(_Stream):
             value_serde=get_serde(serializer, default="json", role="serializer"),
             key_serde=get_serde(key_serializer, default="json", role="serializer"),
             queues=_check_queues(queues, "sink"),
+            external=external,
         )
 
     def _joined(self, other: RStream, join_type: str) -> JoinedStream:

@@ -23,10 +23,12 @@ def window_text(f: ProcessorFactory) -> str | None:
 
 
 def _line(f: ProcessorFactory) -> str:
+    external = getattr(f.node, "external", None) if f.kind in ("source", "sink") else None
+    stream = f", Redis stream: {external.stream}" if external is not None else ""
     if f.role == "source":
-        return f"Source: {f.name} (topic: {f.topic})"
+        return f"Source: {f.name} (topic: {f.topic}{stream})"
     if f.role == "sink":
-        return f"Sink: {f.name} (topic: {f.topic})"
+        return f"Sink: {f.name} (topic: {f.topic}{stream})"
     window = window_text(f)
     shown = f" (window: {window})" if window else ""
     stores = f" (stores: [{', '.join(f.stores)}])" if f.stores else ""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rstreams.dsl.nodes import Node, Pipeline
+from rstreams.dsl.nodes import Node, Pipeline, SinkNode, SourceNode
 from rstreams.errors import UnsupportedOperation
 from rstreams.serde import Serde
 
@@ -191,6 +191,26 @@ class Topology:
     def sink_topics(self) -> list[str]:
         """User topics the topology writes (not internal ones)."""
         return [t.name for t in self.topics.values() if t.role == "sink"]
+
+    @property
+    def external_sources(self) -> dict[str, Any]:
+        """Source topics copied from a stream other programs write: topic -> its
+        :class:`~rstreams.dsl.external.RedisStream`."""
+        return self._externals(SourceNode)
+
+    @property
+    def external_sinks(self) -> dict[str, Any]:
+        """Sink topics copied to a stream other programs read: topic -> its
+        :class:`~rstreams.dsl.external.RedisStream`."""
+        return self._externals(SinkNode)
+
+    def _externals(self, cls: type[SourceNode | SinkNode]) -> dict[str, Any]:
+        nodes = self.pipeline.nodes if self.pipeline is not None else ()
+        return {
+            node.topic: node.external
+            for node in nodes
+            if isinstance(node, cls) and node.external is not None
+        }
 
     def subtopology_of_topic(self, topic: str) -> list[SubTopology]:
         return [st for st in self.subtopologies if topic in st.source_topics]

@@ -104,9 +104,16 @@ def open_input(path: str) -> tuple[BinaryIO, int | None]:
 
 
 def check_inputs(topology: Topology, inputs: dict[str, str]) -> None:
-    """Every source topic bound to an input, and nothing else bound."""
-    missing = [t for t in topology.source_topics if t not in inputs]
+    """Every source topic bound to an input, and nothing else bound. (A topic copied
+    from an external stream is bound to that stream.)"""
+    external = topology.external_sources
+    missing = [t for t in topology.source_topics if t not in inputs and t not in external]
     unknown = [t for t in inputs if t not in topology.source_topics]
+    if bound := [t for t in inputs if t in external]:
+        raise ConfigError(
+            f"topic(s) {bound} are read from Redis streams "
+            f"{[external[t].stream for t in bound]}; bind no input file to them"
+        )
     if unknown:
         raise ConfigError(
             f"topic(s) {unknown} are not sources of {topology.job_id!r}; "

@@ -69,8 +69,10 @@ __all__ = [
     "ReadMark",
     "Tap",
     "input_changed",
+    "last_headers",
     "last_mark",
     "read_marks",
+    "record_input_end",
     "what_changed",
 ]
 
@@ -173,19 +175,23 @@ def last_mark(broker: Broker, topic: str, file: str) -> ReadMark | None:
 
     Chunks go round-robin over the topic's queues and each ends with its mark, so the
     newest one is the one that read furthest among the queues' last records."""
-    queues = broker.queue_count(topic) or 0
     best: ReadMark | None = None
-    for q in range(queues):
+    for value in last_headers(broker, topic, INGEST_HEADER):
+        mark = ReadMark.decode(value)
+        if mark.file == file and (best is None or mark.position > best.position):
+            best = mark
+    return best
+
+
+def last_headers(broker: Broker, topic: str, header: str) -> Iterator[bytes]:
+    """The values of ``header`` on the last record of each queue of ``topic``: where
+    an ingest records how far it got."""
+    for q in range(broker.queue_count(topic) or 0):
         end = broker.end_offset(topic, q)
         if end <= broker.start_offset(topic, q):
             continue
         (last,) = broker.read(topic, q, end - 1, 1)
-        for name, value in last.headers:
-            if name == INGEST_HEADER:
-                mark = ReadMark.decode(value)
-                if mark.file == file and (best is None or mark.position > best.position):
-                    best = mark
-    return best
+        yield from (value for name, value in last.headers if name == header)
 
 
 def what_changed(path: str, mark: ReadMark, *, follow: bool = False) -> str | None:
@@ -289,6 +295,23 @@ class Input:
                 yield lines, tap.mark(start + consumed)
 
 
+def record_input_end(
+    broker: Broker, job_id: str, topic: str, queues: int, ended_at: dict[int, int]
+) -> None:
+    """The ingest reached the end of the input of ``topic`` (for now, if following it):
+    record where each of its queues ends, so that tasks that have read that far stop
+    holding event time back (see the watermarks module). ``ended_at``: what was recorded
+    last, per queue (updated)."""
+    from rstreams.runtime.engine.watermarks import ingest_group
+
+    group = ingest_group(job_id)
+    for q in range(queues):
+        end = broker.end_offset(topic, q)
+        if ended_at.get(q) != end:
+            broker.commit(group, topic, q, end)
+            ended_at[q] = end
+
+
 class Ingest:
     """Appends input files to their source topics in chunks of whole lines, round-robin
     over each topic's queues. Every chunk's last record carries the mark of what was read
@@ -365,17 +388,7 @@ class Ingest:
             time.sleep(len(lines) / self.max_rate)
 
     def _record_input_end(self, inp: Input) -> None:
-        """The ingest reached the end of ``inp``'s file (for now, if following it): record
-        where each of its queues ends, so that tasks that have read that far stop holding
-        event time back (see the watermarks module)."""
-        from rstreams.runtime.engine.watermarks import ingest_group
-
-        group = ingest_group(self.job_id)
-        for q in range(inp.queues):
-            end = self.broker.end_offset(inp.topic, q)
-            if inp.ended_at.get(q) != end:
-                self.broker.commit(group, inp.topic, q, end)
-                inp.ended_at[q] = end
+        record_input_end(self.broker, self.job_id, inp.topic, inp.queues, inp.ended_at)
 
     def counts(self) -> dict[str, int]:
         """Lines appended and bytes read in this run, and the inputs' total size (a

@@ -49,6 +49,7 @@ from rstreams.errors import ConfigError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
+    broker_target,
     drop_job,
     on_redis,
     open_broker,
@@ -58,6 +59,7 @@ from rstreams.runtime.engine.brokers import (
 from rstreams.runtime.engine.collect import Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.endofinput import EndOfInput
+from rstreams.runtime.engine.external import Externals, check_external_broker
 from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.stats import SupervisorStats
@@ -104,6 +106,9 @@ class Supervisor:
         config = RunConfig.of(config, **options)
         data_dir = config.data_dir or DEFAULT_DATA_DIR
         _check_input_files(inputs)
+        # (a RedisStream is on the run's Redis: refused before anything is opened)
+        self.external_url = check_external_broker(topology, config.broker)
+        self.externals: Externals | None = None
         self.config = config
         self.pipeline_path = pipeline_path
         self.topology = topology
@@ -121,6 +126,8 @@ class Supervisor:
         except BaseException:  # (a failed start must not keep the job locked)
             if hasattr(self, "broker"):
                 self.broker.close()
+            if self.externals is not None:
+                self.externals.close()
             self.lock.release()
             raise
 
@@ -170,6 +177,13 @@ class Supervisor:
             self.broker, job, self.inputs, chunk_lines=config.chunk_lines,
             follow=config.follow, max_rate=max_ingest_rate,
         )  # fmt: skip
+        if self.external_url is not None:
+            from rstreams.runtime.queues.redisstreams import connect
+
+            self.externals = Externals(
+                connect(broker_target(config)), self.broker, topology, self.queue_counts,
+                chunk=config.chunk_lines, follow=config.follow,
+            )  # fmt: skip
         if self.stale is not None:
             paths = [i.path for i in self.inputs]
             unread = [i.path for i in self.inputs if i.position < i.size]
@@ -269,16 +283,18 @@ class Supervisor:
                 self.ingest.look_again()  # (following input: Ctrl-C ends the run)
                 self.pool.check()
                 ingested = self.ingest.step()
+                if self.externals is not None:
+                    ingested = self.externals.step() or ingested
                 if self.progress is not None and time.monotonic() >= next_report:
                     self.progress(self.status(start))
                     next_report = time.monotonic() + 0.1
                 if stats.due():
                     self._publish_stats(start)
-                if self.ingest.done and not self.follow and self.end_of_input.over():
+                if self.ingest.done and not self.follow and self._copied_all():
                     final = self.status(start)
                     break
                 if not ingested:
-                    time.sleep(0.02)
+                    self._idle()
             state = "done"
         except KeyboardInterrupt:
             if not self.follow:
@@ -290,8 +306,28 @@ class Supervisor:
             )
         finally:
             self.pool.stop()
+            if self.externals is not None and state == "done":
+                self.externals.drain()  # (what the workers committed as they left)
             self._publish_stats(start, state, final)
         return self.status(start) if final is None else final
+
+    def _copied_all(self) -> bool:
+        """Everything ingested, committed, and copied to external sinks."""
+        ext = self.externals
+        if ext is not None and not ext.ingest.done:
+            return False
+        if not self.end_of_input.over():
+            return False
+        if ext is not None:
+            ext.drain()
+        return True
+
+    def _idle(self) -> None:
+        """Nothing to ingest now: wait a little (for an external stream's next entry)."""
+        if self.externals is not None and self.follow:
+            self.externals.ingest.wait(20)
+        else:
+            time.sleep(0.02)
 
     def _publish_stats(
         self, start: float, state: str = "running", final: dict[str, Any] | None = None
@@ -307,8 +343,11 @@ class Supervisor:
 
     def status(self, start: float) -> dict[str, Any]:
         """The run's counts so far (``start``: when it started, on the monotonic clock)."""
+        counts = self.ingest.counts()
+        if self.externals is not None:
+            counts["records_in"] += self.externals.ingest.copied()
         return {
-            **self.ingest.counts(),
+            **counts,
             "records_out": self.collector.records_out(),
             "lag": self.lag(),
             "elapsed": time.monotonic() - start,
@@ -323,6 +362,8 @@ class Supervisor:
     def close(self) -> None:
         try:
             self.broker.close()
+            if self.externals is not None:
+                self.externals.close()
         finally:
             self.lock.release()
 

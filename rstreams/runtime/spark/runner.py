@@ -343,6 +343,11 @@ def _is_user_module(module: types.ModuleType) -> bool:
 
 
 def _check_bindings(topology: Topology, inputs: dict[str, str], outputs: dict[str, str]) -> None:
+    if external := {**topology.external_sources, **topology.external_sinks}:
+        raise ConfigError(
+            f"topic(s) {sorted(external)} are Redis streams (RedisStream): the Spark backend "
+            f"can not read or write them yet; run on the embedded runtime with --broker redis://"
+        )
     check_inputs(topology, inputs)
     allowed = {*topology.sink_topics, dead_letter_topic(topology.job_id)}
     wrong = [t for t in outputs if t not in allowed]
