@@ -211,6 +211,41 @@ def test_follow_reads_appended_lines_until_interrupted(tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_two_workers_each_hold_tasks_of_every_subtopology(tmp_path) -> None:
+    """Each sub-topology's tasks are split over the workers (as RocketMQ allocates per
+    topic): with 2 workers and 2 sub-topologies of 8 tasks, each worker holds 4 + 4,
+    not one whole sub-topology each (which left the CPU-heavy first stage on one)."""
+    import time
+
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "run", str(pipeline(tmp_path, 8)), "--input",
+         str(src), "--data-dir", str(tmp_path / "d"), "--workers", "2", "--follow"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    held: dict[str, list[str]] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+            r = rstreams("group", "describe", "--data-dir", tmp_path / "d")
+            rows = [line.split("\t") for line in r.stdout.splitlines()[1:] if "\ttasks: " in line]
+            held = {row[0].strip(): row[-1].removeprefix("tasks: ").split(", ") for row in rows}
+            if len(held) == 2 and sum(len(t) for t in held.values() if t != ["none"]) == 16:
+                break  # settled: both live, every task held
+        assert len(held) == 2, (held, r.stdout, r.stderr)
+        for member, names in held.items():
+            assert sorted(n.split("_")[0] for n in names) == ["0"] * 4 + ["1"] * 4, (member, held)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+
+
+@pytest.mark.slow
 def test_state_inspection_and_bad_state_fails_loudly(tmp_path) -> None:
     from rstreams.state.inspect import list_stores, load_store, load_store_frame
 
