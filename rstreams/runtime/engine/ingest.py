@@ -68,6 +68,7 @@ __all__ = [
     "Input",
     "ReadMark",
     "Tap",
+    "estimate_lines",
     "input_changed",
     "last_mark",
     "lines_per_chunk",
@@ -331,10 +332,9 @@ class Ingest:
     over each topic's queues (a short input in shorter chunks, so that it reaches every
     queue: see :func:`lines_per_chunk`). Every chunk's last record carries the mark of
     what was read up to its end (the log keeps both or neither: a crash can not make them
-    disagree).
-    Following input (``follow``), it looks for lines appended since every half second,
-    first checking that each file still holds what was read of it, as ``tail -F`` does:
-    a file truncated, rewritten or replaced stops the run."""
+    disagree). Following input (``follow``), it looks for lines appended since every half
+    second, first checking that each file still holds what was read of it, as ``tail -F``
+    does: a file truncated, rewritten or replaced stops the run."""
 
     def __init__(
         self,
