@@ -210,6 +210,45 @@ def test_follow_reads_appended_lines_until_interrupted(tmp_path) -> None:
     assert read_jsonl(out) == {"a": 1, "b": 2, "c": 3}
 
 
+def _held_tasks(data: Path, members: int, tasks: int) -> dict[str, list[str]]:
+    """The tasks each live member holds, by `rstreams group describe`, once ``members``
+    hold ``tasks // members`` tasks each (a rebalance settled: a worker gives tasks up one
+    by one as the other takes them), or as they are after 2 minutes."""
+    import time
+
+    held: dict[str, list[str]] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        r = rstreams("group", "describe", "--data-dir", data)
+        rows = [line.split("\t") for line in r.stdout.splitlines() if "\ttasks: " in line]
+        held = {row[0].strip(): row[-1].removeprefix("tasks: ").split(", ") for row in rows}
+        if len(held) == members and all(len(ts) == tasks // members for ts in held.values()):
+            break
+    return held
+
+
+@pytest.mark.slow
+def test_two_workers_each_hold_tasks_of_every_subtopology(tmp_path) -> None:
+    """Each sub-topology's tasks are split over the workers (as RocketMQ allocates per
+    topic): with 2 workers and 2 sub-topologies of 8 tasks, each worker holds 4 + 4,
+    not one whole sub-topology each (which left the CPU-heavy first stage on one)."""
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    cmd = ["run", pipeline(tmp_path, 8), "--input", src, "--data-dir", tmp_path / "d",
+           "--workers", 2, "--follow"]  # fmt: skip
+    with subprocess.Popen([sys.executable, "-m", "rstreams", *map(str, cmd)]) as p:
+        try:
+            held = _held_tasks(tmp_path / "d", members=2, tasks=16)
+            p.send_signal(signal.SIGINT)
+            assert p.wait(timeout=60) == 0
+        finally:
+            p.kill()  # (nothing if it has ended)
+    assert len(held) == 2 and "none" not in str(held), held
+    for member, names in held.items():
+        assert sorted(n.split("_")[0] for n in names) == ["0"] * 4 + ["1"] * 4, (member, held)
+
+
 @pytest.mark.slow
 def test_state_inspection_and_bad_state_fails_loudly(tmp_path) -> None:
     from rstreams.state.inspect import list_stores, load_store, load_store_frame
@@ -260,9 +299,14 @@ def test_workers_do_not_outlive_a_killed_supervisor(tmp_path) -> None:
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        time.sleep(3)
+        # Wait for both workers to have joined (no fixed sleep: a loaded machine starts
+        # them late), then kill the supervisor.
         members = tmp_path / "d" / "wc" / "coordination" / "wc" / "members"
-        pids = [int(json.loads(f.read_text())["pid"]) for f in members.glob("*.json")]
+        pids: list[int] = []
+        joined_by = time.monotonic() + 120
+        while len(pids) < 2 and time.monotonic() < joined_by and p.poll() is None:
+            time.sleep(0.2)
+            pids = [int(json.loads(f.read_text())["pid"]) for f in members.glob("*.json")]
         assert len(pids) == 2
         p.kill()  # SIGKILL: the supervisor can not clean up
         p.wait()

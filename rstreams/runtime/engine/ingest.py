@@ -68,9 +68,11 @@ __all__ = [
     "Input",
     "ReadMark",
     "Tap",
+    "estimate_lines",
     "input_changed",
     "last_headers",
     "last_mark",
+    "lines_per_chunk",
     "read_marks",
     "record_input_end",
     "what_changed",
@@ -78,6 +80,13 @@ __all__ = [
 
 #: Bytes checksummed at each end of what was read.
 BLOCK = 4096
+
+#: The fewest lines a chunk is cut down to so that a short input still reaches every
+#: queue of its topic: each chunk costs an fsync and a mark, and a task a batch.
+MIN_SPREAD_LINES = 100
+
+#: Bytes of an input sampled to estimate how many lines are left to read.
+SAMPLE = 1 << 16
 
 
 @attrs.frozen
@@ -226,6 +235,31 @@ def what_changed(path: str, mark: ReadMark, *, follow: bool = False) -> str | No
     return None
 
 
+def lines_per_chunk(lines: int, queues: int, chunk_lines: int) -> int:
+    """Lines in each chunk of an input of about ``lines`` lines over ``queues`` queues:
+    ``chunk_lines`` for a long input, fewer for a short one so that chunks go round-robin
+    over every queue (each queue's task gets a share of the first stage), but never
+    fewer than :data:`MIN_SPREAD_LINES` (or ``chunk_lines``, when it is smaller).
+
+    >>> lines_per_chunk(1_000_000, 8, 20_000), lines_per_chunk(10_000, 8, 20_000)
+    (20000, 1250)
+    >>> lines_per_chunk(300, 8, 20_000), lines_per_chunk(300, 8, 2)
+    (100, 2)
+    """
+    share = -(-lines // max(1, queues))  # rounded up: at most one chunk per queue
+    return min(chunk_lines, max(MIN_SPREAD_LINES, share))
+
+
+def estimate_lines(fd: int, start: int, size: int) -> int:
+    """Lines in bytes ``start..size`` of a file: counted when they fit in
+    :data:`SAMPLE`, else from the newlines of the first :data:`SAMPLE` bytes."""
+    sample = os.pread(fd, min(SAMPLE, max(0, size - start)), start)
+    newlines = sample.count(b"\n")
+    if len(sample) < SAMPLE:
+        return newlines + (1 if sample and not sample.endswith(b"\n") else 0)
+    return (size - start) * max(1, newlines) // SAMPLE
+
+
 def input_changed(path: str, what: str) -> ConfigError:
     """The error that refuses a run on an input that changed since the job read it."""
     return ConfigError(
@@ -278,8 +312,9 @@ class Input:
     def chunks(
         self, chunk_lines: int, follow: bool = False
     ) -> Iterator[tuple[list[bytes], ReadMark]]:
-        """Chunks of whole lines from the current position, each with the mark of what was
-        read up to its end. A last line without a newline is taken as a line at the end of
+        """Chunks of whole lines from the current position (at most ``chunk_lines``; fewer
+        to spread a short input over the queues), each with the mark of what was read up
+        to its end. A last line without a newline is taken as a line at the end of
         a bounded file (its mark says so: a later run refuses the file if the line goes
         on), but left for later when following a file that is still being written."""
         from rstreams.runtime.inputs import line_chunks
@@ -290,8 +325,11 @@ class Input:
                 # A line read without its newline got just that newline since (anything
                 # else fails the check): the line was whole; read on after it.
                 start += 1
+            # A short input in chunks of chunk_lines would all go to one queue.
+            left = estimate_lines(f.fileno(), start, os.fstat(f.fileno()).st_size)
+            per_chunk = lines_per_chunk(left, self.queues, chunk_lines)
             tap = Tap(f, self.id, start, self.mark)
-            for lines, consumed in line_chunks(tap, chunk_lines, last_partial=not follow):
+            for lines, consumed in line_chunks(tap, per_chunk, last_partial=not follow):
                 yield lines, tap.mark(start + consumed)
 
 
@@ -314,11 +352,12 @@ def record_input_end(
 
 class Ingest:
     """Appends input files to their source topics in chunks of whole lines, round-robin
-    over each topic's queues. Every chunk's last record carries the mark of what was read
-    up to its end (the log keeps both or neither: a crash can not make them disagree).
-    Following input (``follow``), it looks for lines appended since every half second,
-    first checking that each file still holds what was read of it, as ``tail -F`` does:
-    a file truncated, rewritten or replaced stops the run."""
+    over each topic's queues (a short input in shorter chunks, so that it reaches every
+    queue: see :func:`lines_per_chunk`). Every chunk's last record carries the mark of
+    what was read up to its end (the log keeps both or neither: a crash can not make them
+    disagree). Following input (``follow``), it looks for lines appended since every half
+    second, first checking that each file still holds what was read of it, as ``tail -F``
+    does: a file truncated, rewritten or replaced stops the run."""
 
     def __init__(
         self,

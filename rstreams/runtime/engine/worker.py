@@ -58,7 +58,12 @@ from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
-from rstreams.runtime.rebalance import AllocateStrategy, MessageQueue, get_strategy
+from rstreams.runtime.rebalance import (
+    AllocateStrategy,
+    MessageQueue,
+    allocate_by_topic,
+    get_strategy,
+)
 from rstreams.runtime.rebalance.group import GroupMembership
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.state.stores import StoreDamagedError, StoreLockedError
@@ -279,7 +284,11 @@ class Worker:
     def rebalance(self) -> None:
         members = self.membership.members()
         self._generation = self.membership.generation()
-        mine = self.strategy.allocate(self.group, self.member_id, list(self.all_tasks), members)
+        # Each sub-topology on its own (a topic per sub-topology): every worker runs a
+        # share of every stage, not some stages whole.
+        mine = allocate_by_topic(
+            self.strategy, self.group, self.member_id, list(self.all_tasks), members
+        )
         self.wanted = sorted(self.all_tasks[mq] for mq in mine)
         for task_id in [t for t in self.tasks if t not in self.wanted]:
             self._stop_task(task_id)

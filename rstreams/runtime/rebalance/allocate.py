@@ -420,6 +420,40 @@ class AllocateMachineRoomNearby(AllocateStrategy):
         return f"AllocateMachineRoomNearby({self.inner!r}, {self.room_of!r})"
 
 
+def allocate_by_topic(
+    strategy: AllocateStrategy,
+    consumer_group: str,
+    current_id: str,
+    queues: Sequence[MessageQueue],
+    consumer_ids: Sequence[str],
+) -> list[MessageQueue]:
+    """The queues of ``current_id`` when each topic's queues are split on their own, as
+    RocketMQ's RebalanceImpl does (one ``allocate`` call per subscribed topic): every
+    member gets a share of every topic, not some topics whole. The shares of one topic
+    are exactly what ``strategy.allocate`` gives for that topic's queues alone.
+
+    >>> qs = [MessageQueue(t, "b", i) for t in ("t0", "t1") for i in range(4)]
+    >>> s = AllocateAveragely()
+    >>> [(q.topic, q.queue_id) for q in s.allocate("g", "c1", qs, ["c0", "c1"])]
+    [('t1', 0), ('t1', 1), ('t1', 2), ('t1', 3)]
+    >>> [(q.topic, q.queue_id) for q in allocate_by_topic(s, "g", "c1", qs, ["c0", "c1"])]
+    [('t0', 2), ('t0', 3), ('t1', 2), ('t1', 3)]
+    """
+    by_topic: dict[str, list[MessageQueue]] = {}
+    for mq in queues:
+        by_topic.setdefault(mq.topic, []).append(mq)
+    if not by_topic:  # let the strategy say why an empty list is wrong
+        return strategy.allocate(consumer_group, current_id, queues, consumer_ids)
+    out: dict[MessageQueue, None] = {}  # ordered, and once each: AllocateByConfig
+    for topic in sorted(by_topic, key=java_string_key):  # returns its list for every topic
+        out.update(
+            dict.fromkeys(
+                strategy.allocate(consumer_group, current_id, by_topic[topic], consumer_ids)
+            )
+        )
+    return list(out)
+
+
 _BY_NAME: dict[str, type[AllocateStrategy]] = {
     "averagely": AllocateAveragely,
     "averagely_by_circle": AllocateAveragelyByCircle,
