@@ -42,8 +42,8 @@ import contextlib
 import functools
 import itertools
 from collections import deque
+from collections.abc import Iterable, Sequence
 from itertools import repeat
-from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -52,7 +52,7 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
 from rstreams.serde import SERDES, Serde, deserialize_rows
@@ -99,8 +99,8 @@ class OutputRecord(tuple):
     def __getnewargs__(self) -> tuple[Any, ...]:
         return tuple(self)
 
-    key: Any = property(itemgetter(0))  # type: ignore[assignment]
-    value: Any = property(itemgetter(1))  # type: ignore[assignment]
+    key: Any = property(itemgetter(0))
+    value: Any = property(itemgetter(1))
     timestamp: int = property(itemgetter(2))  # type: ignore[assignment]
     headers: Headers = property(itemgetter(3))  # type: ignore[assignment]
     topic: str = property(itemgetter(4))  # type: ignore[assignment]
@@ -109,7 +109,7 @@ class OutputRecord(tuple):
 
     # (Not NotImplemented for another type: a plain tuple would then answer.)
     def __eq__(self, other: object) -> bool:
-        return type(other) is OutputRecord and tuple.__eq__(self, other)  # type: ignore[arg-type]
+        return type(other) is OutputRecord and tuple.__eq__(self, other)
 
     def __ne__(self, other: object) -> bool:
         return not self == other
@@ -157,11 +157,7 @@ class _RecordingProducer(Producer):
             order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
             q = queues if isinstance(queues, int) else queues[0]
-            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
-            offset = self._append_one(topic, q, ts, k, v, h)
-            order.append((q, offset))
-            if topic in self.read_topics:
-                self.unprocessed.append((topic, q, offset, ts, k, v, h))
+            self.send(topic, q, keys[0], values[0], timestamps[0], headers[0], order)
             return
         qs = itertools.repeat(queues) if isinstance(queues, int) else queues
         append = self._append_one
@@ -174,6 +170,26 @@ class _RecordingProducer(Producer):
             offset = append(topic, q, ts, k, v, h)
             order.append((q, offset))
             unprocessed((topic, q, offset, ts, k, v, h))
+
+    def send(
+        self,
+        topic: str,
+        queue: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers,
+        order: list[tuple[int, int]] | None = None,
+    ) -> None:
+        """One record, appended at once (``order``: the topic's, if at hand)."""
+        if order is None:
+            order = self.order.get(topic)
+            if order is None:
+                order = self.order[topic] = []
+        offset = self._append_one(topic, queue, timestamp, key, value, headers)
+        order.append((queue, offset))
+        if topic in self.read_topics:
+            self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
 
     def send_columns(
         self,
@@ -237,6 +253,8 @@ class TopologyTestDriver:
             clock=lambda: self._time,
         )
         self._producer.read_topics = {topic for topic, _ in self._engine.readers}
+        self._task_index = {task: i for i, task in enumerate(self._engine.tasks)}
+        self._route = self._engine.config.queue_mapper.route
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._uncommitted: dict[Any, None] = {}
@@ -287,9 +305,10 @@ class TopologyTestDriver:
         kb = self._encode(key, spec.key_serde, topic, "key")
         vb = self._encode(value, spec.value_serde, topic, "value")
         nq = self._engine.queue_counts[topic]
-        q = self._engine.config.queue_mapper.route([kb], nq, next(self._round_robin) % nq)
+        q = self._route([kb], nq, next(self._round_robin) % nq)  # an int, for one record
+        assert isinstance(q, int)
         ts = self._time if timestamp is None else timestamp
-        self._producer.send_routed(topic, q, [ts], [kb], [vb], [headers])
+        self._producer.send(topic, q, kb, vb, ts, headers)
         try:
             self._drain()
         except BaseException:
@@ -332,8 +351,7 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    one = RecordColumns([offset], [ts], [key], [value], [headers])
-                    task.process_records(topic, one)
+                    task.process_one(topic, offset, ts, key, value, headers)
                 else:
                     task.process_next(topic)
                 if timed:
@@ -375,10 +393,13 @@ class TopologyTestDriver:
         stores happen together at the next :meth:`_commit` (what a commit writes is
         seen by nothing but :meth:`state`, which commits first)."""
         prepared = self._prepared
-        for task in self._engine.tasks:  # in the order a commit would take them
-            if task in touched:
+        # In the order a commit would take them; only those with something to prepare
+        # prepare (most are stateless: nothing to flush or serialize).
+        tasks = sorted(touched, key=self._task_index.__getitem__) if len(touched) > 1 else touched
+        for task in tasks:
+            if task.prepares:
                 task.prepare_commit()
-                prepared[task] = None
+            prepared[task] = None
         self._pipes += 1
         if self._pipes >= COMMIT_EVERY:
             self._commit()
@@ -500,17 +521,8 @@ class TopologyTestDriver:
         todo = order[start:]
         if not todo:
             return []
-        # One read per queue (from the first offset wanted: the later ones follow) and
-        # one deserialize_many per column, not a read and two calls per record.
-        read = self._broker.read
-        got: dict[int, tuple[int, list[Any]]] = {}
-        rows = []
-        for q, off in todo:
-            span = got.get(q)
-            if span is None:
-                span = got[q] = (off, read(topic, q, off))
-            rows.append(span[1][off - span[0]])
-        _, timestamps, raw_keys, raw_values, headers = zip(*rows)
+        qs, offsets = zip(*todo)
+        timestamps, raw_keys, raw_values, headers = self._stored(topic, qs, offsets)
         try:
             keys, values = deserialize_rows(key_serde, value_serde, raw_keys, raw_values)
         except Exception:  # record by record: the first bad one raises its error
@@ -519,10 +531,29 @@ class TopologyTestDriver:
             for k, v in zip(raw_keys, raw_values):
                 keys.append(None if k is None else kde(k))
                 values.append(None if v is None else vde(v))
-        qs, offsets = zip(*todo)
         return list(
             map(_new_output, zip(keys, values, timestamps, headers, repeat(topic), qs, offsets))
         )
+
+    def _stored(
+        self, topic: str, qs: tuple[int, ...], offsets: tuple[int, ...]
+    ) -> tuple[Sequence[Any], ...]:
+        """Timestamps, keys, values and headers of the records at ``offsets`` of queues
+        ``qs`` of ``topic``, as columns: one read per queue, and for the usual (one
+        queue, offsets in a row) no step per record."""
+        n, q = len(offsets), qs[0]
+        if qs.count(q) == n and offsets[-1] - offsets[0] == n - 1:
+            c = self._broker.read_columns(topic, q, offsets[0], n)
+            return c.timestamps, c.keys, c.values, c.headers
+        read = self._broker.read
+        got: dict[int, tuple[int, list[Any]]] = {}
+        rows = []
+        for q, off in zip(qs, offsets):
+            span = got.get(q)
+            if span is None:  # (from the first offset wanted: the later ones follow)
+                span = got[q] = (off, read(topic, q, off))
+            rows.append(span[1][off - span[0]])
+        return tuple(zip(*rows))[1:]
 
     def read_values(self, topic: str) -> list[Any]:
         """Shorthand: the values of :meth:`read`."""

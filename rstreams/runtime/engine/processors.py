@@ -32,7 +32,7 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.watermarks import send_told
-from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
 from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
@@ -297,6 +297,10 @@ class _SinkBase(Processor):
         self.queues = ctx.producer.queue_count(self.topic)
         self.route = ctx.config.queue_mapper.route
         self._send = ctx.producer.send_routed
+        self._send_one = ctx.producer.send
+        #: Sends a batch once its queues are chosen, when more than ``_send`` is to do
+        #: (see ShuffleSinkProcessor._send_telling); None: ``_send``.
+        self._send_chosen: Callable[[Batch, Any, list[Any], list[Any]], None] | None = None
         # Instance attributes (a class attribute read through an instance costs three
         # times as much, and send reads them for every driver record).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
@@ -326,7 +330,15 @@ class _SinkBase(Processor):
         # (A topic of one queue has nothing to choose. The columns are not copied: a
         # batch is never changed once made.)
         qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
-        self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
+        if self._send_chosen is not None:
+            self._send_chosen(batch, qs, kbs, vbs)
+        elif len(kbs) == 1:  # (the test driver's every record: no columns to look over)
+            q = qs if isinstance(qs, int) else qs[0]
+            h = batch.headers[0] if batch.headers else ()
+            self._send_one(self.topic, q, kbs[0], vbs[0], batch.timestamps[0], h)
+        else:
+            hs = batch.headers or [()] * len(kbs)
+            self._send(self.topic, qs, batch.timestamps, kbs, vbs, hs)
 
     #: A sink's processing is its send (no frame in between: every record passes here).
     #: Subclasses that do more before sending override ``process``.
@@ -401,6 +413,8 @@ class ShuffleSinkProcessor(_SinkBase):
         self._origin: tuple[str, int, int] = ("", 0, 0)
         # Tells one queue of the topic the task's time (see send); None: not needed.
         self._tell = ctx.tell.get(self.topic)
+        if self._tell is not None:
+            self._send_chosen = self._send_telling
 
     def process(self, batch: Batch) -> None:
         if self.skip_null_keys:
@@ -429,28 +443,36 @@ class ShuffleSinkProcessor(_SinkBase):
     def send(self, batch: Batch) -> None:
         if not batch.values:
             return
-        if self._tell is not None:  # before a record behind, its queue is told the time
-            top = send_told(batch, self.ctx.out_time, super().send, self._tell_key)
-            self.ctx.out_time = max(self.ctx.out_time, top)
-            return
-        ts = batch.max_timestamp  # the task's watermark follows what it has sent
+        # The task's watermark follows what it has sent: moved after the send, which
+        # (_send_telling) compares each record's timestamp with it.
+        ts = batch.max_timestamp
+        super().send(batch)
         if ts > self.ctx.out_time:
             self.ctx.out_time = ts
-        super().send(batch)
 
-    def _tell_key(self, key: Any, time: int) -> None:
-        """Tell the queue a record with ``key`` goes to the task's time."""
+    def _send_telling(self, batch: Batch, qs: Any, kbs: list[Any], vbs: list[Any]) -> None:
+        """Send ``batch``, whose queues are chosen (``qs``), telling the queue of a record
+        behind the task's time that time first (see watermarks.send_told)."""
         assert self._tell is not None
-        try:
-            kb = self.key_serde.serialize(key)
-        except Exception:
-            return  # a key that can not be written: on_error has it when it is sent
-        if kb is None:  # (its queue is the batch's round-robin turn: tell them all)
-            for q in range(self.queues):
-                self._tell(q, time)
-        else:
-            q = self.route([kb], self.queues, 0)
-            self._tell(q if isinstance(q, int) else q[0], time)
+        tell, send, topic = self._tell, self._send, self.topic
+        timestamps = batch.timestamps
+        headers = batch.headers or [()] * len(kbs)
+
+        def send_part(start: int, stop: int) -> None:
+            if start == 0 and stop == len(kbs):
+                send(topic, qs, timestamps, kbs, vbs, headers)
+            elif stop > start:
+                part = qs if isinstance(qs, int) else qs[start:stop]
+                send(
+                    topic, part, timestamps[start:stop], kbs[start:stop], vbs[start:stop],
+                    headers[start:stop],
+                )  # fmt: skip
+
+        def tell_record(i: int, time: int) -> None:
+            tell(qs if isinstance(qs, int) else qs[i], time)
+
+        top = send_told(timestamps, self.ctx.out_time, send_part, tell_record)
+        self.ctx.out_time = max(self.ctx.out_time, top)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""
@@ -563,6 +585,28 @@ class SourceProcessor(Processor):
             keys, values, batch = self._one_by_one(raw)
             timestamps, offsets, headers = batch.timestamps, batch.offsets, batch.headers
         self.forward(Batch(self.topic, queue, keys, values, timestamps, offsets, headers))
+
+    def process_one(
+        self,
+        queue: int,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+    ) -> None:
+        """:meth:`process_log` of one stored record (the test driver's): a batch of one
+        with no columns to look over."""
+        try:
+            k = None if key is None else self.key_serde.deserialize(key)
+            v = None if value is None else self.value_serde.deserialize(value)
+        except Exception:  # process_log applies the on_error policy
+            one = RecordColumns([offset], [timestamp], [key], [value], [headers])
+            self.process_log(queue, one)
+            return
+        self.records_in += 1
+        hs = [headers] if headers else None
+        self.forward(Batch(self.topic, queue, [k], [v], [timestamp], [offset], hs))
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
