@@ -273,8 +273,7 @@ class PrintProcessor(Processor):
 @register_processor("merge", BUILDERS)
 @register_processor("toRStream", BUILDERS)
 class PassThroughProcessor(Processor):
-    def process(self, batch: Batch) -> None:
-        self.forward(batch)
+    process = Processor.forward  # (one call less for every record)
 
 
 class _SinkBase(Processor):
@@ -304,6 +303,7 @@ class _SinkBase(Processor):
         # Instance attributes (a class attribute read through an instance costs three
         # times as much, and send reads them for every driver record).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
+        self._kser, self._vser = self.key_serde.serialize, self.value_serde.serialize
         self.round_robin_none_keys = self.round_robin_none_keys
 
     def send(self, batch: Batch) -> None:
@@ -313,6 +313,9 @@ class _SinkBase(Processor):
         if not n:
             return
         self.records_out += n
+        if n == 1 and self._send_chosen is None:
+            self._send_record(batch)
+            return
         try:
             kbs, vbs = serialize_rows(
                 self.key_serde,
@@ -332,13 +335,27 @@ class _SinkBase(Processor):
         qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
         if self._send_chosen is not None:
             self._send_chosen(batch, qs, kbs, vbs)
-        elif len(kbs) == 1:  # (the test driver's every record: no columns to look over)
-            q = qs if isinstance(qs, int) else qs[0]
-            h = batch.headers[0] if batch.headers else ()
-            self._send_one(self.topic, q, kbs[0], vbs[0], batch.timestamps[0], h)
-        else:
-            hs = batch.headers or [()] * len(kbs)
-            self._send(self.topic, qs, batch.timestamps, kbs, vbs, hs)
+            return
+        self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
+
+    def _send_record(self, batch: Batch) -> None:
+        """:meth:`send` of a batch of one record (the test driver's every record): the
+        same bytes to the same queue, with no columns built, handed to
+        ``Producer.send``."""
+        k, v = batch.keys[0], batch.values[0]
+        try:
+            kb = None if k is None and self.round_robin_none_keys else self._kser(k)
+            vb = None if v is None else self._vser(v)
+        except Exception:
+            batch, kbs, vbs = self._serialize_one_by_one(batch)  # applies on_error
+            if not kbs:
+                return
+            kb, vb = kbs[0], vbs[0]
+        nq = self.queues
+        # (an int: route gives one queue for one record)
+        q: Any = 0 if nq == 1 else self.route([kb], nq, next(self._round_robin) % nq)
+        h = batch.headers[0] if batch.headers else ()
+        self._send_one(self.topic, q, kb, vb, batch.timestamps[0], h)
 
     #: A sink's processing is its send (no frame in between: every record passes here).
     #: Subclasses that do more before sending override ``process``.
@@ -559,6 +576,7 @@ class SourceProcessor(Processor):
         super().init(ctx)
         # Instance attributes: read for every record (see _SinkBase.init).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
+        self._kde, self._vde = self.key_serde.deserialize, self.value_serde.deserialize
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
         n = len(records.offsets)
@@ -598,8 +616,8 @@ class SourceProcessor(Processor):
         """:meth:`process_log` of one stored record (the test driver's): a batch of one
         with no columns to look over."""
         try:
-            k = None if key is None else self.key_serde.deserialize(key)
-            v = None if value is None else self.value_serde.deserialize(value)
+            k = None if key is None else self._kde(key)
+            v = None if value is None else self._vde(value)
         except Exception:  # process_log applies the on_error policy
             one = RecordColumns([offset], [timestamp], [key], [value], [headers])
             self.process_log(queue, one)
