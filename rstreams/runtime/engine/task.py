@@ -360,11 +360,9 @@ class Task:
                     self.told_inputs.add(topic)
         #: Inputs whose records need nothing but processing: no control records among
         #: them, no idleness to follow (see process_one).
-        self._plain_inputs = (
-            set()
-            if self.config.source_idle_ms is not None
-            else set(self.sources) - self.marked_inputs - self.told_inputs
-        )
+        self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
+        if self.config.source_idle_ms is not None:
+            self._plain_inputs.clear()
         # (Any: their stream time, max_time, is theirs, not every processor's.)
         self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
@@ -548,14 +546,9 @@ class Task:
             raise
 
     def process_one(
-        self,
-        topic: str,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
+        self, topic: str, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
         headers: Headers,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """:meth:`process_records` of the one record at ``offset`` of ``topic``, given
         as stored (the test driver's): no columns are built for a data record of an
         input without watermarks or idleness to follow; anything else goes through
