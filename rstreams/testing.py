@@ -172,15 +172,9 @@ class _RecordingProducer(Producer):
             unprocessed((topic, q, offset, ts, k, v, h))
 
     def send(
-        self,
-        topic: str,
-        queue: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers,
-        order: list[tuple[int, int]] | None = None,
-    ) -> None:
+        self, topic: str, queue: int, key: bytes | None, value: bytes | None, timestamp: int,
+        headers: Headers, order: list[tuple[int, int]] | None = None,
+    ) -> None:  # fmt: skip
         """One record, appended at once (``order``: the topic's, if at hand)."""
         if order is None:
             order = self.order.get(topic)
