@@ -276,16 +276,16 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
-def _packer() -> msgpack.Packer:
-    """This thread's packer, kept: msgpack.packb builds a new one per call, which costs
-    five times the packing of a word (the test driver packs one value at a time). A
-    packer resets itself when packing raises."""
-    packer = getattr(_PACKERS, "packer", None)
-    if packer is None:
-        packer = _PACKERS.packer = msgpack.Packer(
-            use_bin_type=True, strict_types=True, default=_pack_default
-        )
-    return packer
+def _pack() -> Callable[[Any], bytes]:
+    """This thread's packer's ``pack``, kept: msgpack.packb builds a new packer per
+    call, which costs five times the packing of a word (the test driver packs one
+    value at a time). A packer resets itself when packing raises."""
+    try:
+        return _PACKERS.pack
+    except AttributeError:
+        packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_pack_default)
+        _PACKERS.pack = packer.pack
+        return packer.pack
 
 
 def _packb(obj: Any) -> bytes:
@@ -307,8 +307,12 @@ class MsgpackSerde(Serde):
     name = "msgpack"
 
     def serialize(self, obj: Any) -> bytes:
+        try:  # (_pack() inline: a call less for every value)
+            pack = _PACKERS.pack
+        except AttributeError:
+            pack = _pack()
         try:
-            return _packer().pack(obj)
+            return pack(obj)
         except (TypeError, ValueError, OverflowError) as e:
             raise SerdeError(
                 f"value of type {type(obj).__name__} can not be stored ({e}); state and "
@@ -317,7 +321,7 @@ class MsgpackSerde(Serde):
 
     def serialize_many(self, objs: list[Any]) -> list[bytes]:
         try:
-            return list(map(_packer().pack, objs))
+            return list(map(_pack(), objs))
         except (TypeError, ValueError, OverflowError):
             return [self.serialize(o) for o in objs]  # raises the clear error
 

@@ -39,22 +39,23 @@ close-mode windows and left/outer joins, as a bounded run gives them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
-
-import attrs
 
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker
-from rstreams.serde import SERDES, Serde
+from rstreams.serde import SERDES, Serde, deserialize_rows
 
 __all__ = ["OutputRecord", "TopologyTestDriver"]
 
@@ -66,17 +67,61 @@ TIMED_KINDS = frozenset({"window-aggregate", "join"})
 COMMIT_EVERY = 1000
 
 
-@attrs.frozen
-class OutputRecord:
-    """A record read back from a topic by the driver."""
+class OutputRecord(tuple):
+    """A record read back from a topic by the driver: ``key``, ``value``,
+    ``timestamp``, ``headers``, ``topic``, ``queue`` and ``offset``, immutable.
 
-    key: Any
-    value: Any
-    timestamp: int
-    headers: Headers = ()
-    topic: str = ""
-    queue: int = 0
-    offset: int = 0
+    A named tuple underneath (as :class:`~rstreams.runtime.queues.base.LogRecord`), so
+    that :meth:`TopologyTestDriver.read` makes thousands with no Python call per
+    record; it equals only another OutputRecord with the same fields.
+
+    >>> r = OutputRecord("k", 1, 5)
+    >>> r
+    OutputRecord(key='k', value=1, timestamp=5, headers=(), topic='', queue=0, offset=0)
+    >>> r == OutputRecord("k", 1, 5), r == ("k", 1, 5, (), "", 0, 0)
+    (True, False)
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        headers: Headers = (),
+        topic: str = "",
+        queue: int = 0,
+        offset: int = 0,
+    ) -> OutputRecord:
+        return tuple.__new__(cls, (key, value, timestamp, headers, topic, queue, offset))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self)
+
+    key: Any = property(itemgetter(0))
+    value: Any = property(itemgetter(1))
+    timestamp: int = property(itemgetter(2))  # type: ignore[assignment]
+    headers: Headers = property(itemgetter(3))  # type: ignore[assignment]
+    topic: str = property(itemgetter(4))  # type: ignore[assignment]
+    queue: int = property(itemgetter(5))  # type: ignore[assignment]
+    offset: int = property(itemgetter(6))  # type: ignore[assignment]
+
+    # (Not NotImplemented for another type: a plain tuple would then answer.)
+    def __eq__(self, other: object) -> bool:
+        return type(other) is OutputRecord and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        fields = ("key", "value", "timestamp", "headers", "topic", "queue", "offset")
+        return f"OutputRecord({', '.join(f'{f}={v!r}' for f, v in zip(fields, self))})"
+
+
+_new_output = functools.partial(tuple.__new__, OutputRecord)
 
 
 class _RecordingProducer(Producer):
@@ -112,11 +157,7 @@ class _RecordingProducer(Producer):
             order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
             q = queues if isinstance(queues, int) else queues[0]
-            ts, k, v, h = timestamps[0], keys[0], values[0], headers[0]
-            offset = self._append_one(topic, q, ts, k, v, h)
-            order.append((q, offset))
-            if topic in self.read_topics:
-                self.unprocessed.append((topic, q, offset, ts, k, v, h))
+            self.send(topic, q, keys[0], values[0], timestamps[0], headers[0], order)
             return
         qs = itertools.repeat(queues) if isinstance(queues, int) else queues
         append = self._append_one
@@ -129,6 +170,20 @@ class _RecordingProducer(Producer):
             offset = append(topic, q, ts, k, v, h)
             order.append((q, offset))
             unprocessed((topic, q, offset, ts, k, v, h))
+
+    def send(
+        self, topic: str, queue: int, key: bytes | None, value: bytes | None, timestamp: int,
+        headers: Headers, order: list[tuple[int, int]] | None = None,
+    ) -> None:  # fmt: skip
+        """One record, appended at once (``order``: the topic's, if at hand)."""
+        if order is None:
+            order = self.order.get(topic)
+            if order is None:
+                order = self.order[topic] = []
+        offset = self._append_one(topic, queue, timestamp, key, value, headers)
+        order.append((queue, offset))
+        if topic in self.read_topics:
+            self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
 
     def send_columns(
         self,
@@ -192,6 +247,8 @@ class TopologyTestDriver:
             clock=lambda: self._time,
         )
         self._producer.read_topics = {topic for topic, _ in self._engine.readers}
+        self._task_index = {task: i for i, task in enumerate(self._engine.tasks)}
+        self._route = self._engine.config.queue_mapper.route
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._uncommitted: dict[Any, None] = {}
@@ -242,9 +299,10 @@ class TopologyTestDriver:
         kb = self._encode(key, spec.key_serde, topic, "key")
         vb = self._encode(value, spec.value_serde, topic, "value")
         nq = self._engine.queue_counts[topic]
-        q = self._engine.config.queue_mapper.route([kb], nq, next(self._round_robin) % nq)
+        q = self._route([kb], nq, next(self._round_robin) % nq)  # an int, for one record
+        assert isinstance(q, int)
         ts = self._time if timestamp is None else timestamp
-        self._producer.send_routed(topic, q, [ts], [kb], [vb], [headers])
+        self._producer.send(topic, q, kb, vb, ts, headers)
         try:
             self._drain()
         except BaseException:
@@ -287,8 +345,7 @@ class TopologyTestDriver:
                 if task.positions[topic] == offset:
                     # What task.process_next(topic) does, with the record at hand.
                     task.positions[topic] = offset + 1
-                    one = RecordColumns([offset], [ts], [key], [value], [headers])
-                    task.process_records(topic, one)
+                    task.process_one(topic, offset, ts, key, value, headers)
                 else:
                     task.process_next(topic)
                 if timed:
@@ -330,10 +387,13 @@ class TopologyTestDriver:
         stores happen together at the next :meth:`_commit` (what a commit writes is
         seen by nothing but :meth:`state`, which commits first)."""
         prepared = self._prepared
-        for task in self._engine.tasks:  # in the order a commit would take them
-            if task in touched:
+        # In the order a commit would take them; only those with something to prepare
+        # prepare (most are stateless: nothing to flush or serialize).
+        tasks = sorted(touched, key=self._task_index.__getitem__) if len(touched) > 1 else touched
+        for task in tasks:
+            if task.prepares:
                 task.prepare_commit()
-                prepared[task] = None
+            prepared[task] = None
         self._pipes += 1
         if self._pipes >= COMMIT_EVERY:
             self._commit()
@@ -441,9 +501,9 @@ class TopologyTestDriver:
         """
         spec = self.topology.topics.get(topic)
         if spec is not None:
-            kde, vde = spec.key_serde.deserialize, spec.value_serde.deserialize
+            key_serde, value_serde = spec.key_serde, spec.value_serde
         elif topic == dead_letter_topic(self.topology.job_id):
-            kde, vde = SERDES["json"].deserialize, SERDES["json"].deserialize
+            key_serde = value_serde = SERDES["json"]
         else:
             raise ConfigError(
                 f"topic {topic!r} is not part of topology {self.topology.job_id!r}; "
@@ -452,21 +512,42 @@ class TopologyTestDriver:
         order = self._producer.order.get(topic, [])
         start = self._read.get(topic, 0)
         self._read[topic] = len(order)
-        out = []
-        for q, off in order[start:]:
-            (lr,) = self._broker.read(topic, q, off, 1)
-            out.append(
-                OutputRecord(
-                    None if lr.key is None else kde(lr.key),
-                    None if lr.value is None else vde(lr.value),
-                    lr.timestamp,
-                    lr.headers,
-                    topic,
-                    q,
-                    off,
-                )
-            )
-        return out
+        todo = order[start:]
+        if not todo:
+            return []
+        qs, offsets = zip(*todo)
+        timestamps, raw_keys, raw_values, headers = self._stored(topic, qs, offsets)
+        try:
+            keys, values = deserialize_rows(key_serde, value_serde, raw_keys, raw_values)
+        except Exception:  # record by record: the first bad one raises its error
+            kde, vde = key_serde.deserialize, value_serde.deserialize
+            keys, values = [], []
+            for k, v in zip(raw_keys, raw_values):
+                keys.append(None if k is None else kde(k))
+                values.append(None if v is None else vde(v))
+        return list(
+            map(_new_output, zip(keys, values, timestamps, headers, repeat(topic), qs, offsets))
+        )
+
+    def _stored(
+        self, topic: str, qs: tuple[int, ...], offsets: tuple[int, ...]
+    ) -> tuple[Sequence[Any], ...]:
+        """Timestamps, keys, values and headers of the records at ``offsets`` of queues
+        ``qs`` of ``topic``, as columns: one read per queue, and for the usual (one
+        queue, offsets in a row) no step per record."""
+        n, q = len(offsets), qs[0]
+        if qs.count(q) == n and offsets[-1] - offsets[0] == n - 1:
+            c = self._broker.read_columns(topic, q, offsets[0], n)
+            return c.timestamps, c.keys, c.values, c.headers
+        read = self._broker.read
+        got: dict[int, tuple[int, list[Any]]] = {}
+        rows = []
+        for q, off in zip(qs, offsets):
+            span = got.get(q)
+            if span is None:  # (from the first offset wanted: the later ones follow)
+                span = got[q] = (off, read(topic, q, off))
+            rows.append(span[1][off - span[0]])
+        return tuple(zip(*rows))[1:]
 
     def read_values(self, topic: str) -> list[Any]:
         """Shorthand: the values of :meth:`read`."""

@@ -482,3 +482,27 @@ def test_stream_time_is_one_partitions_whatever_the_queues_after_the_shuffle() -
 
     assert sessions(1) == ([("ann", 0, 2), ("bob", 1, 1), ("cat", 2, 1)], ["bob"])
     assert sessions(4) == sessions(1)
+
+
+def test_read_of_a_topic_of_several_queues_keeps_the_order_written() -> None:
+    # The sink has 3 queues: records go to them by key, and read gives them back in the
+    # order written with each one's queue and offset (read takes each queue once).
+    b = StreamBuilder("spread")
+    b.source("in").keyBy(lambda v: v[0]).sink("out", queues=3)
+    values = ["a1", "b1", "c1", "a2", "d1", "b2", "a3"]
+    with TopologyTestDriver(b.build()) as driver:
+        driver.pipe_all("in", values[:4])
+        first = driver.read("out")
+        driver.pipe_all("in", values[4:])
+        second = driver.read("out")
+        assert driver.read("out") == []
+    out = first + second
+    assert [r.value for r in out] == values
+    assert len({r.queue for r in out}) > 1
+    for q in {r.queue for r in out}:
+        assert [r.offset for r in out if r.queue == q] == list(
+            range(sum(r.queue == q for r in out))
+        )
+    assert out[0] == OutputRecord("a", "a1", 0, (), "out", out[0].queue, 0)
+    assert out[0] != ("a", "a1", 0, (), "out", out[0].queue, 0)  # only an OutputRecord
+    assert {out[0], out[0]} == {out[0]}

@@ -22,6 +22,7 @@ from rstreams.runtime.engine.watermarks import (
     decode_control,
     encode_control,
     producers_of,
+    send_told,
 )
 from rstreams.runtime.queues.memory import MemoryBroker
 
@@ -157,6 +158,31 @@ def test_one_producer_tells_a_queue_its_time_before_a_record_behind_it(
         decode_control(r.value) for r in broker.read("wm-agg-shuffle", 1, 0) if r.key is None
     ]
     assert told.watermark == 500
+
+
+def test_send_told_tells_the_chosen_queue_of_each_record_behind_before_sending_it() -> None:
+    # Records 2 and 4 are behind the time before them (500, then 500 still): each is
+    # sent after its own queue (chosen before, here queues[i]) is told that time.
+    queues = [0, 1, 1, 0, 1]
+    steps: list[tuple[str, object]] = []
+    top = send_told(
+        [100, 500, 30, 510, 40],
+        90,
+        lambda start, stop: steps.append(("send", queues[start:stop])),
+        lambda i, time: steps.append(("tell", (queues[i], time))),
+    )
+    assert top == 510
+    assert steps == [
+        ("send", [0, 1]),
+        ("tell", (1, 500)),
+        ("send", [1, 0]),
+        ("tell", (1, 510)),
+        ("send", [1]),
+    ]
+    # Records in order: sent whole, nobody told.
+    steps.clear()
+    assert send_told([5, 7], 0, lambda a, b: steps.append(("send", (a, b))), print) == 7
+    assert steps == [("send", (0, 2))]
 
 
 def test_an_idle_source_queue_stops_holding_the_watermark_back() -> None:

@@ -32,7 +32,7 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.watermarks import send_told
-from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
 from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
@@ -273,8 +273,7 @@ class PrintProcessor(Processor):
 @register_processor("merge", BUILDERS)
 @register_processor("toRStream", BUILDERS)
 class PassThroughProcessor(Processor):
-    def process(self, batch: Batch) -> None:
-        self.forward(batch)
+    process = Processor.forward  # (one call less for every record)
 
 
 class _SinkBase(Processor):
@@ -297,9 +296,14 @@ class _SinkBase(Processor):
         self.queues = ctx.producer.queue_count(self.topic)
         self.route = ctx.config.queue_mapper.route
         self._send = ctx.producer.send_routed
+        self._send_one = ctx.producer.send
+        #: Sends a batch once its queues are chosen, when more than ``_send`` is to do
+        #: (see ShuffleSinkProcessor._send_telling); None: ``_send``.
+        self._send_chosen: Callable[[Batch, Any, list[Any], list[Any]], None] | None = None
         # Instance attributes (a class attribute read through an instance costs three
         # times as much, and send reads them for every driver record).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
+        self._kser, self._vser = self.key_serde.serialize, self.value_serde.serialize
         self.round_robin_none_keys = self.round_robin_none_keys
 
     def send(self, batch: Batch) -> None:
@@ -309,6 +313,9 @@ class _SinkBase(Processor):
         if not n:
             return
         self.records_out += n
+        if n == 1 and self._send_chosen is None:
+            self._send_record(batch)
+            return
         try:
             kbs, vbs = serialize_rows(
                 self.key_serde,
@@ -326,7 +333,29 @@ class _SinkBase(Processor):
         # (A topic of one queue has nothing to choose. The columns are not copied: a
         # batch is never changed once made.)
         qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
+        if self._send_chosen is not None:
+            self._send_chosen(batch, qs, kbs, vbs)
+            return
         self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
+
+    def _send_record(self, batch: Batch) -> None:
+        """:meth:`send` of a batch of one record (the test driver's every record): the
+        same bytes to the same queue, with no columns built, handed to
+        ``Producer.send``."""
+        k, v = batch.keys[0], batch.values[0]
+        try:
+            kb = None if k is None and self.round_robin_none_keys else self._kser(k)
+            vb = None if v is None else self._vser(v)
+        except Exception:
+            batch, kbs, vbs = self._serialize_one_by_one(batch)  # applies on_error
+            if not kbs:
+                return
+            kb, vb = kbs[0], vbs[0]
+        nq = self.queues
+        # (an int: route gives one queue for one record)
+        q: Any = 0 if nq == 1 else self.route([kb], nq, next(self._round_robin) % nq)
+        h = batch.headers[0] if batch.headers else ()
+        self._send_one(self.topic, q, kb, vb, batch.timestamps[0], h)
 
     #: A sink's processing is its send (no frame in between: every record passes here).
     #: Subclasses that do more before sending override ``process``.
@@ -401,6 +430,8 @@ class ShuffleSinkProcessor(_SinkBase):
         self._origin: tuple[str, int, int] = ("", 0, 0)
         # Tells one queue of the topic the task's time (see send); None: not needed.
         self._tell = ctx.tell.get(self.topic)
+        if self._tell is not None:
+            self._send_chosen = self._send_telling
 
     def process(self, batch: Batch) -> None:
         if self.skip_null_keys:
@@ -429,28 +460,36 @@ class ShuffleSinkProcessor(_SinkBase):
     def send(self, batch: Batch) -> None:
         if not batch.values:
             return
-        if self._tell is not None:  # before a record behind, its queue is told the time
-            top = send_told(batch, self.ctx.out_time, super().send, self._tell_key)
-            self.ctx.out_time = max(self.ctx.out_time, top)
-            return
-        ts = batch.max_timestamp  # the task's watermark follows what it has sent
+        # The task's watermark follows what it has sent: moved after the send, which
+        # (_send_telling) compares each record's timestamp with it.
+        ts = batch.max_timestamp
+        super().send(batch)
         if ts > self.ctx.out_time:
             self.ctx.out_time = ts
-        super().send(batch)
 
-    def _tell_key(self, key: Any, time: int) -> None:
-        """Tell the queue a record with ``key`` goes to the task's time."""
+    def _send_telling(self, batch: Batch, qs: Any, kbs: list[Any], vbs: list[Any]) -> None:
+        """Send ``batch``, whose queues are chosen (``qs``), telling the queue of a record
+        behind the task's time that time first (see watermarks.send_told)."""
         assert self._tell is not None
-        try:
-            kb = self.key_serde.serialize(key)
-        except Exception:
-            return  # a key that can not be written: on_error has it when it is sent
-        if kb is None:  # (its queue is the batch's round-robin turn: tell them all)
-            for q in range(self.queues):
-                self._tell(q, time)
-        else:
-            q = self.route([kb], self.queues, 0)
-            self._tell(q if isinstance(q, int) else q[0], time)
+        tell, send, topic = self._tell, self._send, self.topic
+        timestamps = batch.timestamps
+        headers = batch.headers or [()] * len(kbs)
+
+        def send_part(start: int, stop: int) -> None:
+            if start == 0 and stop == len(kbs):
+                send(topic, qs, timestamps, kbs, vbs, headers)
+            elif stop > start:
+                part = qs if isinstance(qs, int) else qs[start:stop]
+                send(
+                    topic, part, timestamps[start:stop], kbs[start:stop], vbs[start:stop],
+                    headers[start:stop],
+                )  # fmt: skip
+
+        def tell_record(i: int, time: int) -> None:
+            tell(qs if isinstance(qs, int) else qs[i], time)
+
+        top = send_told(timestamps, self.ctx.out_time, send_part, tell_record)
+        self.ctx.out_time = max(self.ctx.out_time, top)
 
     def _count_into(self, batch: Batch) -> None:
         """Count the batch's keys straight into the interval's counts (a C loop)."""
@@ -537,6 +576,7 @@ class SourceProcessor(Processor):
         super().init(ctx)
         # Instance attributes: read for every record (see _SinkBase.init).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
+        self._kde, self._vde = self.key_serde.deserialize, self.value_serde.deserialize
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
         n = len(records.offsets)
@@ -563,6 +603,28 @@ class SourceProcessor(Processor):
             keys, values, batch = self._one_by_one(raw)
             timestamps, offsets, headers = batch.timestamps, batch.offsets, batch.headers
         self.forward(Batch(self.topic, queue, keys, values, timestamps, offsets, headers))
+
+    def process_one(
+        self,
+        queue: int,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+    ) -> None:
+        """:meth:`process_log` of one stored record (the test driver's): a batch of one
+        with no columns to look over."""
+        try:
+            k = None if key is None else self._kde(key)
+            v = None if value is None else self._vde(value)
+        except Exception:  # process_log applies the on_error policy
+            one = RecordColumns([offset], [timestamp], [key], [value], [headers])
+            self.process_log(queue, one)
+            return
+        self.records_in += 1
+        hs = [headers] if headers else None
+        self.forward(Batch(self.topic, queue, [k], [v], [timestamp], [offset], hs))
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize

@@ -92,7 +92,7 @@ from rstreams.runtime.engine.watermarks import (
 )
 from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.layout import store_dir
-from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
@@ -335,6 +335,8 @@ class Task:
             p.init(self.ctx)
         # The processors with something to do at a commit (most have nothing).
         self._flushing = [p for p in self.processors if p.holds]
+        #: Whether prepare_commit has anything to do (the test driver skips the others).
+        self.prepares = bool(self._flushing or self.marked_outputs or self.stores)
 
     def _init_watermarks(self) -> None:
         """Which of this task's inputs carry watermarks (shuffles with several
@@ -357,6 +359,11 @@ class Task:
                     producers += ps
                 elif carries_time(topology, topic, count):
                     self.told_inputs.add(topic)
+        #: Inputs whose records need nothing but processing: no control records among
+        #: them, no idleness to follow (see process_one).
+        self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
+        if self.config.source_idle_ms is not None:
+            self._plain_inputs.clear()
         # (Any: their stream time, max_time, is theirs, not every processor's.)
         self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
@@ -537,6 +544,26 @@ class Task:
                 self._send_watermark()
         except BaseException:
             lifecycle.fail()
+            raise
+
+    def process_one(
+        self, topic: str, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+        headers: Headers,
+    ) -> None:  # fmt: skip
+        """:meth:`process_records` of the one record at ``offset`` of ``topic``, given
+        as stored (the test driver's): no columns are built for a data record of an
+        input without watermarks or idleness to follow; anything else goes through
+        :meth:`process_records`. The caller has moved the position past it."""
+        if topic not in self._plain_inputs or self.idle or self.lifecycle.state is not _RUNNING:
+            one = RecordColumns([offset], [timestamp], [key], [value], [headers])
+            self.process_records(topic, one)
+            return
+        try:  # an error fails the task
+            self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
+            if self.marked_outputs:
+                self._send_watermark()
+        except BaseException:
+            self.lifecycle.fail()
             raise
 
     def process_next(self, topic: str) -> None:

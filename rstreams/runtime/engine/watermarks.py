@@ -162,22 +162,26 @@ def carries_time(topology: Any, topic: str, queue_count: Any) -> bool:
 
 
 def send_told(
-    batch: Any, top: int, send: Callable[[Any], None], tell: Callable[[Any, int], None]
+    timestamps: Sequence[int],
+    top: int,
+    send: Callable[[int, int], None],
+    tell: Callable[[int, int], None],
 ) -> int:
-    """Send ``batch`` (a producer's records, in its order) with ``send``, in parts: before
-    a record behind ``top`` and the timestamps before it, ``tell(key, time)`` tells the
-    record's queue that time. Records in order need nothing: their own timestamp is
-    that time. Returns the largest timestamp sent."""
+    """Send a producer's records (``timestamps`` in its order) in parts, ``send(start,
+    stop)`` the records ``[start, stop)``: before a record behind ``top`` and the
+    timestamps before it, ``tell(i, time)`` tells the queue record ``i`` goes to that
+    time. Records in order need nothing: their own timestamp is that time. Returns the
+    largest timestamp sent."""
     start = 0
-    for i, ts in enumerate(batch.timestamps):
+    for i, ts in enumerate(timestamps):
         if ts >= top:
             top = ts
             continue
         if i > start:
-            send(batch.take(list(range(start, i))))
+            send(start, i)
             start = i
-        tell(batch.keys[i], top)
-    send(batch.take(list(range(start, len(batch)))) if start else batch)
+        tell(i, top)
+    send(start, len(timestamps))
     return top
 
 
