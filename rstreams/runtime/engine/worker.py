@@ -37,13 +37,13 @@ from rstreams.errors import FencedError, ProcessingError, RStreamsError, Storage
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
-from rstreams.runtime.engine.brokers import open_broker as open_broker
 from rstreams.runtime.engine.brokers import (
     WORKER_PATIENCE,
     open_eoi_flags,
     open_membership,
     set_connect_patience,
 )
+from rstreams.runtime.engine.brokers import open_broker as open_broker
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags
 from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
