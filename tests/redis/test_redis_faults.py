@@ -75,6 +75,7 @@ def test_redis_restarted_with_its_data_mid_run_results_exact(tmp_path, sig):
     finally:
         server.stop()
     assert code == 0, err
+    assert "lost the broker" in err  # (the supervisor rode the restart out)
     assert read_table(tmp_path / "counts.jsonl") == expected_counts(corpus)
 
 

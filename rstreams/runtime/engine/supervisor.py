@@ -336,6 +336,8 @@ class Supervisor:
         if check is not None:
             check()
         self.ingest.resync()
+        if self.externals is not None:
+            self.externals.ingest.resync()
 
     def _copied_all(self) -> bool:
         """Everything ingested, committed, and copied to external sinks."""
