@@ -14,8 +14,11 @@ survives a restart as its persistence settings say (``appendonly yes`` with
 ``appendfsync always`` keeps every acknowledged write; ``everysec`` may lose the last
 second on a crash of the machine). :meth:`RedisBroker.flush` is therefore a no-op. A
 queue that ends below a position the job reached is detected
-(:meth:`RedisBroker.check_not_behind`, and every read of a stream that is gone) and is a
-:class:`~rstreams.runtime.queues.redisstreams.lost.RedisDataLostError`.
+(:meth:`RedisBroker.check_not_behind`, every read of a stream that is gone, and every
+end offset below where this broker saw the queue end: :meth:`RedisBroker.check_reached`
+after a lost connection) and is a
+:class:`~rstreams.runtime.queues.redisstreams.lost.RedisDataLostError`. See
+docs/redis.md for the persistence settings and the faults.
 """
 
 from __future__ import annotations
