@@ -130,16 +130,13 @@ class JobAccess:
         return self._client
 
     def _connect(self) -> Any:
-        """A checked client of the target that gives up soon: a command fails in a second
-        with one line, where the client's default retries (backoff up to 10 s) take
-        about 50 s to report a refused password."""
-        from redis.backoff import ExponentialBackoff
-        from redis.retry import Retry
-
+        """A checked client of the target that gives up soon: a server that does not
+        answer within a second is one line (a refused password at once: ``connect``
+        never tries that again)."""
         from rstreams.runtime.queues.redisstreams import connect
 
         with broker_errors(self.target):
-            return connect(self.target, retry=Retry(ExponentialBackoff(cap=0.5, base=0.1), 2))
+            return connect(self.target, patience=1.0)
 
     def exists(self) -> bool:
         """Has the job anything in the broker (or a log under the data directory)?"""

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from redisserver import RedisServer
+from redisserver import RedisServer, free_port
+from redisserver import running as running_redis
 
 from rstreams.errors import FencedError
 from rstreams.loader import load_topology
@@ -250,3 +251,37 @@ def test_no_password_in_worker_argv_stats_or_logs(tmp_path):
         assert secret not in r.stderr and secret not in r.stdout
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("case", ["wrong-password", "password-file", "unreachable", "no-db"])
+def test_run_refuses_a_bad_broker_in_one_line_exit_2(tmp_path, case):
+    """A refused password (in the URL or a file), a port nobody listens on and a database
+    the server does not have: one line, exit 2 (never the client's retries for a minute)."""
+    with running_redis(tmp_path / "redis", password="s3cret-pw") as server:
+        url, extra = f"redis://:wrong-pw@127.0.0.1:{server.port}/0", []
+        if case == "password-file":
+            (tmp_path / "pw").write_text("not-the-password\n")
+            url, extra = (
+                f"redis://127.0.0.1:{server.port}/0",
+                ["--broker-password-file", tmp_path / "pw"],
+            )
+        elif case == "unreachable":
+            url = f"redis://127.0.0.1:{free_port()}/0"
+        elif case == "no-db":
+            url = f"redis://:s3cret-pw@127.0.0.1:{server.port}/99"
+        r = subprocess.run(
+            run_cmd("--input", CORPUS, "--broker", url, *extra, "--workers", 1,
+                    "--data-dir", tmp_path / "data", "--output", tmp_path / "out.jsonl"),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rstreams: error: "), r.stderr
+    assert "s3cret-pw" not in r.stderr and "wrong-pw" not in r.stderr
+    expected = {
+        "wrong-password": "refused the credentials",
+        "password-file": "refused the credentials",
+        "unreachable": "cannot reach Redis",
+        "no-db": "has no database 99",
+    }[case]
+    assert expected in lines[0], r.stderr

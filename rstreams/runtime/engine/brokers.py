@@ -52,11 +52,31 @@ def broker_target(config: RunConfig) -> RedisTarget:
     )
 
 
+#: For how long this process waits for a Redis that does not answer (or still loads its
+#: data) when it connects: 0 for ``rstreams run`` itself (a wrong port is one line at
+#: once), :data:`WORKER_PATIENCE` in a worker (restarted while Redis restarts).
+_patience = [0.0]
+
+#: A worker waits this long for Redis at its start (the supervisor rides out as long).
+WORKER_PATIENCE = 120.0
+
+
+def set_connect_patience(seconds: float) -> None:
+    """Make this process wait up to ``seconds`` for Redis when it connects."""
+    _patience[0] = seconds
+
+
+def _connect(target: RedisTarget) -> redis.Redis:
+    from rstreams.runtime.queues.redisstreams import connect
+
+    return connect(target, patience=_patience[0])
+
+
 @functools.lru_cache(maxsize=8)
 def _client(target_json: str) -> redis.Redis:
-    from rstreams.runtime.queues.redisstreams import RedisTarget, connect
+    from rstreams.runtime.queues.redisstreams import RedisTarget
 
-    return connect(RedisTarget.from_json(target_json))
+    return _connect(RedisTarget.from_json(target_json))
 
 
 def redis_client(config: RunConfig) -> redis.Redis:
@@ -77,7 +97,7 @@ def open_broker(
     from rstreams.runtime.queues.redisstreams import RedisBroker
 
     assert config is not None
-    broker: Broker = RedisBroker.open(broker_target(config), Path(root).name)
+    broker: Broker = RedisBroker(_connect(broker_target(config)), Path(root).name)
     return broker
 
 

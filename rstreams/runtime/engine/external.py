@@ -257,6 +257,12 @@ class ExternalIngest:
                 copied = True
         return copied
 
+    def resync(self) -> None:
+        """Go on from the position each source topic holds (after the connection broke,
+        the last copy may or may not have been applied)."""
+        for src in self.sources:
+            src.position = last_position(self.broker, src.topic, src.spec.stream)
+
     def _copy(self, src: _Source) -> bool:
         import redis
 

@@ -379,6 +379,9 @@ class Ingest:
         self.pending = [(i, i.chunks(chunk_lines, follow)) for i in inputs]
         self._rr = 0
         self._next_look = 0.0
+        #: The chunk being appended (lines, its mark): a broker whose connection broke
+        #: may or may not have applied it (see :meth:`resync`).
+        self._unsure: tuple[int, ReadMark] | None = None
 
     @property
     def done(self) -> bool:
@@ -407,6 +410,19 @@ class Ingest:
             ingested = True
         return ingested
 
+    def resync(self) -> None:
+        """Go on from what the broker holds of each input, as a new run would: after its
+        connection broke, the last append may or may not have been applied."""
+        unsure, self._unsure = self._unsure, None
+        for inp in self.inputs:
+            mark = last_mark(self.broker, inp.topic, inp.id)
+            if mark is None or mark == inp.mark:
+                continue
+            if unsure is not None and mark == unsure[1]:
+                inp.lines += unsure[0]  # (it was applied)
+            inp.mark, inp.position = mark, mark.position
+        self.pending = [(i, i.chunks(self.chunk_lines, self.follow)) for i in self.inputs]
+
     def _append(self, inp: Input, lines: list[bytes], read: ReadMark) -> None:
         from rstreams.runtime.engine.local import wall_clock_ms
 
@@ -418,8 +434,10 @@ class Ingest:
         # among the queues' last records (what resume looks for).
         q = self._rr % inp.queues
         self._rr += 1
+        self._unsure = (len(lines), read)  # (until the broker acknowledged it)
         self.broker.append(inp.topic, q, rows)
         self.broker.flush()
+        self._unsure = None
         inp.mark = read
         inp.position = read.position
         inp.lines += len(lines)

@@ -148,4 +148,7 @@ class RedisJobLock:
             thread.join()
         value, self._value = self._value, None
         if value is not None:
-            self._release(keys=[self.key], args=[value])
+            try:
+                self._release(keys=[self.key], args=[value])
+            except Exception as e:  # (Redis unreachable: the lease runs out by itself)
+                log.warning("job lock of %r: releasing failed: %r", self.job_id, e)

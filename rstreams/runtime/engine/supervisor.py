@@ -62,6 +62,7 @@ from rstreams.runtime.engine.endofinput import EndOfInput
 from rstreams.runtime.engine.external import Externals, check_external_broker
 from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
 from rstreams.runtime.engine.local import create_topics
+from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
 from rstreams.runtime.engine.workerpool import WorkerPool
@@ -270,31 +271,28 @@ class Supervisor:
 
     def _run(self) -> dict[str, Any]:
         start = time.monotonic()
-        stats = self._start()
-        next_report = 0.0
+        self._start()
+        self._next_report = 0.0
+        outage, resync = Outage(), False
         state = "failed"  # unless the loop ends as it should
         #: A bounded run's counts when everything was committed: what the run did, not
         #: what the stopping workers' last commits look like a moment later.
         final: dict[str, Any] | None = None
         try:
-            while True:
+            while final is None:
                 if self.stop_signal is not None:
                     raise KeyboardInterrupt
-                self.ingest.look_again()  # (following input: Ctrl-C ends the run)
-                self.pool.check()
-                ingested = self.ingest.step()
-                if self.externals is not None:
-                    ingested = self.externals.step() or ingested
-                if self.progress is not None and time.monotonic() >= next_report:
-                    self.progress(self.status(start))
-                    next_report = time.monotonic() + 0.1
-                if stats.due():
-                    self._publish_stats(start)
-                if self.ingest.done and not self.follow and self._copied_all():
-                    final = self.status(start)
-                    break
-                if not ingested:
-                    self._idle()
+                try:
+                    if resync:  # the broker is back: is its data, and where did we stop?
+                        self._resync()
+                    final = self._step(start)
+                except Exception as e:
+                    if not outage.ride_out(e):
+                        raise
+                    resync = True
+                    continue
+                resync = False
+                outage.over()
             state = "done"
         except KeyboardInterrupt:
             if not self.follow:
@@ -310,6 +308,36 @@ class Supervisor:
                 self.externals.drain()  # (what the workers committed as they left)
             self._publish_stats(start, state, final)
         return self.status(start) if final is None else final
+
+    def _step(self, start: float) -> dict[str, Any] | None:
+        """One turn of the loop; the run's counts once a bounded run is over."""
+        self.ingest.look_again()  # (following input: Ctrl-C ends the run)
+        self.pool.check()
+        ingested = self.ingest.step()
+        if self.externals is not None:
+            ingested = self.externals.step() or ingested
+        if self.progress is not None and time.monotonic() >= self._next_report:
+            self.progress(self.status(start))
+            self._next_report = time.monotonic() + 0.1
+        assert self.stats is not None
+        if self.stats.due():
+            self._publish_stats(start)
+        if self.ingest.done and not self.follow and self._copied_all():
+            return self.status(start)
+        if not ingested:
+            self._idle()
+        return None
+
+    def _resync(self) -> None:
+        """After the connection to the broker broke: check that it came back with every
+        queue at least where this run saw it end (else RedisDataLostError), and go on
+        ingesting from what the broker holds."""
+        check = getattr(self.broker, "check_reached", None)
+        if check is not None:
+            check()
+        self.ingest.resync()
+        if self.externals is not None:
+            self.externals.ingest.resync()
 
     def _copied_all(self) -> bool:
         """Everything ingested, committed, and copied to external sinks."""

@@ -37,8 +37,13 @@ from rstreams.errors import FencedError, ProcessingError, RStreamsError, Storage
 from rstreams.planner.topology import Topology
 from rstreams.runtime import gctune
 from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
+from rstreams.runtime.engine.brokers import (
+    WORKER_PATIENCE,
+    open_eoi_flags,
+    open_membership,
+    set_connect_patience,
+)
 from rstreams.runtime.engine.brokers import open_broker as open_broker
-from rstreams.runtime.engine.brokers import open_eoi_flags, open_membership
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.eoiflags import EoiFlags, FileEoiFlags
 from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
@@ -665,6 +670,7 @@ def main(argv: list[str] | None = None) -> int:
             level=launch.log_level,
             format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",
         )
+        set_connect_patience(WORKER_PATIENCE)  # (restarted while a Redis restarts)
         worker = _make_worker(launch)
         gctune.tune()
         if not stopped_on:

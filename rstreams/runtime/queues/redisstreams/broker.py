@@ -14,8 +14,11 @@ survives a restart as its persistence settings say (``appendonly yes`` with
 ``appendfsync always`` keeps every acknowledged write; ``everysec`` may lose the last
 second on a crash of the machine). :meth:`RedisBroker.flush` is therefore a no-op. A
 queue that ends below a position the job reached is detected
-(:meth:`RedisBroker.check_not_behind`, and every read of a stream that is gone) and is a
-:class:`~rstreams.runtime.queues.redisstreams.lost.RedisDataLostError`.
+(:meth:`RedisBroker.check_not_behind`, every read of a stream that is gone, and every
+end offset below where this broker saw the queue end: :meth:`RedisBroker.check_reached`
+after a lost connection) and is a
+:class:`~rstreams.runtime.queues.redisstreams.lost.RedisDataLostError`. See
+docs/redis.md for the persistence settings and the faults.
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ class RedisBroker:
         self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
+        #: Per stream key, the highest end this process saw it reach (its end, a read,
+        #: a committed offset): a stream's end never goes down, so one below is a loss.
+        self._reached: dict[str, tuple[str, int, int]] = {}
         self._closed = False
 
     @classmethod
@@ -320,6 +326,8 @@ class RedisBroker:
                 )  # fmt: skip
             return RecordColumns(range(0), [], [], [], [])
         columns = decode_read(reply[1])
+        if len(columns):
+            self._reach(topic, queue, columns.last_offset + 1)
         if not self._options[topic]["compacted"] and (
             columns.offsets[0] != offset or not isinstance(columns.offsets, range)
         ):  # only compaction removes records: any other gap is a loss
@@ -349,7 +357,29 @@ class RedisBroker:
             raise ConfigError(
                 f"stream {key} has entries not written by rstreams (ids other than 0-<n>)"
             )
+        self._reach(topic, queue, end, end=True)
         return end
+
+    def _reach(self, topic: str, queue: int, at_least: int, *, end: bool = False) -> None:
+        """Note that the queue's end is at least ``at_least`` (``end``: is exactly that,
+        then a :class:`RedisDataLostError` if this process saw it reach more)."""
+        key = self.stream_key(topic, queue)
+        reached = self._reached.get(key, (topic, queue, 0))[2]
+        if end and at_least < reached:
+            raise RedisDataLostError(
+                topic, queue, key,
+                f"ends at offset {at_least} but the job had reached offset {reached}",
+                offset=at_least,
+            )  # fmt: skip
+        if at_least > reached:
+            self._reached[key] = (topic, queue, at_least)
+
+    def check_reached(self) -> None:
+        """Check that no queue this process saw ends below where it saw it end (after the
+        connection to Redis broke: did the server come back with its data?);
+        :class:`RedisDataLostError` if one does, or is gone."""
+        for topic, queue, _ in list(self._reached.values()):
+            self.end_offset(topic, queue)
 
     def check_not_behind(self, topic: str, queue: int, committed: int) -> None:
         """Raise :class:`RedisDataLostError` if the queue ends below ``committed``, a
@@ -364,9 +394,14 @@ class RedisBroker:
             )  # fmt: skip
 
     def _gone(self, topic: str, queue: int, key: str, offset: int | None) -> RedisDataLostError:
+        reached = self._reached.get(key, (topic, queue, 0))[2]
+        if offset is not None:
+            reached = max(reached, offset)
         return RedisDataLostError(
-            topic, queue, key, "does not exist although the topic does", offset=offset
-        )
+            topic, queue, key,
+            f"does not exist although the topic does (the job had reached offset {reached})",
+            offset=offset,
+        )  # fmt: skip
 
     # -- removing records ---------------------------------------------------------------
 
@@ -468,7 +503,10 @@ class RedisBroker:
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` last committed for the queue; 0 if none."""
         self._check_open()
-        return int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
+        offset = int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
+        if offset and self._topic_options(topic) is not None:
+            self._reach(topic, queue, offset)  # (a committed offset is below the end)
+        return offset
 
     @_read_only
     def groups(self) -> list[str]:

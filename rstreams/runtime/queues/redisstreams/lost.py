@@ -10,7 +10,7 @@ _FIX = (
     "appendfsync everysec and a crash), or something deleted or trimmed the stream under "
     "the job. Nothing was written on top of it. Rebuild the job from its input with "
     "`rstreams run ... --fresh`, and run Redis with `appendonly yes` and `appendfsync "
-    "always` so this cannot happen again"
+    "always` so this cannot happen again (docs/redis.md#faults)"
 )
 
 

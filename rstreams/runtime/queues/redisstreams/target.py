@@ -16,6 +16,7 @@ False
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -215,15 +216,32 @@ def check_version(version: str, where: str) -> None:
         )
 
 
-def connect(target: RedisTarget, **options: Any) -> redis.Redis:
+def connect(target: RedisTarget, *, patience: float = 0.0, **options: Any) -> redis.Redis:
     """A client of ``target``, checked: reachable, authenticated, the database exists and
     the server is Redis >= 7.0. Each failure is one clear line (a
     :class:`RedisConfigError`: the CLI exits 2) that never holds the password.
+
+    ``patience``: for how many seconds to try again (with a backoff) while the server
+    does not answer or is still loading its data (a restart); a refused password, a
+    missing database or an old server are never tried again: they fail at once.
 
     The client does not retry a command by itself (``options`` may say otherwise): a
     write whose reply was lost may or may not have been applied, and only the caller can
     tell (by what it committed) whether to send it again without duplicating it.
     """
+    deadline = time.monotonic() + patience
+    delay = 0.05
+    while True:
+        try:
+            return _connect_once(target, **options)
+        except RedisUnreachableError:
+            if time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def _connect_once(target: RedisTarget, **options: Any) -> redis.Redis:
     import redis
     import redis.exceptions as rx
     from redis.backoff import NoBackoff

@@ -15,7 +15,6 @@ from rstreams.runtime.queues.redisstreams.codec import (
     offset_of,
     pack_ops,
 )
-from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
 
 if TYPE_CHECKING:
     from rstreams.runtime.queues.redisstreams.broker import RedisBroker
@@ -113,4 +112,4 @@ class Transaction:
         else:
             key = reply[1].decode()
             topic, queue = self._queues[key]
-            raise RedisDataLostError(topic, queue, key, "does not exist although the topic does")
+            raise self.broker._gone(topic, queue, key, None)

@@ -1,0 +1,117 @@
+"""Redis faults during a run are never silent: a restart with its data (AOF) is ridden
+out exactly; a server that came back without its data, or a stream of the job deleted
+or trimmed under it, stops the run with an error naming the stream (exit != 0).
+
+Real servers (redisserver.py), restarted by pid; every wait is on a condition.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from redisserver import RedisServer
+from test_run_redis import big_corpus, expected_counts, read_table, run_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for(predicate, what: str, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+    """Wait until ``predicate()`` (Redis errors count as "not yet"); the run must not end
+    first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except redis.RedisError:
+            pass
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _committed(client: redis.Redis) -> int:
+    """The sum of the offsets the word count committed on its input topic."""
+    total = 0
+    for field, offset in client.hgetall("rs:{wordcount}:offsets:wordcount").items():
+        if field.startswith(b"sentences:"):
+            total += int(offset)
+    return total
+
+
+def _start(tmp_path: Path, server: RedisServer, corpus: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        run_cmd("--input", corpus, "--broker", server.url, "--workers", 2,
+                "--data-dir", tmp_path / "data", "--output", tmp_path / "counts.jsonl"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
+def test_redis_restarted_with_its_data_mid_run_results_exact(tmp_path, sig):
+    corpus = big_corpus(tmp_path, 6)
+    server = RedisServer(tmp_path / "redis").start()  # appendonly yes, appendfsync always
+    try:
+        client = redis.Redis(port=server.port)
+        proc = _start(tmp_path, server, corpus)
+        _wait_for(lambda: _committed(client) > 0, "a first commit", proc)
+        server.restart(sig)
+        code, err = _finish(proc)
+    finally:
+        server.stop()
+    assert code == 0, err
+    assert "lost the broker" in err  # (the supervisor rode the restart out)
+    assert read_table(tmp_path / "counts.jsonl") == expected_counts(corpus)
+
+
+def _lost_run(tmp_path: Path, fault) -> tuple[int, str]:
+    corpus = big_corpus(tmp_path, 6)
+    server = RedisServer(tmp_path / "redis", persist=False).start()
+    try:
+        client = redis.Redis(port=server.port)
+        proc = _start(tmp_path, server, corpus)
+        _wait_for(lambda: _committed(client) > 0, "a first commit", proc)
+        fault(server, client)
+        return _finish(proc)
+    finally:
+        server.stop()
+
+
+def _assert_lost(code: int, err: str) -> None:
+    assert code not in (0, None), err
+    assert "lost data on Redis" in err, err
+    assert "rs:{wordcount}:" in err, err  # the stream
+    assert "offset" in err and "--fresh" in err, err  # the position and what to do
+
+
+def test_redis_restarted_without_its_data_stops_the_run(tmp_path):
+    _assert_lost(*_lost_run(tmp_path, lambda server, client: server.restart()))
+
+
+def test_a_stream_deleted_under_the_job_stops_the_run(tmp_path):
+    def delete(server, client):
+        client.delete("rs:{wordcount}:q:sentences:0")
+
+    _assert_lost(*_lost_run(tmp_path, delete))
+
+
+def test_a_stream_trimmed_under_the_job_stops_the_run(tmp_path):
+    def trim(server, client):
+        client.xtrim("rs:{wordcount}:q:sentences:0", maxlen=0)
+
+    _assert_lost(*_lost_run(tmp_path, trim))
