@@ -45,3 +45,88 @@ def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch, redis_
 @pytest.mark.slow
 def test_rebalance_storm_with_joins_and_clean_leaves(tmp_path, redis_url) -> None:
     _eos.rebalance_storm_with_joins_and_clean_leaves(tmp_path, broker=redis_url)
+
+
+#: The conformance pipelines of event time: windows and joins, and uneven queues.
+WINDOWS_AND_JOINS = ["windowed_wordcount", "sessions", "order_payment_join", "access_log"]
+UNEVEN = ["uneven_count", "uneven_join"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", WINDOWS_AND_JOINS + UNEVEN)
+def test_windows_and_joins_give_the_drivers_tables(name, tmp_path, redis_url) -> None:
+    """driver = in-memory = file log (tests/integration) = Redis, 2 workers."""
+    if name in UNEVEN:
+        path = _conformance.UNEVEN / f"{name}.py"
+        topology, inputs, expected = _conformance.uneven_case(path, tmp_path)
+    else:
+        path = _conformance.ROOT / "examples" / f"{name}.py"
+        topology = _conformance.example_topology(name)
+        expected = _conformance.driver_tables(topology, _conformance.CASES[name])
+        inputs = {t: str(p) for t, p in _conformance.CASES[name].items()}
+    assert all(expected.values())
+    result = _conformance.run(
+        topology, inputs, data_dir=str(tmp_path / "d"), workers=2, pipeline=str(path),
+        broker=redis_url,
+    )  # fmt: skip
+    assert result.tables == expected
+    assert not list((tmp_path / "d").glob("*/log"))  # the log was in Redis
+
+
+def _wait_for(predicate, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _host_of(member: str) -> str:
+    """A member is "<host>-<supervisor pid>-w<slot>-<n>": the pid of its run."""
+    return member.split("-w")[0].rsplit("-", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
+    tmp_path, redis_url
+) -> None:
+    """Two `rstreams run` of one job on their own data directories; the joined one is
+    killed with its workers (kill -9 of its process group) while both hold tasks."""
+    corpus = big_corpus(tmp_path, 40)
+    observer = RedisGroupMembership(
+        redis.Redis.from_url(redis_url), "wordcount", "wordcount", "observer"
+    )
+    out = tmp_path / "a.jsonl"
+    common = ("--broker", redis_url, "--workers", 1)
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: object) -> subprocess.Popen[str]:
+        # Each host in a session of its own: a kill of its group is the whole host.
+        p = subprocess.Popen(
+            run_cmd(*args, *common), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        procs.append(p)
+        return p
+
+    try:
+        a = start("--input", corpus, "--data-dir", tmp_path / "host-a", "--output", out)
+        _wait_for(lambda: a.poll() is not None or observer.task_owners(), "A's tasks")
+        b = start("--join", "--data-dir", tmp_path / "host-b", "--output", tmp_path / "b.jsonl")
+        both = {str(a.pid), str(b.pid)}
+        _wait_for(
+            lambda: a.poll() is not None
+            or {_host_of(m) for m in observer.task_owners().values()} == both,
+            "tasks on both hosts",
+        )
+        assert a.poll() is None, "A ended before B took tasks: make the input bigger"
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait()
+        _, err = a.communicate(timeout=300)
+        assert a.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    # (A can not end before it ran B's tasks too: every word is counted once)
+    assert read_table(out) == expected_counts(corpus)
