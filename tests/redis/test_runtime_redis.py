@@ -35,6 +35,7 @@ def _load(name: str) -> ModuleType:
 
 _eos = _load("test_exactly_once")
 _conformance = _load("test_conformance_embedded")
+_chaos = _load("test_chaos_cli")
 
 
 @pytest.mark.slow
@@ -80,6 +81,19 @@ def _wait_for(predicate, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.05)
 
 
+def _kill_host(pid: int) -> list[int]:
+    """kill -9 of a run and its workers at one moment. Its workers are not in its process
+    group (each has a session of its own: workerpool.py), so they are killed by pid:
+    all stopped first, so none sees its supervisor gone and leaves cleanly."""
+    os.kill(pid, signal.SIGSTOP)  # (a stopped supervisor starts no other worker)
+    workers = _chaos.worker_pids(pid)
+    for w in workers:
+        os.kill(w, signal.SIGSTOP)
+    for p in (pid, *workers):
+        os.kill(p, signal.SIGKILL)
+    return workers
+
+
 def _host_of(member: str) -> str:
     """A member is "<host>-<supervisor pid>-w<slot>-<n>": the pid of its run."""
     return member.split("-w")[0].rsplit("-", 1)[1]
@@ -90,7 +104,7 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
     tmp_path, redis_url
 ) -> None:
     """Two `rstreams run` of one job on their own data directories; the joined one is
-    killed with its workers (kill -9 of its process group) while both hold tasks."""
+    killed with its workers (kill -9) while both hold tasks."""
     corpus = big_corpus(tmp_path, 40)
     observer = RedisGroupMembership(
         redis.Redis.from_url(redis_url), "wordcount", "wordcount", "observer"
@@ -100,11 +114,9 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: object) -> subprocess.Popen[str]:
-        # Each host in a session of its own: a kill of its group is the whole host.
         p = subprocess.Popen(
-            run_cmd(*args, *common), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True,
-        )  # fmt: skip
+            run_cmd(*args, *common), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         procs.append(p)
         return p
 
@@ -119,14 +131,15 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
             "tasks on both hosts",
         )
         assert a.poll() is None, "A ended before B took tasks: make the input bigger"
-        os.killpg(b.pid, signal.SIGKILL)
-        b.wait()
+        killed = _kill_host(b.pid)
+        assert killed and b.wait() == -signal.SIGKILL
+        _wait_for(lambda: not any(map(_chaos.alive, killed)), "B's workers gone")
         _, err = a.communicate(timeout=300)
         assert a.returncode == 0, err
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                _kill_host(p.pid)
                 p.wait()
     # (A can not end before it ran B's tasks too: every word is counted once)
     assert read_table(out) == expected_counts(corpus)
