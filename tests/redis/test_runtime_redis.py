@@ -12,13 +12,12 @@ import importlib.util
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import redis
-from test_run_redis import big_corpus, expected_counts, read_table, run_cmd
+from test_run_redis import _wait_for, big_corpus, expected_counts, read_table, run_cmd
 
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 
@@ -74,13 +73,6 @@ def test_windows_and_joins_give_the_drivers_tables(name, tmp_path, redis_url) ->
     assert not list((tmp_path / "d").glob("*/log"))  # the log was in Redis
 
 
-def _wait_for(predicate, what: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _kill_host(pid: int) -> list[int]:
     """kill -9 of a run and its workers at one moment. Its workers are not in its process
     group (each has a session of its own: workerpool.py), so they are killed by pid:
@@ -126,8 +118,10 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
         b = start("--join", "--data-dir", tmp_path / "host-b", "--output", tmp_path / "b.jsonl")
         both = {str(a.pid), str(b.pid)}
         _wait_for(
-            lambda: a.poll() is not None
-            or {_host_of(m) for m in observer.task_owners().values()} == both,
+            lambda: (
+                a.poll() is not None
+                or {_host_of(m) for m in observer.task_owners().values()} == both
+            ),
             "tasks on both hosts",
         )
         assert a.poll() is None, "A ended before B took tasks: make the input bigger"
