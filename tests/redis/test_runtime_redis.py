@@ -92,11 +92,14 @@ def _host_of(member: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("victim", ["joined", "first"])
 def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
-    tmp_path, redis_url
+    tmp_path, redis_url, victim
 ) -> None:
-    """Two `rstreams run` of one job on their own data directories; the joined one is
-    killed with its workers (kill -9) while both hold tasks."""
+    """Two `rstreams run` of one job on their own data directories; one is killed with its
+    workers (kill -9) while both hold tasks. The joined one: the first takes its tasks
+    and ends exact. The first one (which reads the input): the joined one ends, saying
+    so, and a new first run on a third data directory goes on from the last commit."""
     corpus = big_corpus(tmp_path, 40)
     observer = RedisGroupMembership(
         redis.Redis.from_url(redis_url), "wordcount", "wordcount", "observer"
@@ -125,15 +128,22 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
             "tasks on both hosts",
         )
         assert a.poll() is None, "A ended before B took tasks: make the input bigger"
-        killed = _kill_host(b.pid)
-        assert killed and b.wait() == -signal.SIGKILL
-        _wait_for(lambda: not any(map(_chaos.alive, killed)), "B's workers gone")
-        _, err = a.communicate(timeout=300)
-        assert a.returncode == 0, err
+        dead, other = (b, a) if victim == "joined" else (a, b)
+        killed = _kill_host(dead.pid)
+        assert killed and dead.wait() == -signal.SIGKILL
+        _wait_for(lambda: not any(map(_chaos.alive, killed)), "the killed host's workers gone")
+        _, err = other.communicate(timeout=300)
+        if victim == "joined":
+            # (A can not end before it ran B's tasks too: every word is counted once)
+            assert other.returncode == 0, err
+        else:
+            assert "is gone before its input was all processed" in err
+            a = start("--input", corpus, "--data-dir", tmp_path / "host-c", "--output", out)
+            _, err = a.communicate(timeout=300)
+            assert a.returncode == 0, err
     finally:
         for p in procs:
             if p.poll() is None:
                 _kill_host(p.pid)
                 p.wait()
-    # (A can not end before it ran B's tasks too: every word is counted once)
     assert read_table(out) == expected_counts(corpus)
