@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rstreams import run
+from rstreams import Topology, run
 from rstreams.testing import TopologyTestDriver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,12 +62,9 @@ def test_same_final_tables_everywhere(example, tmp_path) -> None:
     assert durable == expected
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["uneven_count", "uneven_join"])
-def test_uneven_queues_give_the_same_tables_everywhere(name, tmp_path) -> None:
-    # One queue of a step far ahead in event time of another: each record is judged by
-    # the time of the whole step (docs/windows.md, event time), not by its queue's.
-    path = UNEVEN / f"{name}.py"
+def uneven_case(path: Path, tmp_path: Path) -> tuple[Topology, dict[str, str], dict[str, dict]]:
+    """The topology of a pipeline of tests/pipelines, its input files (written into
+    ``tmp_path``) and the driver's final tables of them."""
     module = runpy.run_path(str(path))
     topology = module["build"]().build()
     data: dict[str, list[str]] = module["lines"]()
@@ -80,7 +77,16 @@ def test_uneven_queues_give_the_same_tables_everywhere(name, tmp_path) -> None:
             for line in lines:
                 d.pipe(topic, line.encode("utf-8"))
         d.end_of_input()
-        expected = {t: d.read_table(t) for t in topology.sink_topics}
+        return topology, inputs, {t: d.read_table(t) for t in topology.sink_topics}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["uneven_count", "uneven_join"])
+def test_uneven_queues_give_the_same_tables_everywhere(name, tmp_path) -> None:
+    # One queue of a step far ahead in event time of another: each record is judged by
+    # the time of the whole step (docs/windows.md, event time), not by its queue's.
+    path = UNEVEN / f"{name}.py"
+    topology, inputs, expected = uneven_case(path, tmp_path)
     assert all(expected.values())
     if name == "uneven_count":
         # "a" is in order by itself: none of it is late by its own queue's time.

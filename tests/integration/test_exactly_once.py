@@ -37,6 +37,14 @@ def build():
 
 @pytest.mark.slow
 def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch) -> None:
+    random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch)
+
+
+def random_kills_keep_counts_and_output_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broker: str | None = None
+) -> None:
+    """The kill test on the file log (``broker`` None) or on ``broker`` (a Redis URL:
+    tests/redis/test_runtime_redis.py)."""
     # Workers also crash themselves at commit, mid-transaction and during restore.
     monkeypatch.setenv(
         "RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,txn-applying:0.01,restore:0.05"
@@ -63,7 +71,7 @@ def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch) -> Non
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), {"lines": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
-        max_restarts=10_000, max_ingest_rate=1_500,
+        max_restarts=10_000, max_ingest_rate=1_500, broker=broker,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
     try:
@@ -92,6 +100,11 @@ def test_random_kills_keep_counts_and_output_exact(tmp_path, monkeypatch) -> Non
 @pytest.mark.slow
 def test_rebalance_storm_with_joins_and_clean_leaves(tmp_path) -> None:
     """Workers join and leave (SIGTERM: commit and leave) over and over while data flows."""
+    rebalance_storm_with_joins_and_clean_leaves(tmp_path)
+
+
+def rebalance_storm_with_joins_and_clean_leaves(tmp_path: Path, broker: str | None = None) -> None:
+    """The storm on the file log (``broker`` None) or on ``broker`` (a Redis URL)."""
     pipeline = tmp_path / "eos.py"
     pipeline.write_text(textwrap.dedent(PIPELINE))
     text = CORPUS.read_text(encoding="utf-8")
@@ -117,7 +130,7 @@ def test_rebalance_storm_with_joins_and_clean_leaves(tmp_path) -> None:
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), {"lines": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=storm,
-        max_restarts=10_000, max_ingest_rate=2_000,
+        max_restarts=10_000, max_ingest_rate=2_000, broker=broker,
         worker_args=["--commit-interval", "0.1", "--allocation", "consistent_hash"],
     )  # fmt: skip
     try:
