@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
-from rstreams.errors import JobRunningError
+from rstreams.errors import JobRunningError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
     broker_target,
@@ -41,6 +41,10 @@ LOOK_EVERY = 0.2
 
 class JobNotRunningError(JobRunningError):
     """``--join`` found no run of the job to join."""
+
+
+class JoinedRunGoneError(RStreamsError):
+    """The run a ``--join`` run joined ended before its bounded input was processed."""
 
 
 class JoinedRun:
@@ -93,10 +97,13 @@ class JoinedRun:
                 time.sleep(LOOK_EVERY)
             if self._stop is not None:
                 log.info("%s: stopping this host's workers", self._stop)
-            elif not self._input_done():
-                log.warning(
-                    "the run this one joined is gone before its input was all processed "
-                    "(it was stopped, or died): run it again to go on from its last commit"
+            elif not self._input_done() and not self.config.follow:
+                # Exit 0 means exact: tables read now would be a part of the answer.
+                raise JoinedRunGoneError(
+                    f"the run of job {self.topology.job_id!r} this one joined is gone before "
+                    "its input was all processed (it was stopped, or died): start it again "
+                    "(`rstreams run PIPELINE --broker URL ...` without --join) to go on from "
+                    "its last commit; this host's workers stopped and wrote no table"
                 )
         finally:
             self.pool.stop()
