@@ -170,7 +170,7 @@ def main() -> None:
         print(f"load average at start: {' '.join(f.read().split()[:3])}")
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
-        for kind in args.corpora.split(","):
+        for kind in filter(None, args.corpora.split(",")):  # (--corpora "": memory only)
             bench_corpus(kind, args.mb, args.repeat, variants, tmp)
         if args.memory:
             bench_memory([float(x) for x in args.memory.split(",")], tmp)
