@@ -67,7 +67,8 @@ def redis_server(directory: Path, variant: str) -> Iterator[RedisServer | None]:
 
 def merge_commits(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The commit histograms of every worker, added up."""
-    count, total, buckets = 0, 0.0, {}
+    count, total = 0, 0.0
+    buckets: dict[Any, int] = {}
     for doc in docs.values():
         count += doc["count"]
         total += doc["seconds_sum"]
