@@ -414,3 +414,25 @@ def test_parser_reads_markers_and_output(tmp_path: Path) -> None:
     assert normalize("done: 6 records in, 2 out in 0.09s (71,717 records/s)") == (
         "done: 6 records in, <N> out in <T>s (<N> records/s)"
     )
+
+
+def test_redis_blocks_are_aimed_at_the_page_server(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- snippet: setup: redis-cli SET k v -->\n<!-- snippet: redis (a server) -->\n"
+        "```console\n$ rstreams topics list --broker redis://127.0.0.1:6379/0\n```\n"
+    )
+    (block,) = parse(page)
+    assert block.redis == "a server"
+    redis = PageRedis(tmp_path / "redis")
+    try:
+        local = redis.rewrite(block)
+        port = redis.server.port if redis.server else 0
+        assert local.code == f"$ rstreams topics list --broker redis://127.0.0.1:{port}/0"
+        assert local.setup == [f"redis-cli -h 127.0.0.1 -p {port} --no-raw SET k v"]
+        rc, out, _ = sh(local.setup[0], tmp_path, dict(os.environ))
+        assert (rc, out) == (0, "OK\n")
+        assert redis.as_shown(f"redis://127.0.0.1:{port}/0") == "redis://127.0.0.1:6379/0"
+    finally:
+        redis.stop()
+    assert normalize('1) "1764129600123-0"') == '1) "<ID>"'
