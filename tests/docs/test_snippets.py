@@ -27,6 +27,16 @@ An HTML comment right before a block changes this, in the page's source:
   slow (the Spark ones; ``-m "not slow"`` leaves them out, CI runs them).
 - ``<!-- snippet: setup: COMMAND -->``: a shell command run (and required to succeed)
   before the block, to make the files it works on; may repeat.
+- ``<!-- snippet: redis (REASON) -->``: the block needs a Redis server. The page's test
+  starts a real ``redis-server`` (tests/redis/redisserver.py) on a free port before its
+  first such block, with a fresh data directory, and stops it after the page; the
+  page's blocks share it. The docs show the address a reader would use,
+  ``redis://127.0.0.1:6379/0``, and ``redis-cli`` with no options: in the block and its
+  setup commands, ``127.0.0.1:6379`` becomes the server's address and ``redis-cli``
+  ``redis-cli -p PORT --no-raw`` (``--no-raw``: the reply as a terminal shows it); in what
+  a command prints, the server's address reads ``127.0.0.1:6379`` again, and Redis entry
+  ids (``1764129600123-0``) match any value. ``HOME`` is a fresh directory on such a
+  page, so ``~/...`` files a block writes stay in the test.
 """
 
 from __future__ import annotations
@@ -38,17 +48,21 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "redis"))
+from redisserver import RedisServer  # noqa: E402  (tests/redis/ is not a package)
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "console", "sh", "shell", "bash"}
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 COMMAND_TIMEOUT = 120
+DOC_REDIS = "127.0.0.1:6379"  # the address the docs show
 
 
 @dataclass
@@ -60,6 +74,7 @@ class Block:
     expected: str | None = None  # the ```text block after a python block
     skip: str | None = None
     slow: str | None = None
+    redis: str | None = None
     setup: list[str] = field(default_factory=list)
 
     @property
@@ -95,6 +110,8 @@ def parse(path: Path) -> list[Block]:
                 block.skip = reason(text, "skip", block)
             elif text.startswith("slow"):
                 block.slow = reason(text, "slow", block)
+            elif text.startswith("redis"):
+                block.redis = reason(text, "redis", block)
             elif text.startswith("setup:"):
                 block.setup.insert(0, text.removeprefix("setup:").strip())
             else:
@@ -192,6 +209,7 @@ TIMES = [
     (re.compile(r", [\d,]+ out in "), ", <N> out in "),  # updates per commit vary
     (re.compile(r"\bin \d+(?:\.\d+)?s\b"), "in <T>s"),
     (re.compile(r"\([\d,.]+ records/s\)"), "(<N> records/s)"),
+    (re.compile(r"\b\d{13}-\d+\b"), "<ID>"),  # a Redis entry id from the server clock
 ]
 
 
@@ -211,13 +229,48 @@ def lines_match(expected: list[str], actual: list[str]) -> bool:
     return bool(actual) and expected[0] == actual[0] and lines_match(expected[1:], actual[1:])
 
 
-def run_console(block: Block, cwd: Path, env: dict[str, str]) -> None:
+class PageRedis:
+    """The page's redis-server: started at its first ``redis`` block, stopped after the page."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.server: RedisServer | None = None
+
+    def address(self) -> str:
+        if self.server is None:
+            self.server = RedisServer(self.directory).start()
+        return f"127.0.0.1:{self.server.port}"
+
+    def rewrite(self, block: Block) -> Block:
+        """The block and its setup aimed at this server (see the module's docstring)."""
+        address = self.address()
+        cli = f"redis-cli -h 127.0.0.1 -p {address.split(':')[1]} --no-raw"
+
+        def local(text: str) -> str:
+            return re.sub(r"\bredis-cli\b", cli, text.replace(DOC_REDIS, address))
+
+        return replace(block, code=local(block.code), setup=[local(c) for c in block.setup])
+
+    def as_shown(self, printed: str) -> str:
+        """What a command printed, with the server's address as the docs show it."""
+        return printed.replace(self.address(), DOC_REDIS) if self.server else printed
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def run_console(
+    block: Block, cwd: Path, env: dict[str, str], redis: PageRedis | None = None
+) -> None:
     rc = 0
     for command, shown in console_steps(block.code):
         rc, out, err = sh(command, cwd, env, rc)
         shown_text = "\n".join(shown)
         wants_error = "rstreams: error:" in shown_text
         printed = (out + err).rstrip("\n")
+        if redis is not None:
+            printed = redis.as_shown(printed)
         context = f"{block.where}: $ {command}\n--- printed (exit {rc}):\n{printed}"
         if wants_error:
             assert rc != 0, f"{context}\n--- the doc shows an error, the command succeeded"
@@ -276,21 +329,37 @@ def run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: 
     blocks = parse(page)
     cwd, env = make_workdir(tmp_path)
     monkeypatch.chdir(cwd)
+    redis = PageRedis(tmp_path / "redis")
+    if any(b.redis for b in blocks):
+        # `~/.rstreams-redis` and the like, written by a block, stay in the test.
+        (tmp_path / "home").mkdir()
+        env["HOME"] = str(tmp_path / "home")
+        monkeypatch.setenv("HOME", env["HOME"])
     namespace: dict[str, object] = {"__name__": "__snippet__"}
-    for block in blocks:
-        if block.skip or (block.slow and not slow):
-            continue
-        for command in block.setup:
-            rc, out, err = sh(command, cwd, env)
-            assert rc == 0, f"{block.where}: setup {command}\n--- exit {rc}:\n{out}{err}"
-        if block.lang == "python" and PYTEST_MODULE.search(block.code):
-            run_pytest_module(block, cwd, env)
-        elif block.lang == "python":
-            run_python(block, namespace)
-        elif block.lang == "console":
-            run_console(block, cwd, env)
-        else:
-            run_sh(block, cwd, env)
+    try:
+        for block in blocks:
+            if block.skip or (block.slow and not slow):
+                continue
+            local = redis.rewrite(block) if block.redis else block
+            run_block(local, cwd, env, namespace, redis)
+    finally:
+        redis.stop()
+
+
+def run_block(
+    block: Block, cwd: Path, env: dict[str, str], namespace: dict[str, object], redis: PageRedis
+) -> None:
+    for command in block.setup:
+        rc, out, err = sh(command, cwd, env)
+        assert rc == 0, f"{block.where}: setup {command}\n--- exit {rc}:\n{out}{err}"
+    if block.lang == "python" and PYTEST_MODULE.search(block.code):
+        run_pytest_module(block, cwd, env)
+    elif block.lang == "python":
+        run_python(block, namespace)
+    elif block.lang == "console":
+        run_console(block, cwd, env, redis)
+    else:
+        run_sh(block, cwd, env)
 
 
 def page_id(page: Path) -> str:
@@ -345,3 +414,25 @@ def test_parser_reads_markers_and_output(tmp_path: Path) -> None:
     assert normalize("done: 6 records in, 2 out in 0.09s (71,717 records/s)") == (
         "done: 6 records in, <N> out in <T>s (<N> records/s)"
     )
+
+
+def test_redis_blocks_are_aimed_at_the_page_server(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- snippet: setup: redis-cli SET k v -->\n<!-- snippet: redis (a server) -->\n"
+        "```console\n$ rstreams topics list --broker redis://127.0.0.1:6379/0\n```\n"
+    )
+    (block,) = parse(page)
+    assert block.redis == "a server"
+    redis = PageRedis(tmp_path / "redis")
+    try:
+        local = redis.rewrite(block)
+        port = redis.server.port if redis.server else 0
+        assert local.code == f"$ rstreams topics list --broker redis://127.0.0.1:{port}/0"
+        assert local.setup == [f"redis-cli -h 127.0.0.1 -p {port} --no-raw SET k v"]
+        rc, out, _ = sh(local.setup[0], tmp_path, dict(os.environ))
+        assert (rc, out) == (0, "OK\n")
+        assert redis.as_shown(f"redis://127.0.0.1:{port}/0") == "redis://127.0.0.1:6379/0"
+    finally:
+        redis.stop()
+    assert normalize('1) "1764129600123-0"') == '1) "<ID>"'
