@@ -69,6 +69,24 @@ def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
     assert (job / "state").is_dir() and not (job / "log").exists()  # the log is in Redis
 
 
+def test_a_job_moved_between_the_file_log_and_redis_rebuilds_its_local_state(tmp_path, redis_url):
+    """Local stores are copies of one broker's changelogs: a data directory used on the
+    file log, then with --broker (and back), drops the copies of the other broker."""
+    data = tmp_path / "data"
+    for broker in [(), ("--broker", redis_url), ()]:
+        out = tmp_path / "counts.jsonl"
+        r = subprocess.run(
+            run_cmd("--input", CORPUS, *broker, "--workers", 1, "--data-dir", data,
+                    "--output", out),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        # each broker's job read the whole input once (the file log's, twice: resumed)
+        assert read_table(out) == expected_counts(CORPUS)
+    assert (data / "wordcount" / "broker").read_text() == "file log\n"
+    assert "not redis://127.0.0.1:" in r.stderr or "was built from redis://" in r.stderr
+
+
 def test_another_data_dir_resumes_from_redis_and_fresh_starts_over(tmp_path, redis_url):
     lines = CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)
     corpus, out = tmp_path / "corpus.txt", tmp_path / "counts.jsonl"

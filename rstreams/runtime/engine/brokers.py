@@ -16,7 +16,9 @@ Every process opens what it needs here, from the run's :class:`~rstreams.config.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
     import redis
 
     from rstreams.runtime.queues.redisstreams import RedisTarget
+
+
+log = logging.getLogger("rstreams.supervisor")
 
 
 def on_redis(config: RunConfig | None) -> bool:
@@ -152,3 +157,38 @@ def drop_job(config: RunConfig, job: str) -> int:
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
     return len(keys)
+
+
+def broker_identity(config: RunConfig | None) -> str:
+    """What holds a run's topics, without secrets: ``file log``, or the Redis server and
+    database (``redis://127.0.0.1:6379/0``)."""
+    if not on_redis(config):
+        return "file log"
+    assert config is not None
+    target = broker_target(config)
+    return f"{'rediss' if target.tls else 'redis'}://{target.address}/{target.db}"
+
+
+def claim_local_state(layout: JobLayout, config: RunConfig | None) -> None:
+    """Keep the job's local state stores only if they were built from this broker.
+
+    Local stores are copies of changelogs in the broker. Copies built from another
+    broker (a job first run on the file log, then with ``--broker``) are ahead of this
+    broker's changelogs, which a restore would rightly call lost data: they are deleted
+    here, to be restored from this broker. The broker is recorded in ``<job>/broker``.
+    """
+    marker = layout.root / "broker"
+    identity = broker_identity(config)
+    # (a job directory from before the marker existed was always on the file log)
+    before = marker.read_text().strip() if marker.exists() else "file log"
+    if before != identity and layout.state.exists():
+        log.warning(
+            "the local state under %s was built from %s, not %s: deleting it; each task "
+            "restores its state from %s's changelogs",
+            layout.state, before, identity, identity,
+        )  # fmt: skip
+        shutil.rmtree(layout.state)
+    if before != identity or not marker.exists():
+        tmp = marker.with_name(".broker.tmp")
+        tmp.write_text(identity + "\n")
+        os.replace(tmp, marker)

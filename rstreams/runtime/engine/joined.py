@@ -23,6 +23,7 @@ from rstreams.errors import JobRunningError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
     broker_target,
+    claim_local_state,
     open_broker,
     open_eoi_flags,
     open_job_lock,
@@ -63,6 +64,7 @@ class JoinedRun:
                 "then join it"
             )
         self.layout.root.mkdir(parents=True, exist_ok=True)
+        claim_local_state(self.layout, config)
         self.broker = open_broker(self.layout.root, config)
         engine = EngineConfig(
             on_error=config.on_error, default_queues=DEFAULT_SHUFFLE_QUEUES,

@@ -50,6 +50,7 @@ from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
     broker_target,
+    claim_local_state,
     drop_job,
     on_redis,
     open_broker,
@@ -142,6 +143,7 @@ class Supervisor:
             drop_job(config, job)  # (its streams, offsets and group; not the lock)
         refuse_if_repaired(self.root)  # a repair removed records this job consumed
         self.root.mkdir(parents=True, exist_ok=True)
+        claim_local_state(self.layout, config)
         self.broker = open_broker(self.root, config)
         # Refuse an input that no longer holds what the job read of it, before any work
         # (recording the topology is some).
