@@ -17,6 +17,7 @@ from redisserver import RedisServer  # noqa: E402
 from test_external_streams import PIPELINE, orders, run, totals, write  # noqa: E402
 
 from rstreams import RedisStream, StreamBuilder  # noqa: E402
+from rstreams.cli import main  # noqa: E402
 from rstreams.loader import load_topology  # noqa: E402
 from rstreams.runtime.queues.redisstreams.target import RedisTarget  # noqa: E402
 from rstreams.runtime.spark import run_spark  # noqa: E402
@@ -90,6 +91,13 @@ def test_a_missing_stream_and_a_password_in_the_url_are_refused(
     topology = load_topology(write(tmp_path, PIPELINE))
     with pytest.raises(ConfigError, match=r"'orders' .* does not exist"):
         run_spark(topology, {}, spark=spark, redis=f"redis://127.0.0.1:{server.port}/4")
+    # The CLI: --broker with --backend spark names the streams' server.
+    r = redis.Redis(port=server.port, db=4)
+    orders(r, *ORDERS)
+    path = write(tmp_path, PIPELINE)
+    url = f"redis://127.0.0.1:{server.port}/4"
+    assert main(["run", path, "--backend", "spark", "--broker", url, "-q"]) == 0
+    assert totals(r) == ({"7": 13.0, "8": 3.0, "9": 3.0}, 3)
     # Spark shows a data source's options: a password goes in a file, never in them.
     with pytest.raises(ConfigError, match="password file") as e:
         spark_target("redis://app:s3cret@127.0.0.1:6379/0")
