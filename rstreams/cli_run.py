@@ -143,7 +143,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _check_broker_options(args: argparse.Namespace) -> None:
-    """--broker runs the durable embedded runtime; --join reads no input."""
+    """--broker runs the durable embedded runtime (with --backend spark: it is the server
+    of the pipeline's Redis streams); --join reads no input."""
     others = [f for f, v in (("--join", args.join), ("--broker-password-file",
               args.broker_password_file), ("--broker-tls-ca", args.broker_tls_ca),
               ("--broker-tls-cert", args.broker_tls_cert), ("--broker-tls-key",
@@ -152,10 +153,11 @@ def _check_broker_options(args: argparse.Namespace) -> None:
         if others:
             raise ConfigError(f"{', '.join(others)} need(s) --broker URL")
         return
-    if args.backend == "spark" or args.in_memory:
+    if args.in_memory or (args.backend == "spark" and args.join):
         raise UnsupportedOperation(
             "--broker keeps the job of the durable embedded runtime; it takes no "
-            "--in-memory or --backend spark"
+            "--in-memory, and --join needs the embedded runtime (with --backend spark, "
+            "--broker is the server of the pipeline's Redis streams)"
         )
     if args.join and (args.input or args.bind or args.fresh):
         raise ConfigError(
@@ -447,6 +449,13 @@ def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> d
         outputs[dead_letter_topic(job_id)] = args.dead_letters
     if outputs:
         options["outputs"] = outputs
+    if args.broker:  # (the server of the pipeline's RedisStream sources and sinks)
+        from rstreams.runtime.queues.redisstreams.target import RedisTarget
+
+        options["redis"] = RedisTarget.parse(
+            args.broker, args.broker_password_file, tls_ca=args.broker_tls_ca,
+            tls_cert=args.broker_tls_cert, tls_key=args.broker_tls_key,
+        )  # fmt: skip
     if args.streaming:
         options["streaming"] = True
         options["checkpoint"] = args.checkpoint or os.path.join(

@@ -335,7 +335,8 @@ class RunConfig:
         metavar="URL",
         help="durable runtime: keep the job's topics, offsets and group in this broker "
         "instead of the file log under --data-dir: redis://[USER:PASSWORD@]HOST[:PORT][/DB] "
-        "(rediss:// for TLS); local state stays under --data-dir",
+        "(rediss:// for TLS); local state stays under --data-dir. With --backend spark: the "
+        "server of the pipeline's RedisStream sources and sinks",
         check=_broker_check,
         show=redact_url,
     )

@@ -180,7 +180,8 @@ def test_missing_pipeline_and_input(tmp_path):
         (["--master", "local[2]"], "--master and --conf need --backend spark"),
         (["--conf", "spark.x=1"], "--master and --conf need --backend spark"),
         (["--streaming"], "--streaming and --checkpoint need --backend spark"),
-        # --broker works (tests/redis/test_run_redis.py) on the durable runtime only.
+        # --broker works (tests/redis/test_run_redis.py) on the durable runtime, and with
+        # --backend spark for Redis streams (tests/spark/test_redis_spark.py).
         (["--broker", "redis://localhost", "--in-memory"], "--broker keeps the job of the"),
     ],
 )

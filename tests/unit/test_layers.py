@@ -271,3 +271,10 @@ if __name__ == "__main__":
         print(f"cycles, {label}: {len(found)}")
         for comp in found:
             print("   ", " <-> ".join(comp))
+
+
+def test_the_entry_mapping_of_redis_streams_sits_below_both_backends() -> None:
+    """rstreams.runtime.streamentries (a RedisStream's entries as records and back) is
+    shared by the engine's ingest/egress and Spark's data source: it imports neither."""
+    found = {b for a, b, _ in EDGES if a == "rstreams.runtime.streamentries"}
+    assert found <= {"rstreams.dsl.external"}

@@ -31,7 +31,6 @@ stays the broker's alone; the cost is the latency of one supervisor step.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -41,11 +40,13 @@ import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.ingest import last_headers, record_input_end
+from rstreams.runtime.streamentries import entry_fields, entry_record
+from rstreams.runtime.streamentries import entry_id as _id
 
 if TYPE_CHECKING:
     from rstreams.dsl.external import RedisStream
     from rstreams.planner.topology import Topology
-    from rstreams.runtime.queues.broker import Broker, Record
+    from rstreams.runtime.queues.broker import Broker
 
 __all__ = [
     "EXTERNAL_HEADER",
@@ -83,11 +84,6 @@ def check_external_broker(topology: Topology, broker_url: str | None) -> str | N
     return broker_url
 
 
-def _id(entry_id: bytes | str) -> tuple[int, int]:
-    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
-    return int(ms), int(seq or 0)
-
-
 @attrs.frozen
 class StreamPosition:
     """How far the job copied an external stream."""
@@ -115,65 +111,6 @@ def last_position(broker: Broker, topic: str, stream: str) -> StreamPosition:
         if pos.stream == stream and _id(pos.id) > _id(best.id):
             best = pos
     return best
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-def entry_record(spec: RedisStream, entry_id: bytes, fields: dict[bytes, bytes]) -> Record:
-    """The record an entry becomes: ``(timestamp, key, value, headers)`` as the source
-    topic's serdes read them (a missing key or value field: None).
-
-    >>> from rstreams.dsl.external import RedisStream
-    >>> entry_record(RedisStream("o", key="id", value="amount"), b"1700-0",
-    ...              {b"id": b"7", b"amount": b"12.5"})
-    (1700, b'7', b'12.5', ())
-    >>> entry_record(RedisStream("o", timestamp="field:ts"), b"1700-0", {b"ts": b"5"})
-    (5, None, b'{"ts":"5"}', ())
-    """
-    ts = _id(entry_id)[0]
-    if (ts_field := spec.timestamp_field) is not None:
-        with contextlib.suppress(KeyError, ValueError):  # (else: the entry's own time)
-            ts = int(fields[ts_field.encode()])
-    key = fields.get(spec.key.encode()) if spec.key is not None else None
-    if spec.value is None:
-        doc = {_text(k): _text(v) for k, v in fields.items()}
-        value: bytes | None = json.dumps(doc, separators=(",", ":")).encode()
-    else:
-        value = fields.get(spec.value.encode())
-    return ts, key, value, ()
-
-
-def _field(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return _text(value)
-    return json.dumps(value, separators=(",", ":"), default=str)
-
-
-def entry_fields(spec: RedisStream, key: Any, value: Any, timestamp: int) -> dict[str, str]:
-    """The fields of the entry a sink record becomes (numbers and structures as JSON).
-
-    >>> from rstreams.dsl.external import RedisStream
-    >>> entry_fields(RedisStream("c", key="word", value="count"), "to", 3, 0)
-    {'word': 'to', 'count': '3'}
-    >>> entry_fields(RedisStream("c", timestamp="field:ts"), None, {"a": 1.5}, 9)
-    {'a': '1.5', 'ts': '9'}
-    """
-    fields: dict[str, str] = {}
-    if spec.key is not None and key is not None:
-        fields[spec.key] = _field(key)
-    if spec.value is not None:
-        fields[spec.value] = _field(value)
-    elif isinstance(value, dict):
-        fields.update((str(k), _field(v)) for k, v in value.items())
-    else:
-        fields["value"] = _field(value)
-    if (ts_field := spec.timestamp_field) is not None:
-        fields[ts_field] = str(timestamp)
-    return fields or {"value": ""}  # (an entry needs a field)
 
 
 def _lost(topic: str, pos: StreamPosition, what: str) -> ConfigError:

@@ -10,8 +10,10 @@ from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
 from rstreams.planner.topology import Topology
+from rstreams.runtime.queues.redisstreams.target import RedisTarget
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Terminal
+from rstreams.runtime.spark.redisstreams import write_stream
 from rstreams.runtime.spark.segments import TableLines
 from rstreams.runtime.spark.tables import (
     Failures,
@@ -27,8 +29,10 @@ def run_batch(
     outputs: dict[str, str],
     collect: bool,
     failures: Failures,
+    target: RedisTarget | None = None,
 ) -> tuple[dict[str, dict[Any, Any]], int, int]:
-    """Run every terminal step; returns (tables, records in, records out)."""
+    """Run every terminal step; returns (tables, records in, records out). A sink that
+    is a Redis stream gets its final table added as entries (on ``target``)."""
     terminals = comp.terminals()
     tables: dict[str, dict[Any, Any]] = {t: {} for t in topology.sink_topics}
     big: dict[str, list[DataFrame]] = {}
@@ -37,6 +41,10 @@ def run_batch(
         node = term.node
         if isinstance(node, n.SinkNode):
             df, key, value = comp.final_table(term.stream, node)
+            if (spec := topology.external_sinks.get(node.topic)) is not None:
+                assert target is not None  # (the runner checked)
+                lines = TableLines.of(node, key, value, comp.policy(term.stream))
+                write_stream(df.mapInArrow(lines, "value string"), target, spec)
             if collect:
                 table, count = table_from_arrow(
                     df.toArrow(), key, value, node, comp.policy(term.stream)

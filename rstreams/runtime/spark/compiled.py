@@ -35,6 +35,8 @@ class SourceInfo:
     index: int
     topic: str
     paths: tuple[str, ...]
+    #: A Redis stream instead of files: ``(RedisTarget, RedisStream)``.
+    redis: tuple[Any, Any] | None = None
 
 
 @attrs.frozen

@@ -29,6 +29,7 @@ from rstreams.dsl import nodes as n
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
+from rstreams.runtime.queues.redisstreams.target import RedisTarget
 from rstreams.runtime.results import Progress, RunResult, check_output_path, write_dead_letters
 from rstreams.runtime.spark import encoding as enc
 
@@ -37,6 +38,7 @@ from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import windows as _windows  # noqa: F401
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
+from rstreams.runtime.spark.redisstreams import spark_target
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
 from rstreams.runtime.spark.session import (
     check_executors,
@@ -139,6 +141,7 @@ def run_spark(
     conf: dict[str, str] | None = None,
     exact_unicode: bool = True,
     config: RunConfig | None = None,
+    redis: str | RedisTarget | None = None,
 ) -> RunResult:
     """Run ``topology`` on Spark and return the final table of every sink.
 
@@ -174,6 +177,11 @@ def run_spark(
         config: a :class:`~rstreams.config.RunConfig`, as :func:`rstreams.run` passes
             it: its ``on_error`` and ``master`` are used (the other options are the
             embedded runtime's).
+        redis: the Redis server (``redis://host:port/db`` or a
+            :class:`~rstreams.runtime.queues.redisstreams.target.RedisTarget`) of the
+            topology's ``RedisStream`` sources and sinks, read and written by the
+            ``rstreams-redis`` data source (:mod:`.redisstreams`); a password only from
+            a password file every executor can read.
 
     The final tables equal those of the embedded engine for the same input (keys in
     no particular order). See docs/spark.md.
@@ -182,7 +190,10 @@ def run_spark(
         on_error, master = config.on_error, config.master
     check_choice("on_error", on_error, ON_ERROR)
     outputs = dict(outputs or {})
-    pipeline, sources = _check_run(topology, inputs, outputs, streaming, checkpoint, collect)
+    target = spark_target(redis) if redis is not None else None
+    pipeline, sources = _check_run(
+        topology, inputs, outputs, streaming, checkpoint, collect, target
+    )
     session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
@@ -216,7 +227,7 @@ def run_spark(
         try:
             tables, records_in, records_out = _run_queries(
                 compiler, topology, outputs, failures, checkpoint if streaming else None,
-                trigger_once, collect,
+                trigger_once, collect, target,
             )  # fmt: skip
         except (PySparkException, Py4JError, RecordFailed) as e:
             if watcher.signalled:  # the jobs failed because the watcher cancelled them
@@ -248,13 +259,14 @@ def _check_run(
     streaming: bool,
     checkpoint: str | None,
     collect: bool,
+    target: RedisTarget | None,
 ) -> tuple[n.Pipeline, dict[str, SourceInfo]]:
     """The logical pipeline of ``topology`` and its sources (each with the input files
     it reads), once the arguments of :func:`run_spark` are known to fit it."""
     pipeline = topology.pipeline
     if pipeline is None:
         raise ConfigError("this Topology has no logical pipeline; build it with StreamBuilder")
-    _check_bindings(topology, inputs, outputs)
+    _check_bindings(topology, inputs, outputs, target, streaming)
     if streaming and not checkpoint:
         raise ConfigError(
             "streaming mode needs a checkpoint directory (checkpoint=...); running again "
@@ -267,6 +279,8 @@ def _check_run(
         topic: SourceInfo(order[topic], topic, _resolve_input(topic, path, streaming))
         for topic, path in inputs.items()
     }
+    for topic, spec in topology.external_sources.items():
+        sources[topic] = SourceInfo(order[topic], topic, (), redis=(target, spec))
     return pipeline, sources
 
 
@@ -278,6 +292,7 @@ def _run_queries(
     checkpoint: str | None,
     trigger_once: bool,
     collect: bool,
+    target: RedisTarget | None,
 ) -> tuple[dict[str, dict[Any, Any]], int, int]:
     """Run the compiled pipeline: as streaming queries when given a ``checkpoint``,
     else as batch jobs. Returns (tables, records in, records out)."""
@@ -287,7 +302,7 @@ def _run_queries(
         return run_streaming(compiler, topology, outputs, checkpoint, trigger_once, failures)
     from rstreams.runtime.spark.batch import run_batch
 
-    return run_batch(compiler, topology, outputs, collect, failures)
+    return run_batch(compiler, topology, outputs, collect, failures, target)
 
 
 def _report_failures(
@@ -342,11 +357,23 @@ def _is_user_module(module: types.ModuleType) -> bool:
     return "site-packages" not in parts and "dist-packages" not in parts
 
 
-def _check_bindings(topology: Topology, inputs: dict[str, str], outputs: dict[str, str]) -> None:
-    if external := {**topology.external_sources, **topology.external_sinks}:
+def _check_bindings(
+    topology: Topology,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+    target: RedisTarget | None,
+    streaming: bool,
+) -> None:
+    external = {**topology.external_sources, **topology.external_sinks}
+    if external and target is None:
         raise ConfigError(
-            f"topic(s) {sorted(external)} are Redis streams (RedisStream): the Spark backend "
-            f"can not read or write them yet; run on the embedded runtime with --broker redis://"
+            f"topic(s) {sorted(external)} are Redis streams (RedisStream): give the Spark "
+            f"run their server (redis='redis://<host>:<port>/<db>')"
+        )
+    if streaming and topology.external_sinks:
+        raise ConfigError(
+            f"sink topic(s) {sorted(topology.external_sinks)} are Redis streams: the Spark "
+            f"backend writes those in batch runs only (streaming reads them)"
         )
     check_inputs(topology, inputs)
     allowed = {*topology.sink_topics, dead_letter_topic(topology.job_id)}

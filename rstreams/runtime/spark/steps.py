@@ -16,6 +16,7 @@ from pyspark.sql import Column, Observation
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
+from rstreams.errors import UnsupportedOperation
 from rstreams.functions import Builtin
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiled import Stream, field_of, is_identity, translate
@@ -45,6 +46,8 @@ def _be(col: Column, digits: int) -> Column:
 @translate.register(n.SourceNode)
 def _source(node: n.SourceNode, comp: Compiler, ordered: bool) -> Stream:
     info = comp.sources[node.topic]
+    if info.redis is not None:
+        return _redis_source(node, comp, ordered)
     number: int | None = None
     if comp.streaming:
         cols = [F.col("value").alias("v_s")]
@@ -81,10 +84,46 @@ def _source(node: n.SourceNode, comp: Compiler, ordered: bool) -> Stream:
         number=number,
         nonnull=True,
     )
+    return _decoded(comp, node, s)
+
+
+def _decoded(comp: Compiler, node: n.SourceNode, s: Stream) -> Stream:
+    """``s`` with the source's deserializer applied to its text values."""
     if not isinstance(node.value_serde, StrSerde):
         step = PyStep("decode", node.name, _Decode(node.value_serde))
         s = comp.add_step(s, step, nonnull=False)
     return s
+
+
+def _redis_source(node: n.SourceNode, comp: Compiler, ordered: bool) -> Stream:
+    """A Redis stream's entries (:mod:`.redisstreams`): the key field as a str key, the
+    value field's text as the value, ordered by entry id."""
+    from rstreams.runtime.spark.redisstreams import read_stream
+
+    info = comp.sources[node.topic]
+    assert info.redis is not None
+    target, spec = info.redis
+    if spec.key is not None and not isinstance(node.key_serde, StrSerde):
+        raise UnsupportedOperation(
+            f"source {node.topic!r}: the Spark backend reads a RedisStream's key field as "
+            f"text; drop key_deserializer=, or map the key in a keyBy step"
+        )
+    df = read_stream(comp.spark, target, spec, node.topic, comp.streaming)
+    cols = [F.col("v").alias("v_s")] + ([F.col("k").alias("k_s")] if spec.key else [])
+    if ordered:
+        cols.append(
+            F.concat(
+                F.lit(info.index.to_bytes(2, "big")), _be(F.col("ms"), 16), _be(F.col("seq"), 16)
+            ).alias(enc.ORDER)
+        )
+    df = df.select(*cols)
+    if not comp.streaming:
+        obs = Observation()
+        df = df.observe(obs, F.count(F.lit(1)).alias("rows"))
+        comp.observations.append(("in", node.topic, obs))
+    key = enc.STR if spec.key else enc.NONE
+    s = Stream(df, key, enc.STR, ordered=ordered)
+    return _decoded(comp, node, s)
 
 
 def _builtin(fn: Any) -> bool:

@@ -1,0 +1,82 @@
+"""How a Redis stream's entries become records and records become entries
+(``RedisStream``): one mapping for both backends (the embedded runtime's ingest and
+egress, and Spark's ``rstreams-redis`` data source), so they read and write the same."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rstreams.dsl.external import RedisStream
+
+__all__ = ["entry_fields", "entry_id", "entry_record"]
+
+#: ``(timestamp, key, value, headers)``, as the queue layer's ``Record``.
+Record = tuple[int, bytes | None, bytes | None, tuple[Any, ...]]
+
+
+def entry_id(raw: bytes | str) -> tuple[int, int]:
+    """``(milliseconds, sequence)`` of an entry id (``b"1700-3"``)."""
+    ms, _, seq = (raw.decode() if isinstance(raw, bytes) else raw).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def entry_record(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> Record:
+    """The record an entry becomes: ``(timestamp, key, value, headers)`` as the source
+    topic's serdes read them (a missing key or value field: None).
+
+    >>> from rstreams.dsl.external import RedisStream
+    >>> entry_record(RedisStream("o", key="id", value="amount"), b"1700-0",
+    ...              {b"id": b"7", b"amount": b"12.5"})
+    (1700, b'7', b'12.5', ())
+    >>> entry_record(RedisStream("o", timestamp="field:ts"), b"1700-0", {b"ts": b"5"})
+    (5, None, b'{"ts":"5"}', ())
+    """
+    ts = entry_id(eid)[0]
+    if (ts_field := spec.timestamp_field) is not None:
+        with contextlib.suppress(KeyError, ValueError):  # (else: the entry's own time)
+            ts = int(fields[ts_field.encode()])
+    key = fields.get(spec.key.encode()) if spec.key is not None else None
+    if spec.value is None:
+        doc = {_text(k): _text(v) for k, v in fields.items()}
+        value: bytes | None = json.dumps(doc, separators=(",", ":")).encode()
+    else:
+        value = fields.get(spec.value.encode())
+    return ts, key, value, ()
+
+
+def _field(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return _text(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def entry_fields(spec: RedisStream, key: Any, value: Any, timestamp: int) -> dict[str, str]:
+    """The fields of the entry a sink record becomes (numbers and structures as JSON).
+
+    >>> from rstreams.dsl.external import RedisStream
+    >>> entry_fields(RedisStream("c", key="word", value="count"), "to", 3, 0)
+    {'word': 'to', 'count': '3'}
+    >>> entry_fields(RedisStream("c", timestamp="field:ts"), None, {"a": 1.5}, 9)
+    {'a': '1.5', 'ts': '9'}
+    """
+    fields: dict[str, str] = {}
+    if spec.key is not None and key is not None:
+        fields[spec.key] = _field(key)
+    if spec.value is not None:
+        fields[spec.value] = _field(value)
+    elif isinstance(value, dict):
+        fields.update((str(k), _field(v)) for k, v in value.items())
+    else:
+        fields["value"] = _field(value)
+    if (ts_field := spec.timestamp_field) is not None:
+        fields[ts_field] = str(timestamp)
+    return fields or {"value": ""}  # (an entry needs a field)
