@@ -154,9 +154,10 @@ def test_closing_a_subscription_closes_only_its_own_consumers(redis_url: str) ->
 
 
 def test_docs_example_runs(redis_url: str) -> None:
-    """docs/groups.md's Redis example (a ``py`` block), against the test's server."""
+    """docs/groups.md's Redis example (the block marked ``snippet: redis``), against the
+    test's server."""
     text = (Path(__file__).parents[2] / "docs" / "groups.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```py\n(.*?)```", text, re.S)
+    blocks = re.findall(r"<!-- snippet: redis[^\n]*-->\n```python\n(.*?)```", text, re.S)
     assert len(blocks) == 1
     exec(blocks[0].replace("redis://127.0.0.1:6379/0", redis_url), {})
     assert redis.Redis.from_url(redis_url).exists("rs:{shop}:sub:orders:billing")
