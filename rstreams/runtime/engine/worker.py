@@ -552,6 +552,8 @@ class Worker:
             self.pool.pull_all(now)  # the agents whose timer is due, or who were woken
         processed = 0
         for task_id, task in list(self.tasks.items()):
+            if self.stop_event.is_set():
+                break  # asked to stop: leave now, not after a batch of every task
             n = task.poll(cfg.batch_size)
             self._renew_lease()
             if not n:
