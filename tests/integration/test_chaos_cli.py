@@ -195,7 +195,17 @@ def test_sigterm_exits_130(tmp_path, command):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        time.sleep(3)
+        if command == "run":
+            # Until a worker joined the group (the run is under way, every stop handler
+            # set): a fixed 3 s was too short at start on a loaded machine, and long idle.
+            members = tmp_path / "d" / "slow" / "coordination" / "slow" / "members"
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                if members.is_dir() and any(members.iterdir()):
+                    break
+                time.sleep(0.05)
+        else:
+            time.sleep(3)
         assert proc.poll() is None
         proc.terminate()
         _, err = proc.communicate(timeout=60)
