@@ -286,6 +286,35 @@ def test_run_loops_step_until_stopped(tmp_path) -> None:
     assert worker.processed == 2 and not worker.tasks  # left: gave every task up
 
 
+def test_a_worker_stopped_during_a_turn_runs_no_other_task_in_it(tmp_path) -> None:
+    """Asked to stop (SIGTERM) while a task runs its batch, the worker leaves after that
+    task: the other tasks' batches wait for their next owner, not for this turn's end."""
+    armed: list[Worker] = []
+
+    def stop_on_first(v: str) -> str:
+        if armed:
+            armed.pop().stop()
+        return v
+
+    b = StreamBuilder("st")
+    b.source("in", queues=2).map(stop_on_first).sink("out")
+    broker = open_broker(tmp_path)
+    worker = Worker(b.build(), broker, tmp_path, member_id="w")
+    worker.join(0.0)
+    now = run_until_idle(worker, 0.0)  # owns both tasks, nothing to do
+    for q in (0, 1):
+        append(broker, "in", q, ["a", "b", "c"])
+    armed.append(worker)
+    processed = 0
+    while not processed and not worker.stop_event.is_set():
+        now += 0.01
+        processed = worker.step(now)
+    assert worker.stop_event.is_set()
+    assert processed == 3  # one task's batch, not both
+    assert sorted(t.lag() for t in worker.tasks.values()) == [0, 3]
+    worker.leave()
+
+
 def test_worker_config_validates() -> None:
     with pytest.raises(ValueError, match="rebalance_interval"):
         WorkerConfig(rebalance_interval=0.5)
