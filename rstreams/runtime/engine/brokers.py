@@ -128,6 +128,16 @@ def open_membership(
     )
 
 
+def check_broker_permissions(config: RunConfig, job: str) -> None:
+    """On Redis, refuse at once (one line, exit 2) a user that lacks a command, key or
+    channel the run of ``job`` needs, rather than start workers that fail at their
+    first commit; on the file log, nothing."""
+    if on_redis(config):
+        from rstreams.runtime.engine.redis_preflight import check_permissions
+
+        check_permissions(redis_client(config), broker_target(config), job)
+
+
 def open_job_lock(data_dir: str | os.PathLike[str], job: str, config: RunConfig) -> Any:
     """The lock that lets one run own job ``job`` at a time: a file lock in ``data_dir``,
     or, with a broker, a lock in Redis (over every host), not yet taken."""
