@@ -99,10 +99,19 @@ def open_broker(
         from rstreams.runtime.queues.filelog import FileBroker
 
         return FileBroker(JobLayout.at(root).log, **kwargs)
-    from rstreams.runtime.queues.redisstreams import RedisBroker
-
     assert config is not None
-    broker: Broker = RedisBroker(_connect(broker_target(config)), Path(root).name)
+    return open_redis_broker(broker_target(config), Path(root).name)
+
+
+def open_redis_broker(target: RedisTarget, job: str, patience: float | None = None) -> Broker:
+    """Job ``job``'s streams on ``target`` (the broker owns its client): what
+    :func:`open_broker` and the admin commands open. ``patience``: for how long to wait
+    for a server that does not answer (default: this process's, see
+    :func:`set_connect_patience`)."""
+    from rstreams.runtime.queues.redisstreams import RedisBroker, connect
+
+    wait = _patience[0] if patience is None else patience
+    broker: Broker = RedisBroker(connect(target, patience=wait), job)
     return broker
 
 
