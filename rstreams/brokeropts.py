@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rstreams.errors import ConfigError
+from rstreams.options import add_argument
 from rstreams.runtime.queues.broker import Broker
 
 __all__ = [
@@ -31,22 +32,20 @@ __all__ = [
 ]
 
 
+#: The ``--broker`` options, as :class:`~rstreams.config.RunConfig` declares them (the
+#: same flags, help and checks as on ``rstreams run``).
+BROKER_OPTIONS = (
+    "broker", "broker_password_file", "broker_tls_ca", "broker_tls_cert", "broker_tls_key",
+)  # fmt: skip
+
+
 def add_broker_options(p: argparse.ArgumentParser) -> None:
     """``--broker URL`` and the options that go with it (password file, TLS files)."""
+    from rstreams.config import RunConfig
+
     g = p.add_argument_group("broker (default: the file log under --data-dir)")
-    g.add_argument(
-        "--broker",
-        metavar="URL",
-        default=None,
-        help="the job's broker: redis://[USER[:PASSWORD]@]HOST[:PORT][/DB] or rediss://... "
-        "(TLS); prefer --broker-password-file to a password in the URL (argv is visible in ps)",
-    )
-    g.add_argument(
-        "--broker-password-file", metavar="FILE", help="read the broker's password from FILE"
-    )
-    g.add_argument("--broker-tls-ca", metavar="FILE", help="CA certificate(s) to verify the server")
-    g.add_argument("--broker-tls-cert", metavar="FILE", help="client certificate (TLS)")
-    g.add_argument("--broker-tls-key", metavar="FILE", help="client certificate's key (TLS)")
+    for name in BROKER_OPTIONS:
+        add_argument(g, RunConfig, name)
 
 
 def target_of(args: argparse.Namespace) -> Any:
@@ -59,18 +58,16 @@ def target_of(args: argparse.Namespace) -> Any:
                 raise ConfigError(f"{flag} goes with --broker URL (the file log needs none)")
         return None
     try:
-        from rstreams.runtime.queues.redisstreams import RedisTarget
-    except ImportError as e:  # the `redis` extra is not installed
+        import redis  # noqa: F401  (the `redis` extra)
+    except ImportError as e:
         raise ConfigError(
             f"--broker needs the Redis client: pip install 'rstreams[redis]' ({e.name} missing)"
         ) from None
-    return RedisTarget.parse(
-        url,
-        password_file=args.broker_password_file,
-        tls_ca=args.broker_tls_ca,
-        tls_cert=args.broker_tls_cert,
-        tls_key=args.broker_tls_key,
-    )
+    from rstreams.config import RunConfig
+    from rstreams.runtime.engine.brokers import broker_target
+
+    # (RunConfig checks the options as `rstreams run` does; broker_target parses them)
+    return broker_target(RunConfig(**{name: getattr(args, name) for name in BROKER_OPTIONS}))
 
 
 @contextlib.contextmanager
@@ -155,11 +152,10 @@ class JobAccess:
             from rstreams.runtime.layout import JobLayout
 
             return open_broker(JobLayout.of(self.data_dir, self.job).root)
-        from rstreams.runtime.queues.redisstreams import RedisBroker
+        from rstreams.runtime.engine.brokers import open_redis_broker
 
         with broker_errors(self.target):
-            broker: Broker = RedisBroker(self._connect(), self.job)  # (it owns the client)
-        return broker
+            return open_redis_broker(self.target, self.job, patience=1.0)
 
     def membership(self, group: str, member: str) -> Any:
         """A look at ``group``'s members (``describe``, ``task_owners``, ``generation``)

@@ -96,8 +96,9 @@ RUN_FLAGS = (
     "input", "bind", "output", "backend", "workers", "broker", "broker_password_file",
     "broker_tls_ca", "broker_tls_cert", "broker_tls_key", "join", "master", "conf",
     "streaming", "checkpoint", "data_dir", "fresh", "allow_topology_change", "guarantee",
-    "state", "allocation", "rebalance_interval", "follow", "live", "idle_timeout",
-    "in_memory", "on_error", "dead_letters", "top", "max_restarts", "metrics_port",
+    "state", "allocation", "rebalance_interval", "maintenance_interval", "follow", "live",
+    "idle_timeout", "in_memory", "on_error", "dead_letters", "top", "max_restarts",
+    "metrics_port",
 )  # fmt: skip
 #: Each of them with the class that declares it: the command's own, the run's, the workers'.
 RUN_OPTIONS: tuple[tuple[type, str], ...] = tuple(

@@ -171,7 +171,7 @@ def cli_default(cls: type, name: str) -> Any:
     return default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[arg-type]
 
 
-def add_argument(parser: argparse.ArgumentParser, cls: type, name: str) -> None:
+def add_argument(parser: argparse._ActionsContainer, cls: type, name: str) -> None:
     """Add option ``name`` of ``cls`` to ``parser`` as its declaration says: a bool is a
     switch, a tuple a repeatable option, a Literal a choice."""
     d = declared(cls, name)

@@ -28,7 +28,7 @@ An HTML comment right before a block changes this, in the page's source:
 - ``<!-- snippet: setup: COMMAND -->``: a shell command run (and required to succeed)
   before the block, to make the files it works on; may repeat.
 - ``<!-- snippet: redis (REASON) -->``: the block needs a Redis server. The page's test
-  starts a real ``redis-server`` (tests/redis/redisserver.py) on a free port before its
+  starts a real ``redis-server`` (tests/helpers/redisserver.py) on a free port before its
   first such block, with a fresh data directory, and stops it after the page; the
   page's blocks share it. The docs show the address a reader would use,
   ``redis://127.0.0.1:6379/0``, and ``redis-cli`` with no options: in the block and its
@@ -53,9 +53,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.redisserver import RedisServer
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "redis"))
-from redisserver import RedisServer  # noqa: E402  (tests/redis/ is not a package)
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "console", "sh", "shell", "bash"}

@@ -6,6 +6,12 @@ half of it, damage to the job's data directory, the input grown to the whole tex
 a second run. Recovery follows what the errors say: ``topics check`` lists the damage,
 ``topics repair`` cuts it, the next run refuses without ``--fresh``, and ``--fresh``
 gives the exact table again. Real file log, real RocksDB, real worker processes.
+
+On Redis the cases that carry over run in tests/redis/test_faults_redis.py (changelog
+and sink streams deleted or cut, state flipped or lost, two runs, a read-only data dir,
+a local-state write error). File-only here: bytes flipped or cut inside segments and
+``topics check``/``repair`` (a stream has no bytes to damage), and the log-append,
+log-sync and offset-commit write errors (writes of the file log).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from rstreams.runtime.results import row_json
 from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver
 from rstreams.windowed import result_row
+from tests.helpers.chaos import RandomKills
 
 COUNT = """
 from rstreams import StreamBuilder, TumblingWindow
@@ -306,26 +307,14 @@ def run_with_chaos(
 ) -> list[tuple[bytes, bytes]]:
     """A durable run with two workers SIGKILLed at random (and crashing at commit and
     restore: RSTREAMS_FAULTS): every record the sink topic holds."""
-    rng = random.Random(5)
-    kills = [0]
-    next_kill = [time.monotonic() + 0.5]
-
-    def chaos(status: object) -> None:
-        now = time.monotonic()
-        if kills[0] < 10 and now >= next_kill[0]:
-            # A live one: a killed worker's replacement starts after a backoff.
-            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
-            if live:
-                sup.kill_worker(rng.choice(live), signal.SIGKILL)
-                kills[0] += 1
-            next_kill[0] = now + rng.uniform(0.1, 0.5)
-
+    chaos = RandomKills(seed=5, limit=10, first=0.5, gap=(0.1, 0.5))
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), inputs,
         data_dir=data, workers=2, chunk_lines=200, progress=chaos,
         max_restarts=10_000, max_ingest_rate=1_500,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
+    chaos.supervisor = sup
     try:
         sup.run()
         results = [
@@ -335,7 +324,7 @@ def run_with_chaos(
         ]
     finally:
         sup.close()
-    assert kills[0] >= 5
+    assert chaos.kills >= 5
     return results
 
 

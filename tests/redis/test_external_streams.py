@@ -3,7 +3,6 @@ written and read back with a plain redis client, copied exactly once, never chan
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +13,7 @@ from rstreams import RedisStream, StreamBuilder
 from rstreams.errors import ConfigError, TopologyError
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.supervisor import Supervisor
-
-PIPELINE = """
-from rstreams import RedisStream, StreamBuilder
-
-def build():
-    b = StreamBuilder("shop")
-    orders = b.source(RedisStream("orders", key="id", value="amount"), "json")
-    orders.groupByKey().sum().sink(RedisStream("totals", key="id", value="total"))
-    return b
-"""
+from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write
 
 #: A job topic (refunds, from a file) and an external stream (all fields) in one pipeline.
 MIXED = """
@@ -39,38 +29,6 @@ def build():
         .sink("net"))
     return b
 """
-
-
-def write(tmp_path: Path, text: str) -> str:
-    p = tmp_path / "pipeline.py"
-    p.write_text(textwrap.dedent(text))
-    return str(p)
-
-
-def run(
-    tmp_path: Path, path: str, url: str, inputs: dict[str, str] | None = None, **options: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    sup = Supervisor(
-        path, load_topology(path), inputs or {}, data_dir=tmp_path / "data", workers=1,
-        broker=url, worker_args=["--commit-interval", "0.2"], **options,
-    )  # fmt: skip
-    try:
-        status = sup.run()
-        return status, sup.tables()
-    finally:
-        sup.close()
-
-
-def totals(r: redis.Redis) -> tuple[dict[str, float], int]:
-    """The last total per id of the stream ``totals``, and its entry count."""
-    entries = r.xrange("totals")
-    last = {f[b"id"].decode(): float(f[b"total"]) for _, f in entries}
-    return last, len(entries)
-
-
-def orders(r: redis.Redis, *rows: tuple[int, float]) -> None:
-    for i, amount in rows:
-        r.xadd("orders", {"id": i, "amount": amount})
 
 
 @pytest.mark.slow
@@ -301,6 +259,7 @@ KILLED_RUN = """
 import sys
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.supervisor import Supervisor
+from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write
 
 path, data, url = sys.argv[1:4]
 sup = Supervisor(path, load_topology(path), {}, data_dir=data, workers=2, broker=url,

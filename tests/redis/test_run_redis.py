@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
-import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from rstreams.runtime.engine.redis_joblock import RedisJobLock
 from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
+from tests.helpers.chaos import RandomKills
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
@@ -169,31 +168,20 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
 @pytest.mark.slow
 def test_workers_killed_mid_run_results_exact(tmp_path, redis_url):
     corpus = big_corpus(tmp_path, 3)
-    rng = random.Random(7)
-    kills = [0]
-    next_kill = [time.monotonic() + 1.0]
-
-    def chaos(_status):
-        now = time.monotonic()
-        if kills[0] < 8 and now >= next_kill[0]:
-            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
-            if live:
-                sup.kill_worker(rng.choice(live), signal.SIGKILL)
-                kills[0] += 1
-            next_kill[0] = now + rng.uniform(0.2, 0.8)
-
+    chaos = RandomKills(seed=7, limit=8, first=1.0, gap=(0.2, 0.8))
     sup = Supervisor(
         str(WORDCOUNT), load_topology(str(WORDCOUNT)), {"sentences": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
         broker=redis_url, max_restarts=10_000, max_ingest_rate=3_000,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
+    chaos.supervisor = sup
     try:
         sup.run()
         table = sup.tables()["word-counts"]
     finally:
         sup.close()
-    assert kills[0] >= 1
+    assert chaos.kills >= 1
     assert table == expected_counts(corpus)
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,15 +11,13 @@ import pytest
 
 redis = pytest.importorskip("redis")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "redis"))
-from redisserver import RedisServer  # noqa: E402
-from test_external_streams import PIPELINE, orders, run, totals, write  # noqa: E402
-
 from rstreams import RedisStream, StreamBuilder  # noqa: E402
 from rstreams.cli import main  # noqa: E402
 from rstreams.loader import load_topology  # noqa: E402
 from rstreams.runtime.queues.redisstreams.target import RedisTarget  # noqa: E402
 from rstreams.runtime.spark import run_spark  # noqa: E402
+from tests.helpers.redisserver import RedisServer  # noqa: E402
+from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -158,3 +158,19 @@ def test_a_config_round_trips_through_json(tmp_path) -> None:
 def test_a_bad_launch_is_refused_naming_what(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         WorkerLaunch.from_text(text)
+
+
+def test_the_run_command_takes_the_maintenance_interval(capsys) -> None:
+    """``--maintenance-interval`` is declared on WorkerConfig: `rstreams run` takes it
+    and hands it to the workers; what its declaration refuses, the command refuses."""
+    from rstreams.cli import build_parser, main
+    from rstreams.cli_run import _run_config
+
+    args = build_parser().parse_args(["run", "p.py", "--input", "x", "--maintenance-interval", "5"])
+    assert _run_config(args).worker_config().maintenance_interval == 5.0
+    default = build_parser().parse_args(["run", "p.py", "--input", "x"])
+    assert _run_config(default).worker_config().maintenance_interval == 30.0
+    assert main(["run", "p.py", "--input", "x", "--maintenance-interval", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "rstreams: error: --maintenance-interval must be > 0; got 0.0\n"
+    )

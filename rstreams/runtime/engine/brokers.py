@@ -99,10 +99,19 @@ def open_broker(
         from rstreams.runtime.queues.filelog import FileBroker
 
         return FileBroker(JobLayout.at(root).log, **kwargs)
-    from rstreams.runtime.queues.redisstreams import RedisBroker
-
     assert config is not None
-    broker: Broker = RedisBroker(_connect(broker_target(config)), Path(root).name)
+    return open_redis_broker(broker_target(config), Path(root).name)
+
+
+def open_redis_broker(target: RedisTarget, job: str, patience: float | None = None) -> Broker:
+    """Job ``job``'s streams on ``target`` (the broker owns its client): what
+    :func:`open_broker` and the admin commands open. ``patience``: for how long to wait
+    for a server that does not answer (default: this process's, see
+    :func:`set_connect_patience`)."""
+    from rstreams.runtime.queues.redisstreams import RedisBroker, connect
+
+    wait = _patience[0] if patience is None else patience
+    broker: Broker = RedisBroker(connect(target, patience=wait), job)
     return broker
 
 
@@ -126,6 +135,16 @@ def open_membership(
     return RedisGroupMembership(
         redis_client(config), job, group, member, session_timeout=session_timeout
     )
+
+
+def check_broker_permissions(config: RunConfig, job: str) -> None:
+    """On Redis, refuse at once (one line, exit 2) a user that lacks a command, key or
+    channel the run of ``job`` needs, rather than start workers that fail at their
+    first commit; on the file log, nothing."""
+    if on_redis(config):
+        from rstreams.runtime.engine.redis_preflight import check_permissions
+
+        check_permissions(redis_client(config), broker_target(config), job)
 
 
 def open_job_lock(data_dir: str | os.PathLike[str], job: str, config: RunConfig) -> Any:

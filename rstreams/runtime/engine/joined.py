@@ -23,6 +23,7 @@ from rstreams.errors import JobRunningError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
     broker_target,
+    check_broker_permissions,
     claim_local_state,
     open_broker,
     open_eoi_flags,
@@ -56,6 +57,7 @@ class JoinedRun:
         self.config = config
         self.topology = topology
         self.layout = JobLayout.of(config.data_dir or DEFAULT_DATA_DIR, job)
+        check_broker_permissions(config, job)
         self.lock = open_job_lock(self.layout.data_dir, job, config)
         if self.lock.holder() is None:
             raise JobNotRunningError(

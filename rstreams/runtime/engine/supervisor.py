@@ -50,6 +50,7 @@ from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
     broker_target,
+    check_broker_permissions,
     claim_local_state,
     drop_job,
     on_redis,
@@ -122,6 +123,7 @@ class Supervisor:
         self.group_dir = self.layout.coordination.dir
         self.skipped_before = 0
         # One run per job at a time, from before --fresh deletes anything until close().
+        check_broker_permissions(config, topology.job_id)
         self.lock = open_job_lock(data_dir, topology.job_id, config).acquire()
         try:
             self._open(inputs, max_ingest_rate)

@@ -70,7 +70,6 @@ from rstreams.runtime.rebalance import (
     get_strategy,
 )
 from rstreams.runtime.rebalance.group import GroupMembership
-from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.state.stores import StoreDamagedError, StoreLockedError
 
 log = logging.getLogger("rstreams.worker")
@@ -178,7 +177,7 @@ class Worker:
         self.group_layout = GroupLayout.of(root, self.group)
         self.eoi = eoi or FileEoiFlags(self.group_layout)
         #: Commits are fenced by task ownership where the membership gives a fence.
-        self._fenced = not isinstance(self.membership, FileGroupMembership)
+        self._fenced = self.membership.fences_commits
         self._renewed = time.monotonic()  # (real time: see _renew_lease)
         self.queue_counts = create_topics(topology, broker, self.engine)
         #: Every task of the topology, with its transaction queue.
@@ -452,10 +451,7 @@ class Worker:
     def _idle(self) -> None:
         """Wait a little, or (where the membership pushes changes) until the group
         changes: the rebalance then happens at once."""
-        if isinstance(self.membership, FileGroupMembership):  # (files push nothing)
-            self.stop_event.wait(self.config.idle_sleep)
-        else:
-            self.membership.wait_for_change(self.config.idle_sleep)
+        self.membership.idle(self.config.idle_sleep, self.stop_event)
 
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer

@@ -23,6 +23,7 @@ The semantics every implementation keeps:
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, runtime_checkable
 
 
@@ -33,6 +34,10 @@ class GroupMembership(Protocol):
     member_id: str
     group: str
     session_timeout: float
+    #: Whether a task's commits are fenced by its ownership (``task_fence(task)`` gives
+    #: the broker's check): a member whose lease ran out can not commit. Files: False
+    #: (one host: a store lock keeps two workers off one task's state).
+    fences_commits: bool
 
     def generation(self) -> int:
         """The group's generation number."""
@@ -86,4 +91,10 @@ class GroupMembership(Protocol):
     def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the generation moved since this member last saw it; False
         after ``timeout`` seconds (0: just look)."""
+        ...
+
+    def idle(self, timeout: float, stop: threading.Event) -> None:
+        """Wait up to ``timeout`` seconds for work: return early when ``stop`` is set, or,
+        where the group pushes its changes, as soon as the generation moves (then the
+        worker rebalances at once). What a worker does when it has nothing to do."""
         ...

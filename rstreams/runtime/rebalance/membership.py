@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -58,6 +59,9 @@ class FileGroupMembership:
     >>> b.leave(); a.members()
     ['a']
     """
+
+    #: (one host: a store lock keeps two workers off one task's state)
+    fences_commits = False
 
     def __init__(
         self, root: str | os.PathLike[str], group: str, member_id: str, session_timeout: float = 5.0
@@ -125,6 +129,10 @@ class FileGroupMembership:
         self.heartbeat()
         os.replace(tmp, self.layout.member_lock(self.member_id))
         self.bump()
+
+    def idle(self, timeout: float, stop: threading.Event) -> None:
+        """Files push nothing: sleep on ``stop`` (the generation is read on the next turn)."""
+        stop.wait(timeout)
 
     def heartbeat(self) -> None:
         info = {"pid": os.getpid(), "started": self.started, "heartbeat": time.time()}

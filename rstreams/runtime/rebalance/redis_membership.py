@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +152,9 @@ class RedisGroupMembership:
     server-wide, not per database: a job of the same name in another database of the
     server only wakes waiters for nothing (they compare generations before saying yes).
     """
+
+    #: Every commit checks the task's key still holds this member's token.
+    fences_commits = True
 
     def __init__(
         self,
@@ -382,6 +386,11 @@ class RedisGroupMembership:
             self._sub = sub
             self._stale = True  # (changes before the subscription were not pushed)
         return self._sub
+
+    def idle(self, timeout: float, stop: threading.Event) -> None:
+        """Wait for a pushed change of the group, up to ``timeout`` (short: a worker's
+        idle turn; ``stop`` is seen on the next turn)."""
+        self.wait_for_change(timeout)
 
     def wait_for_change(self, timeout: float) -> bool:
         """True as soon as the generation moved since this member last read it (by
