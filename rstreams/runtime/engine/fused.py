@@ -140,7 +140,6 @@ class FusedRun:
         steps[-1].forward(out)
         return True
 
-
     def _spread(
         self, headers: list[Any], marked: list[int], values: list[str], n: int
     ) -> list[Any]:
