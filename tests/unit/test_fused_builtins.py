@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,14 +106,3 @@ def test_a_failure_behind_a_fused_run_names_its_input_record(tmp_path: Path) -> 
     assert [(d["line"], d["offset"]) for d in result.dead_letters] == [(8, 7)]
     counts = result.tables["counts"]
     assert counts["οδος"] == 39 and counts["line"] == 39 and counts["here"] == 1
-
-
-def test_lower_and_upper_never_map_a_character_to_or_from_the_separator() -> None:
-    """The joined text is cut by "\\n" at the same places after the case mapping."""
-    everything = "".join(map(chr, range(sys.maxunicode + 1))).replace("\n", "")
-    assert "\n" not in everything.lower() and "\n" not in everything.upper()
-    # "\n" is neither cased nor case-ignorable: a sigma's context stops at it.
-    alpha, beta, sigma = "\u0391", "\u0392", "\u03a3"
-    assert f"{alpha}{sigma}\n{beta}".lower() == "\u03b1\u03c2\n\u03b2"  # final sigma
-    assert f"{alpha}\n{sigma}".lower() == "\u03b1\n\u03c3"  # not final
-    assert f"{alpha}\u0301\n{sigma}\u0301".lower() == "\u03b1\u0301\n\u03c3\u0301"

@@ -2,34 +2,33 @@
 
 ``map(F.lower()).flatMap(F.words())`` over a batch of ``str`` values is, record by
 record, ``[w for v in values for w in re.findall(r"\\w+", v.lower())]``. Built-ins are
-known expressions, so the run can be one C call over the batch's text instead::
+known expressions, so the run can be a C loop and one regex call over the batch::
 
-    re.findall(r"\\w+", "\\n".join(values).lower())
+    re.findall(r"\\w+", "\\n".join(map(str.lower, values)))
 
 That is provably the same list of words, in the same order, when:
 
 - every value is exactly ``str`` (anything else, a ``str`` subclass included, goes the
   step by step way, where a failing value follows the ``on_error`` policy);
-- the map steps are ``F.lower()``, ``F.upper()``, ``F.identity()`` or ``F.strip()``
-  (whitespace): case mappings are per character except for the Greek final sigma,
-  whose context (a cased letter before it, none after it, skipping case-ignorable
-  characters) never reaches over ``"\\n"``, which is neither cased nor
-  case-ignorable; no character maps to or from ``"\\n"``. ``F.strip()`` only removes
-  whitespace, which the patterns below never match, so it changes no word;
+- the map steps are ``F.lower()``, ``F.upper()``, ``F.strip()`` (whitespace) or
+  ``F.identity()``: ``str`` methods that never fail on a ``str``, applied to each value
+  as the steps would (not to the joined text: a case mapping's context, the Greek final
+  sigma's, must not reach over into the next value);
 - the flatMap is ``F.findall`` of a pattern in :data:`JOINABLE` with no flags: its
   matches never hold ``"\\n"`` and do not look at what is around them (no anchors,
   lookarounds, ``\\b`` or groups), so no match spans two values, and a value's
-  matches are the same alone or between others.
+  matches are the same alone or between others (a value holding ``"\\n"`` included).
 
-The flatMap's per-record counts (which record each word comes from) are only needed
-for the offsets of the output rows when no key, headers or varying timestamps must be
-repeated, and offsets are only read to name a failing record or the last source
-offset: both are worked out per record when asked for (:class:`_FusedOffsets`).
+Which record each word comes from (the flatMap's per-record counts) is only needed for
+the rows' offsets when no key and no varying timestamp must be repeated per word, and
+offsets are only read to name a failing record or the last source offset: both are
+worked out per record when asked for (:class:`_FusedOffsets`); headers (an input
+chunk's mark on its last record) are spread from the last records back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import compress
 from typing import Any
 
@@ -96,8 +95,8 @@ class FusedRun:
     def __init__(self, steps: list[Any], methods: list[Callable[[str], str]], regex: Any):
         self.steps = steps
         self.methods = methods
-        # On the joined text: whitespace stripping and identity change no word.
-        self.joined = [m for m in methods if m is str.lower or m is str.upper]
+        # Applied to each value before joining: C loops (identity has nothing to do).
+        self.applied = [m for m in methods if m is not _same]
         self.regex = regex
 
     def one(self, value: str) -> str:
@@ -112,10 +111,10 @@ class FusedRun:
         values = batch.values
         if not values or not _all_str(values):
             return False
-        text = _SEP.join(values)
-        for m in self.joined:
-            text = m(text)
-        words = self.regex.findall(text)
+        mapped: Iterable[str] = values
+        for m in self.applied:
+            mapped = map(m, mapped)
+        words = self.regex.findall(_SEP.join(mapped))
         n_in, n = len(values), len(words)
         steps = self.steps
         for s in steps[:-1]:  # the live statistics of the steps skipped over
