@@ -1,19 +1,30 @@
-"""Word count against collections.Counter, on both corpora, drawn for the docs site.
+"""Word count in every mode against collections.Counter, on both corpora, for the docs.
 
-    python bench/plots.py [--mb 20] [--runs 3]
+    python bench/plots.py [--mb 20] [--runs 3] [--no-spark] [--out DIR]
 
 For each corpus of bench/corpora.py (``repeated`` prose and ``zipf``, about --mb MB
-each) it times, --runs times each, in this order every round:
+each) it runs, --runs rounds, every mode once per round in this order (interleaved:
+drift in the machine's load hits every mode alike):
 
-- baseline: ``collections.Counter`` over ``re.findall(r"\\w+", line.lower())``;
-- ``rstreams.run`` of examples/wordcount.py in this process (memory queues);
-- ``rstreams run --workers 1`` and ``--workers 2`` (the CLI's default runtime: durable
-  file log, exactly-once, RocksDB state, worker processes), fresh data dir each run.
+- ``Counter``: ``collections.Counter`` over ``re.findall(r"\\w+", line.lower())``;
+- ``in-memory``: ``rstreams.run`` of examples/wordcount.py in this process (memory
+  queues, nothing kept: what ``rstreams run --in-memory`` runs);
+- ``workers 1``, ``workers 2``: ``rstreams run --workers N`` of examples/wordcount.py
+  (the CLI's default runtime: durable file log, exactly-once, RocksDB state, worker
+  processes), fresh data dir each run, process start included;
+- ``built-ins, workers 2``: the same with examples/wordcount_spark.py (``F.lower()``,
+  ``F.words()``, ``F.identity()``: evaluated a batch at a time);
+- ``Spark local[*]``: examples/wordcount.py (the lambda) through ``run_spark`` on one
+  SparkSession started before the rounds and warmed up (as bench/spark_wordcount.py's
+  ``dsl-lambda``); left out with ``--no-spark``.
 
-Every table is checked against the Counter. The ratio of a run is Counter's time over
-its time (1.0 would be Counter's speed); the figure kept is the median over the runs.
-It writes docs/assets/bench/wordcount.json and draws docs/assets/bench/wordcount.png
-(ratios) for docs/benchmarks.md. Nothing is asserted on time.
+Every table is checked against Counter's. A mode's ratio is Counter's time over its
+time (1.0 is Counter's speed), from the medians over the rounds. Also kept: CPU
+seconds (user + sys of the process and the children it waited for; Spark's JVM is not
+counted) and, for the ``--workers 2`` modes, the peak RSS of the whole process tree
+(the run, its supervisor and workers; sampled from /proc every 0.25 s, Linux).
+It writes wordcount.json and draws wordcount.png (ratios) into --out
+(docs/assets/bench by default) for docs/benchmarks.md. Nothing is asserted on time.
 """
 
 from __future__ import annotations
@@ -25,15 +36,17 @@ import json
 import os
 import platform
 import re
+import resource
 import runpy
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,9 +57,13 @@ import rstreams
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "assets" / "bench"
 WORD = re.compile(r"\w+")
-PIPELINE = ROOT / "examples" / "wordcount.py"
-MODES = ("in-process", "workers 1", "workers 2")
-T = TypeVar("T")
+LAMBDA = ROOT / "examples" / "wordcount.py"
+BUILTINS = ROOT / "examples" / "wordcount_spark.py"
+SPARK = "Spark local[*]"
+MODES = ("in-memory", "workers 1", "workers 2", "built-ins, workers 2", SPARK)
+
+#: What a mode's run gives: the table, CPU seconds, peak RSS (KiB) or None.
+Run = tuple[dict[str, int], float, int | None]
 
 
 def counter(path: Path) -> collections.Counter[str]:
@@ -57,101 +74,193 @@ def counter(path: Path) -> collections.Counter[str]:
     return c
 
 
-def timed(fn: Callable[..., T], *args: object) -> tuple[float, T]:
-    start = time.perf_counter()
-    value = fn(*args)
-    return time.perf_counter() - start, value
+def in_process(fn: Callable[[], dict[str, int]]) -> Run:
+    cpu = time.process_time()
+    table = fn()
+    return table, time.process_time() - cpu, None
 
 
-def in_process(path: Path) -> dict[str, int]:
-    topology = runpy.run_path(str(PIPELINE))["build"]().build()
+def in_memory(path: Path) -> dict[str, int]:
+    topology = runpy.run_path(str(LAMBDA))["build"]().build()
     return rstreams.run(topology, {"sentences": str(path)}).tables["word-counts"]
 
 
-def durable(path: Path, workers: int) -> dict[str, int]:
+def tree_rss_kib(root: int) -> int:
+    """The summed RSS of process ``root`` and its descendants, from /proc."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    rss: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue  # gone meanwhile
+        fields = dict(line.split(":", 1) for line in lines if ":" in line)
+        pid, ppid = int(fields["Pid"]), int(fields["PPid"])
+        children[ppid].append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def durable(path: Path, workers: int, pipeline: Path, sample_rss: bool) -> Run:
+    """``rstreams run --workers N`` in a fresh data dir: its table, CPU seconds (the
+    process tree's) and, if ``sample_rss``, the tree's peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "out.jsonl"
-        subprocess.run(
-            [sys.executable, "-m", "rstreams", "run", str(PIPELINE), "--input", str(path),
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rstreams", "run", str(pipeline), "--input", str(path),
              "--workers", str(workers), "--data-dir", d, "--output", str(out), "-q"],
-            check=True,
         )  # fmt: skip
+        peak = [0]
+
+        def sample() -> None:
+            while proc.poll() is None:
+                peak[0] = max(peak[0], tree_rss_kib(proc.pid))
+                time.sleep(0.25)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        if sample_rss:
+            sampler.start()
+        if proc.wait():
+            raise SystemExit(f"rstreams run {pipeline.name} --workers {workers} failed")
+        if sample_rss:
+            sampler.join()
         rows = map(json.loads, out.read_text(encoding="utf-8").splitlines())
-        return {r["key"]: r["value"] for r in rows}
+        table = {r["key"]: r["value"] for r in rows}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return table, cpu, peak[0] if sample_rss else None
 
 
-def measure(path: Path, runs: int) -> dict[str, object]:
-    expected = counter(path)
+def spark_mode(master: str) -> tuple[Callable[[Path], Run], Callable[[], None]]:
+    """A mode running the DSL lambda word count on one SparkSession, and its stop."""
+    from rstreams.runtime.spark import run_spark
+    from rstreams.runtime.spark.session import get_session, stop_session
+
+    spark, _ = get_session(master, app_name="rstreams-bench-plots")
+    topology = runpy.run_path(str(LAMBDA))["build"]().build()
+
+    def run(path: Path) -> Run:
+        return in_process(
+            lambda: run_spark(topology, {"sentences": str(path)}, spark=spark).tables["word-counts"]
+        )
+
+    return run, lambda: stop_session(spark)
+
+
+def modes(spark: Callable[[Path], Run] | None) -> dict[str, Callable[[Path], Run]]:
+    chosen: dict[str, Callable[[Path], Run]] = {
+        "in-memory": lambda p: in_process(lambda: in_memory(p)),
+        "workers 1": lambda p: durable(p, 1, LAMBDA, False),
+        "workers 2": lambda p: durable(p, 2, LAMBDA, True),
+        "built-ins, workers 2": lambda p: durable(p, 2, BUILTINS, True),
+    }
+    if spark is not None:
+        chosen[SPARK] = spark
+    return chosen
+
+
+def measure(path: Path, runs: int, spark: Callable[[Path], Run] | None) -> dict[str, Any]:
+    """Every mode ``runs`` times on ``path``, interleaved; medians and ratios."""
+    expected = dict(counter(path))
     words = sum(expected.values())
-    times: dict[str, list[float]] = {m: [] for m in ("counter", *MODES)}
+    todo = modes(spark)
+    if spark is not None:
+        spark(path)  # warm-up: the JVM's JIT and Spark's Python workers
+    seconds: dict[str, list[float]] = {m: [] for m in ("Counter", *todo)}
+    cpu: dict[str, list[float]] = {m: [] for m in seconds}
+    rss: dict[str, list[int]] = {}
     for _ in range(runs):
-        times["counter"].append(timed(counter, path)[0])
-        for mode, fn, args in (
-            ("in-process", in_process, (path,)),
-            ("workers 1", durable, (path, 1)),
-            ("workers 2", durable, (path, 2)),
-        ):
-            seconds, table = timed(fn, *args)
-            assert table == dict(expected), f"{mode}: the table differs from Counter's"
-            times[mode].append(seconds)
-    base = statistics.median(times["counter"])
+        start, cpu0 = time.perf_counter(), time.process_time()
+        counter(path)
+        seconds["Counter"].append(time.perf_counter() - start)
+        cpu["Counter"].append(time.process_time() - cpu0)
+        for mode, fn in todo.items():
+            start = time.perf_counter()
+            table, used, peak = fn(path)
+            seconds[mode].append(time.perf_counter() - start)
+            cpu[mode].append(used)
+            assert table == expected, f"{mode}: the table differs from Counter's"
+            if peak is not None:
+                rss.setdefault(mode, []).append(peak)
+    median = {m: statistics.median(t) for m, t in seconds.items()}
     return {
         "words": words,
         "keys": len(expected),
-        "seconds": {m: statistics.median(t) for m, t in times.items()},
-        "all_seconds": times,
-        "ratio": {m: base / statistics.median(times[m]) for m in MODES},
-        "words_per_s": {m: words / statistics.median(t) for m, t in times.items()},
+        "seconds": median,
+        "all_seconds": seconds,
+        "cpu_seconds": {m: statistics.median(t) for m, t in cpu.items()},
+        "ratio": {m: median["Counter"] / median[m] for m in todo},
+        "words_per_s": {m: words / t for m, t in median.items()},
+        "peak_rss_mb": {m: max(v) / 1024 for m, v in rss.items()},
     }
 
 
-def plot(results: dict[str, dict], path: Path) -> None:
+def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    shown = [m for m in MODES if all(m in r["ratio"] for r in results.values())]
+    fig, ax = plt.subplots(figsize=(8, 3.8), dpi=120)
     width = 0.38
     for i, (corpus, r) in enumerate(results.items()):
-        xs = [j + (i - 0.5) * width for j in range(len(MODES))]
-        ratios = [r["ratio"][m] for m in MODES]
-        bars = ax.bar(xs, ratios, width, label=corpus)
+        xs = [j + (i - 0.5) * width for j in range(len(shown))]
+        bars = ax.bar(xs, [r["ratio"][m] for m in shown], width, label=corpus)
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    ax.set_xticks(range(len(MODES)), MODES)
+    ax.set_xticks(range(len(shown)), [m.replace(", ", ",\n") for m in shown], fontsize=8)
     ax.set_ylabel("speed / collections.Counter")
-    ax.set_ylim(0, 1.1)
+    top = max(r["ratio"][m] for r in results.values() for m in shown)
+    ax.set_ylim(0, max(1.1, top * 1.15))
     ax.set_title("Word count, fraction of Counter's speed (median of runs)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=20.0, help="size of each corpus (default 20)")
-    ap.add_argument("--runs", type=int, default=3, help="runs of each, median kept (default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds, median kept (default 3)")
     ap.add_argument("--out", type=Path, default=OUT, help="where the JSON and PNG go")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also Spark local[*] (starts a JVM; default on)",
+    )
+    args = ap.parse_args(argv)
+    spark, stop = spark_mode("local[*]") if args.spark else (None, None)
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for corpus in ("repeated", "zipf"):
-            path = Path(tmp) / f"{corpus}.txt"
-            make_corpus_of(corpus, path, args.mb)
-            results[corpus] = r = measure(path, args.runs)
-            print(
-                f"{corpus:9} {args.mb:g} MB, {r['words']:,} words, {r['keys']:,} keys: "
-                + ", ".join(f"{m} {r['ratio'][m]:.3f}" for m in MODES)
-                + " of Counter",
-                flush=True,
-            )
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for corpus in ("repeated", "zipf"):
+                path = Path(tmp) / f"{corpus}.txt"
+                make_corpus_of(corpus, path, args.mb)
+                results[corpus] = r = measure(path, args.runs, spark)
+                print(
+                    f"{corpus:9} {args.mb:g} MB, {r['words']:,} words, {r['keys']:,} keys: "
+                    + ", ".join(f"{m} {x:.3f}" for m, x in r["ratio"].items())
+                    + " of Counter",
+                    flush=True,
+                )
+    finally:
+        if stop is not None:
+            stop()
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
         "date": datetime.date.today().isoformat(),
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
         ),
+        "load_average": os.getloadavg(),
         "mb": args.mb,
         "runs": args.runs,
         "results": results,

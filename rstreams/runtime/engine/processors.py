@@ -31,6 +31,7 @@ from rstreams.functions import Builtin
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
+from rstreams.runtime.engine.fused import FusedRun, fused_run
 from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
@@ -161,6 +162,13 @@ class FnProcessor(Processor):
         super().__init__(factory)
         assert isinstance(factory.node, n.FnNode)
         self.fn: Callable[..., Any] = factory.node.fn
+        #: A run of built-ins from this step evaluated a batch at a time (see fused.py).
+        self.fused: FusedRun | None = None
+
+    def init(self, ctx: StreamContext) -> None:
+        super().init(ctx)
+        if self.kind in ("map", "flatMap") and isinstance(self.fn, Builtin):
+            self.fused = fused_run(self)
 
     def apply(
         self, batch: Batch, fn: Callable[[Any], Any] | None = None
@@ -172,6 +180,8 @@ class FnProcessor(Processor):
 @register_processor("map", BUILDERS)
 class MapProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
+        if self.fused is not None and self.fused(batch):
+            return
         values, batch = self.apply(batch)
         self.forward(batch.with_values(values))
 
@@ -201,6 +211,8 @@ class SelectTimestampProcessor(FnProcessor):
 @register_processor("flatMap", BUILDERS)
 class FlatMapProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
+        if self.fused is not None and self.fused(batch):
+            return
         outs, batch = self.apply(batch)
         if not set(map(type, outs)) <= {list, tuple}:
             outs, batch = self._materialize(outs, batch)
