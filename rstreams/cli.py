@@ -79,7 +79,20 @@ def _common(p: argparse.ArgumentParser) -> None:
 PIPELINE_HELP = "a Python file whose build() returns a Topology or a StreamBuilder"
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands whose parsers (and code) live in other modules, by module: a module is
+#: imported only to run one of its commands, or to list or check every command (its
+#: imports, rich and the Spark packer among them, cost a run a tenth of a second).
+MODULE_COMMANDS: dict[str, tuple[str, ...]] = {
+    "rstreams.admin": ("topics", "produce", "consume", "offsets", "state", "group"),
+    "rstreams.live": ("top",),
+    "rstreams.runtime.spark.packenv": ("spark",),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``rstreams`` command's parser. With ``command`` (the one about to run), the
+    commands of :data:`MODULE_COMMANDS` other modules define are left out unless it is
+    one of theirs; an unknown ``command`` gets every command (to list them)."""
     parser = argparse.ArgumentParser(
         prog="rstreams",
         description="Run, describe and draw rstreams pipelines.",
@@ -149,14 +162,29 @@ keeps that name whatever you change around it.""",
     _common(diff)
     diff.set_defaults(func=cmd_diff)
 
-    from rstreams.admin import add_parsers
-    from rstreams.live import add_parsers as add_live_parsers
-    from rstreams.runtime.spark.packenv import add_parsers as add_spark_parsers
+    known = command in sub.choices or any(command in c for c in MODULE_COMMANDS.values())
 
-    add_parsers(sub, _common)
-    add_live_parsers(sub, _common)
-    add_spark_parsers(sub, _common)
+    def wanted(module: str) -> bool:
+        return command is None or not known or command in MODULE_COMMANDS[module]
+
+    if wanted("rstreams.admin"):
+        from rstreams.admin import add_parsers
+
+        add_parsers(sub, _common)
+    if wanted("rstreams.live"):
+        from rstreams.live import add_parsers as add_live_parsers
+
+        add_live_parsers(sub, _common)
+    if wanted("rstreams.runtime.spark.packenv"):
+        from rstreams.runtime.spark.packenv import add_parsers as add_spark_parsers
+
+        add_spark_parsers(sub, _common)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is no option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _fail(code: int, msg: str) -> int:
@@ -165,7 +193,7 @@ def _fail(code: int, msg: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

@@ -20,8 +20,9 @@ from rstreams.loader import load_topology
 from rstreams.options import add_argument, at_least, check_args, flagged, option
 
 if TYPE_CHECKING:
-    from rstreams.live import LiveRunView, RunProgress
+    from rstreams.live import LiveRunView
     from rstreams.planner.topology import Topology
+    from rstreams.progress import RunProgress
     from rstreams.runtime.metrics import MetricsServer
     from rstreams.runtime.results import RunResult
 
@@ -219,10 +220,12 @@ def _inputs(args: argparse.Namespace, topology: Topology) -> dict[str, str]:
 def _progress(args: argparse.Namespace, topology: Topology) -> RunProgress | LiveRunView:
     """rich's progress bar on stderr (a plain line now and then when it is no terminal),
     or with --live the dashboard of `rstreams top`."""
-    from rstreams.live import LiveRunView, RunProgress
+    from rstreams.progress import RunProgress
 
     if not args.live:
         return RunProgress(enabled=not args.quiet)
+    from rstreams.live import LiveRunView
+
     if args.backend == "spark" or args.in_memory or args.quiet:
         raise ConfigError(
             "--live shows the workers of the durable embedded runtime; it takes no "

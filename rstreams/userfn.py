@@ -6,9 +6,13 @@ Imports only the standard library and :mod:`rstreams.errors`, so it sits below a
 
 from __future__ import annotations
 
+from inspect import CO_VARARGS, CO_VARKEYWORDS
+from types import FunctionType
 from typing import Any
 
-__all__ = ["as_timestamp", "describe_fn"]
+__all__ = ["as_timestamp", "describe_fn", "is_identity"]
+
+_IDENTITY = (lambda x: x).__code__
 
 
 def describe_fn(fn: Any) -> str:
@@ -29,3 +33,22 @@ def as_timestamp(value: Any) -> int:
             f"got {type(value).__name__} {value!r:.40}"
         )
     return int(value)
+
+
+def is_identity(fn: Any) -> bool:
+    """Whether ``fn`` is a plain function that returns its one argument, such as the
+    ``lambda w: w`` of a word count's ``keyBy``: a step may use its input instead of
+    calling it (the same objects, no side effect, no failure).
+
+    >>> is_identity(lambda w: w), is_identity(lambda w: w.lower()), is_identity(str)
+    (True, False, False)
+    """
+    if type(fn) is not FunctionType:
+        return False
+    code = fn.__code__
+    return (
+        code.co_code == _IDENTITY.co_code
+        and code.co_argcount == 1
+        and not code.co_kwonlyargcount
+        and not code.co_flags & (CO_VARARGS | CO_VARKEYWORDS)
+    )

@@ -16,6 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from rstreams.live.snapshot import LiveSnapshot, QueueRow, StepNode, _alive
+from rstreams.progress import _age, _pct
 
 __all__ = ["MAX_QUEUES", "plain_line", "render"]
 
@@ -115,12 +116,6 @@ def _per_s(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:,.0f}/s"
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
 def _quantile(commits: dict[str, Any], q: float) -> float | None:
     """The upper bound of the histogram bucket holding the ``q`` quantile."""
     count = commits.get("count") or 0
@@ -148,10 +143,6 @@ def _commit_text(commits: dict[str, Any] | None) -> str:
         finite = [float(b) for b, _ in commits.get("buckets") or [] if b != "+Inf"]
         return f"{_ms(avg)} (p99 >{_ms(max(finite, default=0.0))})"
     return f"{_ms(avg)} (p99 ≤{_ms(p99)})"
-
-
-def _pct(done: int, total: int) -> str:
-    return f"{100 * done / total:.0f}% ({done:,}/{total:,})" if total else "-"
 
 
 def _state(snap: LiveSnapshot) -> str:

@@ -13,8 +13,9 @@ from rich.console import Console
 
 from rstreams.brokeropts import JobAccess, add_broker_options
 from rstreams.errors import ConfigError, RStreamsError
-from rstreams.live.render import _age, _pct, plain_line, render
+from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, load_pipeline, pick_job, snapshot
+from rstreams.progress import RunProgress, progress_text
 from rstreams.runtime.engine.stats import read_stats
 from rstreams.runtime.layout import JobLayout
 
@@ -174,95 +175,6 @@ example:
 
 
 # -- rstreams run: progress and --live ----------------------------------------------------
-
-
-def progress_text(p: Any, workers: bool = True) -> str:
-    """What a :class:`~rstreams.runtime.results.Progress` says beside the bar: records in
-    and out, lag, records per second, workers, restore progress (or the backend's own
-    ``detail``, e.g. the running Spark stage).
-
-    >>> from rstreams.runtime.results import Progress
-    >>> progress_text(Progress(1500, 20, 10, 100, 2.0, lag=7, workers=2))
-    '1,500 records in, 20 out, lag 7, 750 records/s, 2 workers'
-    """
-    if getattr(p, "detail", ""):
-        return str(p.detail)
-    rate = p.records_in / p.elapsed if p.elapsed > 0 else 0.0
-    parts = [f"{p.records_in:,} records in", f"{p.records_out:,} out"]
-    if p.lag is not None:
-        parts.append(f"lag {p.lag:,}")
-    parts.append(f"{rate:,.0f} records/s")
-    n = getattr(p, "workers", None)
-    if workers and n is not None:
-        parts.append(f"{n} worker{'s' if n != 1 else ''}")
-    restoring = getattr(p, "restoring", None)
-    if restoring:
-        parts.append(f"restoring state {_pct(*restoring)}")
-    return ", ".join(parts)
-
-
-class RunProgress:
-    """The progress of ``rstreams run`` on stderr: on a terminal a ``rich`` progress bar
-    (bytes of input read, with :func:`progress_text` beside it), cleared at the end;
-    otherwise (a CI log, a file) one plain line every ``every`` seconds. Silent when not
-    ``enabled`` (``-q``). Call it with each Progress, then :meth:`done`."""
-
-    def __init__(self, enabled: bool, every: float = 5.0, console: Console | None = None) -> None:
-        self.enabled = enabled
-        self.console = console or Console(stderr=True)
-        self.every = every
-        self._bar: Any = None
-        self._task: Any = None
-        self._started = time.monotonic()
-        self._last_line = self._started
-
-    def __call__(self, p: Any) -> None:
-        if not self.enabled:
-            return
-        if not self.console.is_terminal:
-            now = time.monotonic()
-            if now - self._last_line >= self.every:
-                self._last_line = now
-                # (capped: a growing input may have been read past the size it had when
-                # the snapshot's total was taken)
-                pct = (
-                    f", {min(100.0, 100 * p.bytes_read / p.bytes_total):.0f}% of input"
-                    if p.bytes_total
-                    else ""
-                )
-                print(
-                    f"  {progress_text(p)}{pct} ({p.elapsed:,.0f}s)",
-                    file=self.console.file,
-                    flush=True,
-                )
-            return
-        if self._bar is None:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-            self._bar = Progress(
-                BarColumn(bar_width=30),
-                DownloadColumn(),
-                # (the run's own clock: rich's stops when the bar is full, which is when
-                # the input is read, not processed)
-                TextColumn("{task.fields[info]}  {task.fields[elapsed]}", markup=False),
-                console=self.console,
-                transient=True,
-                refresh_per_second=4,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task("run", total=None, info="", elapsed="")
-        self._bar.update(
-            self._task,
-            completed=min(p.bytes_read, p.bytes_total) if p.bytes_total else p.bytes_read,
-            total=p.bytes_total or None,
-            info=progress_text(p),
-            elapsed=_age(p.elapsed),
-        )
-
-    def done(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
 
 
 class LiveRunView:

@@ -26,9 +26,19 @@ def gather(column: list[Any], idx: list[int]) -> list[Any]:
     return [column[idx[0]]] if idx else []
 
 
-def _repeat_index(counts: list[int]) -> list[int]:
-    """``[0] * counts[0] + [1] * counts[1] + ...``"""
-    return list(chain.from_iterable(map(repeat, range(len(counts)), counts)))
+def repeat_each(column: list[Any], counts: list[int]) -> list[Any]:
+    """``[column[0]] * counts[0] + [column[1]] * counts[1] + ...`` at C speed (one pass:
+    five times faster than gathering by an index of repeated positions)."""
+    return list(chain.from_iterable(map(repeat, column, counts)))
+
+
+def _repeat_headers(headers: list[Headers], counts: list[int], n: int) -> list[Headers]:
+    """:func:`repeat_each` of a headers column, faster for a chunk of input, where only
+    the last record has headers (the mark of what was read of the file)."""
+    if headers and headers[-1] and headers.count(()) == len(headers) - 1:
+        last = counts[-1]
+        return [()] * (n - last) + [headers[-1]] * last
+    return repeat_each(headers, counts)
 
 
 class _Expanded:
@@ -41,7 +51,7 @@ class _Expanded:
         self.counts = counts
 
     def build(self) -> list[int]:
-        return gather(self.parent, _repeat_index(self.counts))
+        return repeat_each(self.parent, self.counts)
 
     def last(self) -> int:
         for i in range(len(self.counts) - 1, -1, -1):
@@ -116,26 +126,18 @@ class Batch:
         """Row ``i`` repeated ``counts[i]`` times, with new ``values`` (a flatMap).
 
         Columns that hold one repeated value (no keys yet, a chunk of input read at one
-        time) are repeated without an index, and offsets are only built when asked for
+        time) are repeated as that value, and offsets are only built when asked for
         (to name a failing record): for the usual input only the values are new lists.
         """
         n = len(values)
-        index: list[int] | None = None
-
-        def repeated(column: list[Any]) -> list[Any]:
-            nonlocal index
-            if index is None:
-                index = _repeat_index(counts)
-            return gather(column, index)
-
         keys = self.keys
-        keys = [None] * n if keys.count(None) == len(keys) else repeated(keys)
+        keys = [None] * n if keys.count(None) == len(keys) else repeat_each(keys, counts)
         ts = self.timestamps
         max_ts = None
         if ts and ts.count(ts[0]) == len(ts) and set(map(type, ts)) == {int}:
             timestamps, max_ts = [ts[0]] * n, ts[0]
         else:
-            timestamps = repeated(ts)
+            timestamps = repeat_each(ts, counts)
         return Batch(
             self.topic,
             self.queue,
@@ -143,7 +145,7 @@ class Batch:
             values,
             timestamps,
             _Expanded(self.offsets, counts),
-            None if self.headers is None else repeated(self.headers),
+            None if self.headers is None else _repeat_headers(self.headers, counts, n),
             max_ts=max_ts,
         )
 

@@ -146,7 +146,8 @@ class LocalEngine:
             commit_tasks([t for t in self.tasks if t in tasks], self.broker)
 
     def purge_consumed(self) -> None:
-        """Drop records every reader has committed past (in-memory runs stay bounded)."""
+        """Drop records every reader has read past (in-memory runs stay bounded: they
+        never read a record again)."""
         for (topic, q), task in self.readers.items():
             self.broker.purge(topic, q, task.positions[topic])
 

@@ -37,7 +37,7 @@ from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
 from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
-from rstreams.userfn import as_timestamp
+from rstreams.userfn import as_timestamp, is_identity
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -195,7 +195,16 @@ class FilterProcessor(FnProcessor):
 
 @register_processor("keyBy", BUILDERS)
 class KeyByProcessor(FnProcessor):
+    def __init__(self, factory: ProcessorFactory) -> None:
+        super().__init__(factory)
+        #: ``keyBy(lambda w: w)``: the values are the keys, as they are (the same list:
+        #: a batch's columns never change).
+        self.identity = is_identity(self.fn)
+
     def process(self, batch: Batch) -> None:
+        if self.identity:
+            self.forward(batch.with_keys(batch.values))
+            return
         keys, batch = self.apply(batch)
         self.forward(batch.with_keys(keys))
 
@@ -446,6 +455,9 @@ class ShuffleSinkProcessor(_SinkBase):
             self._send_chosen = self._send_telling
 
     def process(self, batch: Batch) -> None:
+        if self.partials and self.combine and self.op == "count":
+            self._count_into(batch)  # (drops None keys itself, with no scan for one)
+            return
         if self.skip_null_keys:
             batch = self.without_null_keys(batch)
             if not batch.values:
@@ -454,10 +466,7 @@ class ShuffleSinkProcessor(_SinkBase):
             self.send(batch)
             return
         if self.op == "count":
-            if self.combine:
-                self._count_into(batch)
-            else:
-                self.send(batch.with_values([1] * len(batch)))
+            self.send(batch.with_values([1] * len(batch)))
             return
         if self.to_partial is not None:
             values, batch = apply_column(
@@ -504,7 +513,32 @@ class ShuffleSinkProcessor(_SinkBase):
         self.ctx.out_time = max(self.ctx.out_time, top)
 
     def _count_into(self, batch: Batch) -> None:
-        """Count the batch's keys straight into the interval's counts (a C loop)."""
+        """Count the batch's keys straight into the interval's counts (a C loop). A None
+        key is counted too, then taken out: the counts never keep one, so a batch without
+        one costs no scan of its keys to find out."""
+        acc, keys = self._acc, batch.keys
+        try:
+            _count_elements(acc, keys)
+        except TypeError:
+            # An unhashable key: the keys before it were counted; take them out again
+            # and count the batch the slow way.
+            for k in keys[: next(i for i, k in enumerate(keys) if not _hashable(k))]:
+                acc[k] -= 1
+                if not acc[k]:
+                    del acc[k]
+            batch = self.without_null_keys(batch)
+            if batch.values:
+                self._count_slowly(batch)
+            return
+        if None in acc:
+            del acc[None]
+            batch = self.without_null_keys(batch)  # (counts them as skipped)
+            if not batch.values:
+                return
+        self._noted(batch)
+
+    def _count_slowly(self, batch: Batch) -> None:
+        """:meth:`_count_into` of a batch with an unhashable key (and no None key)."""
         keys = batch.keys
         try:
             _count_elements(self._acc, keys)
