@@ -385,6 +385,18 @@ class FunctionSerde(Serde):
         return self._de(data)
 
 
+def raw_decoder(serde: Serde) -> Callable[[bytes], Any]:
+    """``serde.deserialize`` with no Python frame of its own for the built-in str and
+    msgpack serdes (their C decoder), for a caller that decodes one value at a time:
+    it gives the same objects, but bad data raises the decoder's own error rather than
+    a :class:`SerdeError` (the caller then goes again with ``deserialize``)."""
+    if type(serde) is StrSerde:
+        return bytes.decode  # UTF-8, strict
+    if type(serde) is MsgpackSerde:
+        return _unpackb
+    return serde.deserialize
+
+
 SERDES: dict[str, Serde] = {
     s.name: s for s in (StrSerde(), BytesSerde(), JsonSerde(), MsgpackSerde())
 }

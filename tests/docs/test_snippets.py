@@ -61,7 +61,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "console", "sh", "shell", "bash"}
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
-COMMAND_TIMEOUT = 120
+COMMAND_TIMEOUT = 600  # a hang guard only: a Spark example on a loaded machine can take minutes
 DOC_REDIS = "127.0.0.1:6379"  # the address the docs show
 
 

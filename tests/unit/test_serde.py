@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from rstreams import RStreamsError, Serde, SerdeError, get_serde
-from rstreams.serde import INTERNAL_SERDE, SERDES, FunctionSerde, MsgpackSerde
+from rstreams.serde import (
+    INTERNAL_SERDE,
+    SERDES,
+    FunctionSerde,
+    MsgpackSerde,
+    StrSerde,
+    raw_decoder,
+)
 
 msgpack = get_serde("msgpack")
 json = get_serde("json")
@@ -209,3 +216,45 @@ def test_custom_serde_subclass() -> None:
     assert repr(s) == "Upper()"
     with pytest.raises(NotImplementedError):
         Serde().serialize(1)
+
+
+# -- the one-value decoder of the driver's path -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "wörd",
+        1,
+        -(2**63),
+        2**64 - 1,
+        1.5,
+        True,
+        None,
+        b"\x00",
+        (1, "a"),
+        [1, (2,)],
+        {"k": (1,)},
+    ],
+)
+def test_raw_decoder_gives_what_deserialize_gives(value: Any) -> None:
+    data = msgpack.serialize(value)
+    got = raw_decoder(msgpack)(data)
+    assert got == msgpack.deserialize(data) and type(got) is type(msgpack.deserialize(data))
+    if isinstance(value, str):
+        assert raw_decoder(text)(text.serialize(value)) == value
+
+
+def test_raw_decoder_raises_on_bad_data_and_is_deserialize_for_other_serdes() -> None:
+    with pytest.raises(ValueError):
+        raw_decoder(msgpack)(b"\xc1")
+    with pytest.raises(UnicodeDecodeError):
+        raw_decoder(text)(b"\xff")
+    assert raw_decoder(json) == json.deserialize
+
+    class Upper(StrSerde):  # a subclass may decode otherwise: its own deserialize
+        def deserialize(self, data: bytes) -> Any:
+            return data.decode().upper()
+
+    assert raw_decoder(Upper())(b"a") == "A"

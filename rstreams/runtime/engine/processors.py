@@ -36,7 +36,7 @@ from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
-from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, serialize_rows
+from rstreams.serde import INTERNAL_SERDE, Serde, deserialize_rows, raw_decoder, serialize_rows
 from rstreams.userfn import as_timestamp, is_identity
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
@@ -622,7 +622,8 @@ class SourceProcessor(Processor):
         super().init(ctx)
         # Instance attributes: read for every record (see _SinkBase.init).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
-        self._kde, self._vde = self.key_serde.deserialize, self.value_serde.deserialize
+        # For process_one (a record at a time): its failures go through process_log.
+        self._kde, self._vde = raw_decoder(self.key_serde), raw_decoder(self.value_serde)
 
     def process_log(self, queue: int, records: RecordColumns) -> None:
         n = len(records.offsets)
