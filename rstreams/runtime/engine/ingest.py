@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from rstreams.runtime.queues.broker import Broker
 
 __all__ = [
+    "AHEAD_CHUNKS",
     "BLOCK",
     "INGEST_HEADER",
     "Ingest",
@@ -84,6 +85,13 @@ BLOCK = 4096
 #: The fewest lines a chunk is cut down to so that a short input still reaches every
 #: queue of its topic: each chunk costs an fsync and a mark, and a task a batch.
 MIN_SPREAD_LINES = 100
+
+#: On a broker that holds records in memory (Redis), the ingest appends to a source
+#: queue only while it holds fewer than this many chunks (``chunk_lines`` records each)
+#: that the job's group has not committed: the server then holds about that much input
+#: per queue, not the whole input (docs/redis.md has the bound). The file log keeps its
+#: source topics on disk, whole, so there the ingest runs ahead freely.
+AHEAD_CHUNKS = 2
 
 #: Bytes of an input sampled to estimate how many lines are left to read.
 SAMPLE = 1 << 16
@@ -368,8 +376,15 @@ class Ingest:
         chunk_lines: int,
         follow: bool = False,
         max_rate: float | None = None,
+        max_ahead: int | None = None,
     ) -> None:
         self.broker = broker
+        #: Records a source queue may hold that the job's group has not committed yet
+        #: before the next chunk for it waits (None: no bound); see :meth:`_ahead`.
+        self.max_ahead = max_ahead
+        #: Per (topic, queue): its end after this run's last append, the job's committed
+        #: position last read (read again only when the end is too far ahead of it).
+        self._ahead_of: dict[tuple[str, int], tuple[int, int]] = {}
         self.job_id = job_id
         self.inputs = inputs
         self.chunk_lines = chunk_lines
@@ -401,6 +416,8 @@ class Ingest:
         """Append the next chunk of each input that has one; True if any had one."""
         ingested = False
         for inp, chunks in list(self.pending):
+            if self._ahead(inp):
+                continue  # (its next queue is full: the workers catch up first)
             item = next(chunks, None)
             if item is None:
                 self.pending.remove((inp, chunks))
@@ -414,6 +431,7 @@ class Ingest:
         """Go on from what the broker holds of each input, as a new run would: after its
         connection broke, the last append may or may not have been applied."""
         unsure, self._unsure = self._unsure, None
+        self._ahead_of.clear()  # (read the ends again)
         for inp in self.inputs:
             mark = last_mark(self.broker, inp.topic, inp.id)
             if mark is None or mark == inp.mark:
@@ -435,7 +453,10 @@ class Ingest:
         q = self._rr % inp.queues
         self._rr += 1
         self._unsure = (len(lines), read)  # (until the broker acknowledged it)
-        self.broker.append(inp.topic, q, rows)
+        first = self.broker.append(inp.topic, q, rows)
+        if self.max_ahead is not None:
+            held = self._ahead_of.get((inp.topic, q), (0, 0))[1]
+            self._ahead_of[(inp.topic, q)] = (first + len(rows), held)
         self.broker.flush()
         self._unsure = None
         inp.mark = read
@@ -443,6 +464,25 @@ class Ingest:
         inp.lines += len(lines)
         if self.max_rate:
             time.sleep(len(lines) / self.max_rate)
+
+    def _ahead(self, inp: Input) -> bool:
+        """Whether the queue ``inp``'s next chunk goes to holds :attr:`max_ahead` records
+        or more that the job's group has not committed (it then waits; a queue the group
+        caught up with always takes a chunk). The committed position is read from the
+        broker only when the end this run appended to is that far ahead of the one read
+        last: a file-log or Redis read per chunk at most, none while far from the bound."""
+        if self.max_ahead is None:
+            return False
+        key = (inp.topic, self._rr % inp.queues)
+        if key not in self._ahead_of:
+            end = self.broker.end_offset(*key)
+            self._ahead_of[key] = (end, self.broker.committed(self.job_id, *key))
+        end, committed = self._ahead_of[key]
+        if end - committed < self.max_ahead:
+            return False
+        committed = self.broker.committed(self.job_id, *key)
+        self._ahead_of[key] = (end, committed)
+        return end - committed >= self.max_ahead and end > committed
 
     def _record_input_end(self, inp: Input) -> None:
         record_input_end(self.broker, self.job_id, inp.topic, inp.queues, inp.ended_at)

@@ -60,6 +60,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.engine.taskid import TaskId
+from rstreams.runtime.engine.trim import purge_consumed, trims_after_commit
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
@@ -166,6 +167,9 @@ class Worker:
         ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
+        #: Consumed source and shuffle records are purged after every commit (not only
+        #: at maintenance): the broker holds them in memory (see the trim module).
+        self._trim = trims_after_commit(broker)
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
         self.strategy = strategy or get_strategy(self.config.allocation)
@@ -337,6 +341,8 @@ class Worker:
             self.stats.commit_took(time.perf_counter() - started)
         if written:
             self._rebuilds = 0
+        if timed and self._trim:  # (the broker holds records in memory: drop consumed ones)
+            purge_consumed(self.broker, self.topology, self.tasks.values(), sources=True)
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 
     def _rebuild(self, error: StoreDamagedError) -> None:
@@ -416,12 +422,10 @@ class Worker:
         job's own group is their only reader), compact the changelogs of owned tasks
         that hold many more records than keys, and apply topic retention."""
         done = {"purged_queues": 0, "compacted_records": 0, "retention_segments": 0}
-        topics = self.topology.topics
+        done["purged_queues"] = purge_consumed(
+            self.broker, self.topology, self.tasks.values(), sources=self._trim
+        )
         for task in self.tasks.values():
-            for topic, pos in task.committed.items():
-                if topics[topic].role == "shuffle":
-                    self.broker.purge(topic, task.queue, pos)
-                    done["purged_queues"] += 1
             for name, changelog in task.changelogs.items():
                 q = task.queue
                 records = self.broker.end_offset(changelog, q) - self.broker.start_offset(

@@ -91,6 +91,10 @@ class RedisBroker:
     hash tag ``{namespace}``. Offsets are dense from 0: offset N is entry ``0-(N+1)``.
     """
 
+    #: Records live in the server's memory: the runtime purges what the job consumed of
+    #: its source and shuffle topics after every commit (rstreams.runtime.engine.trim).
+    trims_after_commit = True
+
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}"):
             raise ConfigError(
