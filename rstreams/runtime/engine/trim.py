@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task
     from rstreams.runtime.queues.broker import Broker
 
-__all__ = ["purge_consumed", "trims_after_commit"]
+__all__ = ["purge_consumed", "records_held", "trims_after_commit"]
 
 
 def trims_after_commit(broker: Broker) -> bool:
@@ -65,3 +65,12 @@ def _other_readers(broker: Broker, job_id: str) -> list[dict[tuple[str, int], in
         for g in broker.groups()
         if g != job_id and not g.startswith(job_id + ".")
     ]
+
+
+def records_held(broker: Broker, topic: str, queue: int) -> int:
+    """Records a queue holds: what the broker says (Redis: compaction keeps offsets, so
+    a compacted queue holds fewer than its end minus its start), else that difference."""
+    held = getattr(broker, "records_held", None)
+    if held is not None:
+        return int(held(topic, queue))
+    return broker.end_offset(topic, queue) - broker.start_offset(topic, queue)

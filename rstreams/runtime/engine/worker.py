@@ -60,7 +60,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.trim import purge_consumed, trims_after_commit
+from rstreams.runtime.engine.trim import purge_consumed, records_held, trims_after_commit
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
@@ -343,6 +343,7 @@ class Worker:
             self._rebuilds = 0
         if timed and self._trim:  # (the broker holds records in memory: drop consumed ones)
             purge_consumed(self.broker, self.topology, self.tasks.values(), sources=True)
+            self._compact_changelogs()
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 
     def _rebuild(self, error: StoreDamagedError) -> None:
@@ -425,16 +426,20 @@ class Worker:
         done["purged_queues"] = purge_consumed(
             self.broker, self.topology, self.tasks.values(), sources=self._trim
         )
-        for task in self.tasks.values():
-            for name, changelog in task.changelogs.items():
-                q = task.queue
-                records = self.broker.end_offset(changelog, q) - self.broker.start_offset(
-                    changelog, q
-                )
-                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
-                    done["compacted_records"] += self.broker.compact(changelog, q)
+        done["compacted_records"] = self._compact_changelogs()
         done["retention_segments"] = self.broker.enforce_retention()
         return done
+
+    def _compact_changelogs(self) -> int:
+        """Compact each changelog of an owned task that holds many more records than its
+        store has keys; the records removed."""
+        removed = 0
+        for task in self.tasks.values():
+            for name, changelog in task.changelogs.items():
+                records = records_held(self.broker, changelog, task.queue)
+                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
+                    removed += self.broker.compact(changelog, task.queue)
+        return removed
 
     # -- main loop -----------------------------------------------------------------------
 
