@@ -1,6 +1,6 @@
-"""redis-server holds a bounded part of a job's input: the ingest waits for the workers
-(AHEAD_CHUNKS per source queue), consumed source and shuffle records are trimmed after
-every commit, and changelogs are compacted (docs/redis.md, "Memory")."""
+"""redis-server holds a bounded part of a job's input: the ingest trims a source queue
+that holds AHEAD_CHUNKS chunks and waits for the workers, consumed shuffle records are
+trimmed after every commit, and changelogs are compacted (docs/redis.md, "Memory")."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_redis_holds_a_bounded_part_of_the_input(tmp_path: Path, own_redis: Redi
         sup.close()
     assert table == expected_counts(corpus)
     lines = sum(1 for _ in corpus.open("rb"))
-    bound = queues * (2 * (AHEAD_CHUNKS + 1) * CHUNK + 1)
+    bound = queues * (AHEAD_CHUNKS + 1) * CHUNK
     print(f"held at most: {held}; input {lines} lines, source bound {bound}")
     assert held["source"] <= bound < lines // 8
     words = sum(expected_counts(corpus).values())

@@ -86,11 +86,11 @@ BLOCK = 4096
 #: queue of its topic: each chunk costs an fsync and a mark, and a task a batch.
 MIN_SPREAD_LINES = 100
 
-#: On a broker that holds records in memory (Redis), the ingest appends to a source
-#: queue only while it holds fewer than this many chunks (``chunk_lines`` records each)
-#: that the job's group has not committed: the server then holds about that much input
-#: per queue, not the whole input (docs/redis.md has the bound). The file log keeps its
-#: source topics on disk, whole, so there the ingest runs ahead freely.
+#: On a broker that holds records in memory (Redis), a source queue that holds this many
+#: chunks (``chunk_lines`` records each) is trimmed to what its readers committed before
+#: the next chunk, which waits while the job's group has not committed that many: the
+#: server holds at most one chunk more per queue, not the whole input (docs/redis.md).
+#: The file log keeps its source topics on disk, whole, and its ingest runs ahead freely.
 AHEAD_CHUNKS = 2
 
 #: Bytes of an input sampled to estimate how many lines are left to read.
@@ -382,8 +382,7 @@ class Ingest:
         #: Records a source queue may hold that the job's group has not committed yet
         #: before the next chunk for it waits (None: no bound); see :meth:`_ahead`.
         self.max_ahead = max_ahead
-        #: Per (topic, queue): its end after this run's last append, the job's committed
-        #: position last read (read again only when the end is too far ahead of it).
+        #: Per (topic, queue): its end after this run's last append, and its start.
         self._ahead_of: dict[tuple[str, int], tuple[int, int]] = {}
         self.job_id = job_id
         self.inputs = inputs
@@ -455,8 +454,8 @@ class Ingest:
         self._unsure = (len(lines), read)  # (until the broker acknowledged it)
         first = self.broker.append(inp.topic, q, rows)
         if self.max_ahead is not None:
-            held = self._ahead_of.get((inp.topic, q), (0, 0))[1]
-            self._ahead_of[(inp.topic, q)] = (first + len(rows), held)
+            start = self._ahead_of.get((inp.topic, q), (0, 0))[1]
+            self._ahead_of[(inp.topic, q)] = (first + len(rows), start)
         self.broker.flush()
         self._unsure = None
         inp.mark = read
@@ -466,22 +465,23 @@ class Ingest:
             time.sleep(len(lines) / self.max_rate)
 
     def _ahead(self, inp: Input) -> bool:
-        """Whether the queue ``inp``'s next chunk goes to holds :attr:`max_ahead` records
-        or more that the job's group has not committed (it then waits; a queue the group
-        caught up with always takes a chunk). The committed position is read from the
-        broker only when the end this run appended to is that far ahead of the one read
-        last: a file-log or Redis read per chunk at most, none while far from the bound."""
+        """Whether the queue ``inp``'s next chunk goes to must wait: it holds
+        :attr:`max_ahead` records or more and the job's group has not committed that many
+        (a queue the group caught up with always takes a chunk). A queue that holds that
+        many is first trimmed up to what every reader committed (:func:`trim_source`),
+        so it holds at most ``max_ahead`` + a chunk. The broker is asked only then."""
         if self.max_ahead is None:
             return False
+        from rstreams.runtime.engine.trim import trim_source
+
         key = (inp.topic, self._rr % inp.queues)
         if key not in self._ahead_of:
-            end = self.broker.end_offset(*key)
-            self._ahead_of[key] = (end, self.broker.committed(self.job_id, *key))
-        end, committed = self._ahead_of[key]
-        if end - committed < self.max_ahead:
+            self._ahead_of[key] = (self.broker.end_offset(*key), self.broker.start_offset(*key))
+        end, start = self._ahead_of[key]
+        if end - start < self.max_ahead:
             return False
         committed = self.broker.committed(self.job_id, *key)
-        self._ahead_of[key] = (end, committed)
+        self._ahead_of[key] = (end, trim_source(self.broker, self.job_id, *key, committed, end))
         return end - committed >= self.max_ahead and end > committed
 
     def _record_input_end(self, inp: Input) -> None:

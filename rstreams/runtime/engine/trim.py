@@ -1,15 +1,17 @@
-"""Dropping the records of the job's own topics that every reader committed past.
+"""Dropping the records of the job's own topics that their readers committed past.
 
 On the file log, a worker's maintenance (every ``maintenance_interval``) purges the
 shuffle queues of its tasks up to their committed positions: the job's own group is
 their only reader. A broker that holds its records in memory (Redis: its class says
-``trims_after_commit``) does this after every commit instead, and for the job's source
-topics too, so that the server holds what is not consumed yet rather than the whole
-input. A source queue keeps its last record, whose header says how far the ingest read
-its input (what a later run, or a resync, goes on from: see the ingest module), and
-nothing that another group reading the topic (``rstreams consume --group``) has not
-committed past. Sink topics are never purged here (``consume --from-beginning`` and
-the egress to external streams read them; retention options bound them).
+``trims_after_commit``) has them purged after every commit instead, and its changelogs
+checked for compaction then too. Its source topics are trimmed by the ingest, before it
+appends to a queue that holds its bound (:func:`trim_source`, called from
+:meth:`~rstreams.runtime.engine.ingest.Ingest.step`): a source queue keeps its last
+record, whose header says how far the ingest read its input (what a later run, or a
+resync, goes on from), and what another group reading the topic (``rstreams consume
+--group``) has not committed. Sink topics are never purged here (``consume
+--from-beginning``, the run's table and the egress to external streams read them;
+retention options bound them).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from rstreams.runtime.engine.task import Task
     from rstreams.runtime.queues.broker import Broker
 
-__all__ = ["purge_consumed", "records_held", "trims_after_commit"]
+__all__ = ["purge_consumed", "records_held", "trim_source", "trims_after_commit"]
 
 
 def trims_after_commit(broker: Broker) -> bool:
@@ -31,30 +33,31 @@ def trims_after_commit(broker: Broker) -> bool:
     return bool(getattr(broker, "trims_after_commit", False))
 
 
-def purge_consumed(
-    broker: Broker, topology: Topology, tasks: Iterable[Task], *, sources: bool
-) -> int:
-    """Purge each task's shuffle queues (and, with ``sources``, its source queues) up to
-    what it committed; the number of queues purged."""
+def purge_consumed(broker: Broker, topology: Topology, tasks: Iterable[Task]) -> int:
+    """Purge each task's shuffle queues up to what it committed; the queues purged."""
     topics = topology.topics
-    others: list[dict[tuple[str, int], int]] | None = None
     purged = 0
     for task in tasks:
-        q = task.queue
         for topic, pos in task.committed.items():
-            role = topics[topic].role if topic in topics else None
-            if role == "source" and sources:
-                if others is None:
-                    others = _other_readers(broker, topology.job_id)
-                held = [o[(topic, q)] for o in others if (topic, q) in o]
-                # (the last record holds the ingest's mark)
-                pos = min(pos, broker.end_offset(topic, q) - 1, *held)
-            elif role != "shuffle":
-                continue
-            if pos > 0:
-                broker.purge(topic, q, pos)
+            if topic in topics and topics[topic].role == "shuffle" and pos > 0:
+                broker.purge(topic, task.queue, pos)
                 purged += 1
     return purged
+
+
+def trim_source(
+    broker: Broker, job_id: str, topic: str, queue: int, committed: int, end: int
+) -> int:
+    """Purge a source queue that ends at ``end`` up to ``committed`` (the job's group's
+    position), but not its last record (the ingest's mark) nor what another group reading
+    the topic has not committed; the queue's start after it."""
+    held = [o[(topic, queue)] for o in _other_readers(broker, job_id) if (topic, queue) in o]
+    before = min(committed, end - 1, *held)
+    start = broker.start_offset(topic, queue)
+    if before > start:
+        broker.purge(topic, queue, before)
+        return before
+    return start
 
 
 def _other_readers(broker: Broker, job_id: str) -> list[dict[tuple[str, int], int]]:

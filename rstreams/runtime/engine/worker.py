@@ -167,8 +167,8 @@ class Worker:
         ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
-        #: Consumed source and shuffle records are purged after every commit (not only
-        #: at maintenance): the broker holds them in memory (see the trim module).
+        #: Consumed shuffle records are purged, and changelogs checked for compaction,
+        #: after every commit (not only at maintenance): the broker holds them in memory.
         self._trim = trims_after_commit(broker)
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
@@ -341,8 +341,8 @@ class Worker:
             self.stats.commit_took(time.perf_counter() - started)
         if written:
             self._rebuilds = 0
-        if timed and self._trim:  # (the broker holds records in memory: drop consumed ones)
-            purge_consumed(self.broker, self.topology, self.tasks.values(), sources=True)
+        if timed and self._trim:  # (the broker holds records in memory)
+            purge_consumed(self.broker, self.topology, self.tasks.values())
             self._compact_changelogs()
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 
@@ -423,9 +423,7 @@ class Worker:
         job's own group is their only reader), compact the changelogs of owned tasks
         that hold many more records than keys, and apply topic retention."""
         done = {"purged_queues": 0, "compacted_records": 0, "retention_segments": 0}
-        done["purged_queues"] = purge_consumed(
-            self.broker, self.topology, self.tasks.values(), sources=self._trim
-        )
+        done["purged_queues"] = purge_consumed(self.broker, self.topology, self.tasks.values())
         done["compacted_records"] = self._compact_changelogs()
         done["retention_segments"] = self.broker.enforce_retention()
         return done

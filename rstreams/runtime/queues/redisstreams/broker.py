@@ -92,7 +92,8 @@ class RedisBroker:
     """
 
     #: Records live in the server's memory: the runtime purges what the job consumed of
-    #: its source and shuffle topics after every commit (rstreams.runtime.engine.trim).
+    #: its shuffle topics after every commit, and trims its source topics as it ingests
+    #: (rstreams.runtime.engine.trim).
     trims_after_commit = True
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
