@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from rstreams.runtime.queues.broker import Broker
 
 __all__ = [
+    "AHEAD_CHUNKS",
     "BLOCK",
     "INGEST_HEADER",
     "Ingest",
@@ -84,6 +85,13 @@ BLOCK = 4096
 #: The fewest lines a chunk is cut down to so that a short input still reaches every
 #: queue of its topic: each chunk costs an fsync and a mark, and a task a batch.
 MIN_SPREAD_LINES = 100
+
+#: On a broker that holds records in memory (Redis), a source queue that holds this many
+#: chunks (``chunk_lines`` records each) is trimmed to what its readers committed before
+#: the next chunk, which waits while the job's group has not committed that many: the
+#: server holds at most one chunk more per queue, not the whole input (docs/redis.md).
+#: The file log keeps its source topics on disk, whole, and its ingest runs ahead freely.
+AHEAD_CHUNKS = 2
 
 #: Bytes of an input sampled to estimate how many lines are left to read.
 SAMPLE = 1 << 16
@@ -368,8 +376,14 @@ class Ingest:
         chunk_lines: int,
         follow: bool = False,
         max_rate: float | None = None,
+        max_ahead: int | None = None,
     ) -> None:
         self.broker = broker
+        #: Records a source queue may hold that the job's group has not committed yet
+        #: before the next chunk for it waits (None: no bound); see :meth:`_ahead`.
+        self.max_ahead = max_ahead
+        #: Per (topic, queue): its end after this run's last append, and its start.
+        self._ahead_of: dict[tuple[str, int], tuple[int, int]] = {}
         self.job_id = job_id
         self.inputs = inputs
         self.chunk_lines = chunk_lines
@@ -401,6 +415,8 @@ class Ingest:
         """Append the next chunk of each input that has one; True if any had one."""
         ingested = False
         for inp, chunks in list(self.pending):
+            if self._ahead(inp):
+                continue  # (its next queue is full: the workers catch up first)
             item = next(chunks, None)
             if item is None:
                 self.pending.remove((inp, chunks))
@@ -414,6 +430,7 @@ class Ingest:
         """Go on from what the broker holds of each input, as a new run would: after its
         connection broke, the last append may or may not have been applied."""
         unsure, self._unsure = self._unsure, None
+        self._ahead_of.clear()  # (read the ends again)
         for inp in self.inputs:
             mark = last_mark(self.broker, inp.topic, inp.id)
             if mark is None or mark == inp.mark:
@@ -435,7 +452,10 @@ class Ingest:
         q = self._rr % inp.queues
         self._rr += 1
         self._unsure = (len(lines), read)  # (until the broker acknowledged it)
-        self.broker.append(inp.topic, q, rows)
+        first = self.broker.append(inp.topic, q, rows)
+        if self.max_ahead is not None:
+            start = self._ahead_of.get((inp.topic, q), (0, 0))[1]
+            self._ahead_of[(inp.topic, q)] = (first + len(rows), start)
         self.broker.flush()
         self._unsure = None
         inp.mark = read
@@ -443,6 +463,26 @@ class Ingest:
         inp.lines += len(lines)
         if self.max_rate:
             time.sleep(len(lines) / self.max_rate)
+
+    def _ahead(self, inp: Input) -> bool:
+        """Whether the queue ``inp``'s next chunk goes to must wait: it holds
+        :attr:`max_ahead` records or more and the job's group has not committed that many
+        (a queue the group caught up with always takes a chunk). A queue that holds that
+        many is first trimmed up to what every reader committed (:func:`trim_source`),
+        so it holds at most ``max_ahead`` + a chunk. The broker is asked only then."""
+        if self.max_ahead is None:
+            return False
+        from rstreams.runtime.engine.trim import trim_source
+
+        key = (inp.topic, self._rr % inp.queues)
+        if key not in self._ahead_of:
+            self._ahead_of[key] = (self.broker.end_offset(*key), self.broker.start_offset(*key))
+        end, start = self._ahead_of[key]
+        if end - start < self.max_ahead:
+            return False
+        committed = self.broker.committed(self.job_id, *key)
+        self._ahead_of[key] = (end, trim_source(self.broker, self.job_id, *key, committed, end))
+        return end - committed >= self.max_ahead and end > committed
 
     def _record_input_end(self, inp: Input) -> None:
         record_input_end(self.broker, self.job_id, inp.topic, inp.queues, inp.ended_at)

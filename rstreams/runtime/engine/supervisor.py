@@ -62,7 +62,7 @@ from rstreams.runtime.engine.collect import Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.endofinput import EndOfInput
 from rstreams.runtime.engine.external import Externals, check_external_broker
-from rstreams.runtime.engine.ingest import Ingest, Input, read_marks
+from rstreams.runtime.engine.ingest import AHEAD_CHUNKS, Ingest, Input, read_marks
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
@@ -181,6 +181,7 @@ class Supervisor:
         self.ingest = Ingest(
             self.broker, job, self.inputs, chunk_lines=config.chunk_lines,
             follow=config.follow, max_rate=max_ingest_rate,
+            max_ahead=AHEAD_CHUNKS * config.chunk_lines if on_redis(config) else None,
         )  # fmt: skip
         if self.external_url is not None:
             from rstreams.runtime.queues.redisstreams import connect

@@ -60,6 +60,7 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.engine.taskid import TaskId
+from rstreams.runtime.engine.trim import purge_consumed, records_held, trims_after_commit
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
@@ -165,6 +166,9 @@ class Worker:
         ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
+        #: Consumed shuffle records are purged, and changelogs checked for compaction,
+        #: after every commit (not only at maintenance): the broker holds them in memory.
+        self._trim = trims_after_commit(broker)
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
         self.strategy = strategy or get_strategy(self.config.allocation)
@@ -336,6 +340,9 @@ class Worker:
             self.stats.commit_took(time.perf_counter() - started)
         if written:
             self._rebuilds = 0
+        if timed and self._trim:  # (the broker holds records in memory)
+            purge_consumed(self.broker, self.topology, self.tasks.values())
+            self._compact_changelogs()
         self.pool.wake(written)  # this worker's downstream tasks need not wait for a timer
 
     def _rebuild(self, error: StoreDamagedError) -> None:
@@ -415,21 +422,21 @@ class Worker:
         job's own group is their only reader), compact the changelogs of owned tasks
         that hold many more records than keys, and apply topic retention."""
         done = {"purged_queues": 0, "compacted_records": 0, "retention_segments": 0}
-        topics = self.topology.topics
-        for task in self.tasks.values():
-            for topic, pos in task.committed.items():
-                if topics[topic].role == "shuffle":
-                    self.broker.purge(topic, task.queue, pos)
-                    done["purged_queues"] += 1
-            for name, changelog in task.changelogs.items():
-                q = task.queue
-                records = self.broker.end_offset(changelog, q) - self.broker.start_offset(
-                    changelog, q
-                )
-                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
-                    done["compacted_records"] += self.broker.compact(changelog, q)
+        done["purged_queues"] = purge_consumed(self.broker, self.topology, self.tasks.values())
+        done["compacted_records"] = self._compact_changelogs()
         done["retention_segments"] = self.broker.enforce_retention()
         return done
+
+    def _compact_changelogs(self) -> int:
+        """Compact each changelog of an owned task that holds many more records than its
+        store has keys; the records removed."""
+        removed = 0
+        for task in self.tasks.values():
+            for name, changelog in task.changelogs.items():
+                records = records_held(self.broker, changelog, task.queue)
+                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
+                    removed += self.broker.compact(changelog, task.queue)
+        return removed
 
     # -- main loop -----------------------------------------------------------------------
 

@@ -91,6 +91,11 @@ class RedisBroker:
     hash tag ``{namespace}``. Offsets are dense from 0: offset N is entry ``0-(N+1)``.
     """
 
+    #: Records live in the server's memory: the runtime purges what the job consumed of
+    #: its shuffle topics after every commit, and trims its source topics as it ingests
+    #: (rstreams.runtime.engine.trim).
+    trims_after_commit = True
+
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace or set(namespace) & set("{}"):
             raise ConfigError(
@@ -109,6 +114,7 @@ class RedisBroker:
         self._end = client.register_script(scripts.END)
         self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
+        self._compact = client.register_script(scripts.COMPACT)
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
         #: Per stream key, the highest end this process saw it reach (its end, a read,
         #: a committed offset): a stream's end never goes down, so one below is a loss.
@@ -420,24 +426,25 @@ class RedisBroker:
             offset = chunk.last_offset + 1
 
     def compact(self, topic: str, queue: int) -> int:
-        """XDEL every record of a compacted topic that a later record with the same key
-        supersedes; how many were removed. Offsets of what stays do not change."""
+        """Remove every record of a compacted topic that a later record with the same key
+        supersedes; how many were removed. Offsets of what stays do not change.
+
+        The queue is rewritten on the server in one step (scripts.COMPACT), not thinned
+        with XDEL, which frees a stream node's memory only once every entry of it is
+        gone: the records a changelog keeps are spread over all of them. For that step
+        the server holds the queue twice and serves nothing else."""
         key = self._key(topic, queue)
         if not self._options[topic]["compacted"]:
             raise not_compacted(topic)
-        latest: dict[bytes, int] = {}
-        superseded: list[str] = []
-        for chunk in self._scan(topic, queue):
-            for offset, k in zip(chunk.offsets, chunk.keys):
-                if k is not None:
-                    old = latest.get(k)
-                    if old is not None:
-                        superseded.append(entry_id(old))
-                    latest[k] = offset
-        removed = 0
-        for i in range(0, len(superseded), SCAN_CHUNK):
-            removed += int(self.client.xdel(key, *superseded[i : i + SCAN_CHUNK]))
+        removed = int(self._compact([key, self.key(f"compacting:{topic}:{queue}")], [1000]))
+        if removed == -1:
+            raise self._gone(topic, queue, key, None)
         return removed
+
+    def records_held(self, topic: str, queue: int) -> int:
+        """Records the queue holds (XLEN): compaction keeps offsets, so fewer than its
+        end minus its start once compacted."""
+        return int(self.client.xlen(self._key(topic, queue)))
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Drop the oldest records of topics created with ``retention_ms`` (records whose

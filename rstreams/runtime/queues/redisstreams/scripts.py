@@ -151,3 +151,62 @@ redis.call('XTRIM', KEYS[1], 'MINID', string.format('0-%d', new + 1))
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', new))
 return new
 """
+
+#: Compact a queue: keep the latest entry of each key (and every entry without one),
+#: rewritten into a new stream that takes the queue's key (XDEL would leave the memory
+#: of a stream node in use while one entry of it stays: a changelog's live entries are
+#: spread over all of them). The ids, the last generated id and the entries-added count
+#: stay. Runs on the server in one step (no write can come in between): its time and
+#: the copy's memory are those of the queue, which compaction keeps near its key count.
+#: KEYS: the stream, a scratch key. ARGV: entries read per XRANGE. Returns the number
+#: of entries removed, or -1 if the stream is gone.
+COMPACT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local chunk = tonumber(ARGV[1])
+local function each(fn)
+  local from = '-'
+  while true do
+    local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
+    for i = 1, #e do fn(e[i][1], e[i][2]) end
+    if #e < chunk then return end
+    from = '(' .. e[#e][1]
+  end
+end
+local function key_of(f)
+  for j = 1, #f, 2 do if f[j] == 'k' then return f[j + 1] end end
+  return nil
+end
+local latest, total = {}, 0
+each(function(id, f)
+  total = total + 1
+  local k = key_of(f)
+  if k then latest[k] = id end
+end)
+local kept = 0
+redis.call('DEL', KEYS[2])
+each(function(id, f)
+  local k = key_of(f)
+  if k == nil or latest[k] == id then
+    redis.call('XADD', KEYS[2], id, unpack(f))
+    kept = kept + 1
+  end
+end)
+if kept == total then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local last, added, deleted
+for j = 1, #info, 2 do
+  if info[j] == 'last-generated-id' then last = info[j + 1]
+  elseif info[j] == 'entries-added' then added = info[j + 1]
+  elseif info[j] == 'max-deleted-entry-id' then deleted = info[j + 1] end
+end
+if kept == 0 then  -- (only when every entry has a key, which can not all be superseded)
+  redis.call('XGROUP', 'CREATE', KEYS[2], 'rstreams-create', '$', 'MKSTREAM')
+  redis.call('XGROUP', 'DESTROY', KEYS[2], 'rstreams-create')
+end
+redis.call('XSETID', KEYS[2], last, 'ENTRIESADDED', added, 'MAXDELETEDID', last)
+redis.call('RENAME', KEYS[2], KEYS[1])
+return total - kept
+"""
