@@ -443,26 +443,28 @@ class Ingest:
     def _append(self, inp: Input, lines: list[bytes], read: ReadMark) -> None:
         from rstreams.runtime.engine.local import wall_clock_ms
 
-        ts = wall_clock_ms()
-        rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
-        rows = [(ts, None, line, ()) for line in lines]
-        rows[-1] = (ts, None, lines[-1], ((INGEST_HEADER, read.encode()),))
+        n = len(lines)
+        # Columns, not a tuple per line: the lines are the value column as they are.
+        headers: list[tuple[tuple[str, bytes], ...]] = [()] * n
+        headers[-1] = ((INGEST_HEADER, read.encode()),)
         # Chunks go round-robin over the queues, so the newest mark is the largest one
         # among the queues' last records (what resume looks for).
         q = self._rr % inp.queues
         self._rr += 1
-        self._unsure = (len(lines), read)  # (until the broker acknowledged it)
-        first = self.broker.append(inp.topic, q, rows)
+        self._unsure = (n, read)  # (until the broker acknowledged it)
+        first = self.broker.append_columns(
+            inp.topic, q, [wall_clock_ms()] * n, [None] * n, lines, headers
+        )
         if self.max_ahead is not None:
             start = self._ahead_of.get((inp.topic, q), (0, 0))[1]
-            self._ahead_of[(inp.topic, q)] = (first + len(rows), start)
+            self._ahead_of[(inp.topic, q)] = (first + n, start)
         self.broker.flush()
         self._unsure = None
         inp.mark = read
         inp.position = read.position
-        inp.lines += len(lines)
+        inp.lines += n
         if self.max_rate:
-            time.sleep(len(lines) / self.max_rate)
+            time.sleep(n / self.max_rate)
 
     def _ahead(self, inp: Input) -> bool:
         """Whether the queue ``inp``'s next chunk goes to must wait: it holds
