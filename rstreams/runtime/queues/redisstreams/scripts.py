@@ -131,6 +131,25 @@ end
 return -2
 """
 
+#: END of every stream in KEYS, in one call: a list of the same numbers.
+ENDS = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local e = -1
+  if redis.call('EXISTS', key) == 1 then
+    e = -2
+    local info = redis.call('XINFO', 'STREAM', key)
+    for j = 1, #info, 2 do
+      if info[j] == 'last-generated-id' then
+        e = tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
+      end
+    end
+  end
+  out[i] = e
+end
+return out
+"""
+
 #: Purge: trim the entries below an offset and move the queue's start mark, atomically
 #: (an empty purged stream still knows its start). KEYS: the stream, the starts hash.
 #: ARGV: the start field, ``before``. Returns the new start, or -1 if the stream is gone.
