@@ -4,14 +4,9 @@ checked first, then everything is written, or nothing (see rstreams.runtime.engi
 from __future__ import annotations
 
 import pytest
-import redis
+from test_worker_fencing import upper_worker
 
-from rstreams import StreamBuilder
-from rstreams.config import WorkerConfig
 from rstreams.errors import FencedError
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.eoiflags import RedisEoiFlags
-from rstreams.runtime.engine.worker import Worker
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 
@@ -44,17 +39,7 @@ def test_several_fences_one_moved_applies_nothing(redis_url: str) -> None:
 
 
 def test_a_worker_with_one_task_fenced_out_writes_nothing_of_any(tmp_path, redis_url, caplog):
-    b = StreamBuilder("wc")
-    b.source("in", queues=3).map(str.upper).sink("out")
-    client = redis.Redis.from_url(redis_url)
-    broker = RedisBroker.open(RedisTarget.parse(redis_url), "wc")
-    worker = Worker(
-        b.build(), broker, tmp_path, member_id="w",
-        engine=EngineConfig(guarantee="exactly-once", state="memory"),
-        config=WorkerConfig(commit_interval=0.1),
-        membership=RedisGroupMembership(client, "wc", "wc", "w"),
-        eoi=RedisEoiFlags(client, "wc"),
-    )  # fmt: skip
+    worker, broker, client = upper_worker(tmp_path, redis_url, "wc", 3)
     for q in range(3):
         broker.append("in", q, [(0, None, f"a{q}".encode(), ())])
     worker.join(now=0.0)
