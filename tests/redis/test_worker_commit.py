@@ -7,6 +7,7 @@ import pytest
 from test_worker_fencing import upper_worker
 
 from rstreams.errors import FencedError
+from rstreams.runtime.engine import task as task_module
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 
@@ -78,4 +79,19 @@ def test_a_worker_with_one_task_fenced_out_writes_nothing_of_any(tmp_path, redis
     ]
     worker.leave()
     other.leave()
+    broker.close()
+
+
+def test_a_big_worker_commit_is_several_transactions_of_whole_tasks(
+    tmp_path, redis_url, monkeypatch
+):
+    monkeypatch.setattr(task_module, "MAX_TRANSACTION_RECORDS", 2)
+    worker, broker, _ = upper_worker(tmp_path, redis_url, "big", 3)
+    for q in range(3):
+        broker.append("in", q, [(0, None, f"{w}{q}".encode(), ()) for w in "abc"])
+    worker.join(now=0.0)
+    assert worker.step(now=0.0) == 9  # a task's 3 records and transaction: one call each
+    assert len(broker.read("out", 0, 0)) == 9
+    assert [broker.committed("big", "in", q) for q in range(3)] == [3, 3, 3]
+    worker.leave()
     broker.close()

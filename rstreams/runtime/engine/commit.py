@@ -15,9 +15,10 @@ task's time got; with no appends, nothing to redo) and the input positions, or n
 a worker whose task was taken over can not write, its commit raises
 :class:`~rstreams.errors.FencedError`. That transaction is the worker's, not the
 task's: ``commit_tasks`` puts every task's commit, and every task's fence, into one
-(one round trip), so if any task of the worker was taken over, nothing of any of them
-is applied; the worker drops all its tasks, and their next owners (maybe this worker
-again) go on from their last commits.
+(one round trip; one per ``MAX_TRANSACTION_RECORDS`` records for a big commit, a task's
+commit whole in one), so if a task of the worker was taken over, nothing of any task
+of its transaction is applied; the worker drops all its tasks, and their next owners
+(maybe this worker again) go on from their last commits: exactly once either way.
 """
 
 from __future__ import annotations

@@ -118,6 +118,10 @@ RESEND_WATERMARK_MS = 10_000
 #: How often a consumer looks again at the queues of producers that said they were
 #: caught up (their input may have ended, or grown, since).
 REFRESH_CAUGHT_UP_MS = 200
+#: Records one broker transaction of a worker's commit holds before the next task's
+#: commit goes into another: a Redis script blocks the server while it runs (other
+#: clients get BUSY replies past ``lua-time-limit``, 5 s by default).
+MAX_TRANSACTION_RECORDS = 20_000
 #: ``TaskState.RUNNING`` once: an enum member read from its class costs ten times a
 #: global, and the per-record paths test it.
 _RUNNING = TaskState.RUNNING
@@ -136,13 +140,7 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
     that was cut short, exactly (``Committer.recover``), and goes on from there."""
     begun: list[tuple[Task, Commit]] = []
     try:
-        # Fenced commits (Redis) join one broker transaction: applied all or nothing,
-        # in one round trip, when the block ends (see the commit module).
-        with _worker_transaction(broker) as tx:
-            for t in tasks:
-                c = t._commit_begin(tx)
-                if c is not None:
-                    begun.append((t, c))
+        begun = _begin_commits(tasks, broker)
         if not begun:
             return []
         broker.flush()  # exactly-once: the commit point of every transaction
@@ -159,10 +157,26 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
     return [q for _, c in begun for q in c.written]
 
 
-def _worker_transaction(broker: Broker) -> contextlib.AbstractContextManager[Any]:
-    """The broker's transaction if it has them, else nothing."""
+def _begin_commits(tasks: Collection[Task], broker: Broker) -> list[tuple[Task, Commit]]:
+    """Every task's first phase. Fenced commits (Redis) join a broker transaction,
+    applied all or nothing (every fence in it checked first) in one round trip: one for
+    all the tasks, or one per MAX_TRANSACTION_RECORDS records (a task's commit is never
+    split)."""
+    begun: list[tuple[Task, Commit]] = []
     transaction = getattr(broker, "transaction", None)
-    return transaction() if transaction is not None else contextlib.nullcontext()
+    if transaction is None:
+        for t in tasks:
+            if (c := t._commit_begin()) is not None:
+                begun.append((t, c))
+        return begun
+    todo = list(tasks)
+    while todo:
+        with transaction() as tx:  # applied when the block ends
+            while todo and tx.records < MAX_TRANSACTION_RECORDS:
+                t = todo.pop(0)
+                if (c := t._commit_begin(tx)) is not None:
+                    begun.append((t, c))
+    return begun
 
 
 def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]]:

@@ -39,6 +39,8 @@ class Transaction:
         self.ops: list[list[Any]] = []
         self.first_offsets: list[int] = []
         self._appended: list[tuple[tuple[str, int], int]] = []  # per append: queue, count
+        #: Records appended so far.
+        self.records = 0
         if fence is not None:
             self.add_fence(*fence)
 
@@ -85,6 +87,7 @@ class Transaction:
         self._queues[key] = (topic, queue)
         self.ops.append(append_op(self._key_index(key), timestamps, keys, values, headers))
         self._appended.append(((topic, queue), len(timestamps)))
+        self.records += len(timestamps)
 
     def append_encoded(
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
