@@ -117,7 +117,8 @@ class Committer:
         """First phase: flush the stores (their changelog records get ``timestamp``);
         at-least-once, write everything; exactly-once, append the transaction (not yet
         durable), or with a fence, add it to ``tx``, the worker's broker transaction
-        (applied by ``commit_tasks`` after every task's first phase). None when there
+        (applied by ``commit_tasks`` after every task's first phase; without ``tx``,
+        apply it in a transaction of its own now). None when there
         is nothing to commit. ``times`` is where the task's time got (a new owner's
         watermark goes on from there)."""
         # A store flushed earlier (Task.prepare_commit) has changes pending, not dirty.
@@ -138,7 +139,13 @@ class Committer:
             return None
         self.seq += 1
         if self.fence is not None:
-            return self._commit_atomic(timestamp, outputs, offsets, times, changed, tx)
+            if tx is not None:
+                return self._commit_atomic(timestamp, outputs, offsets, times, changed, tx)
+            broker: Any = self.broker
+            with broker.transaction() as own:  # a commit of its own, applied now
+                c = self._commit_atomic(timestamp, outputs, offsets, times, changed, own)
+            self._end_atomic(c)
+            return Commit(None, 0, c.written)
         # Each append is encoded once, as the frame payload it becomes, marker included:
         # applying the transaction (now or on recovery) writes those bytes as they are.
         marker = txn_marker(self.task_id, self.seq)
