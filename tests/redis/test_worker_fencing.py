@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis
 
 from rstreams import StreamBuilder
@@ -13,18 +15,27 @@ from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 
 
-def test_a_worker_fenced_out_drops_its_task_and_writes_nothing(tmp_path, redis_url, caplog):
-    b = StreamBuilder("up")
-    b.source("in", queues=1).map(str.upper).sink("out")
+def upper_worker(
+    tmp_path: Path, redis_url: str, job: str, queues: int
+) -> tuple[Worker, RedisBroker, redis.Redis]:
+    """A worker "w" of job ``job`` (in -> upper -> out, ``queues`` input queues) on Redis,
+    exactly-once, committing every 0.1 s of its loop's clock."""
+    b = StreamBuilder(job)
+    b.source("in", queues=queues).map(str.upper).sink("out")
     client = redis.Redis.from_url(redis_url)
-    broker = RedisBroker.open(RedisTarget.parse(redis_url), "up")
+    broker = RedisBroker.open(RedisTarget.parse(redis_url), job)
     worker = Worker(
         b.build(), broker, tmp_path, member_id="w",
         engine=EngineConfig(guarantee="exactly-once", state="memory"),
         config=WorkerConfig(commit_interval=0.1),
-        membership=RedisGroupMembership(client, "up", "up", "w"),
-        eoi=RedisEoiFlags(client, "up"),
+        membership=RedisGroupMembership(client, job, job, "w"),
+        eoi=RedisEoiFlags(client, job),
     )  # fmt: skip
+    return worker, broker, client
+
+
+def test_a_worker_fenced_out_drops_its_task_and_writes_nothing(tmp_path, redis_url, caplog):
+    worker, broker, client = upper_worker(tmp_path, redis_url, "up", 1)
     broker.append("in", 0, [(0, None, b"hello", ())])
     worker.join(now=0.0)
     assert worker.step(now=0.0) == 1  # takes the only task, processes, commits

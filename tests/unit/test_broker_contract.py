@@ -96,6 +96,22 @@ def test_appends_get_dense_offsets_and_return_the_first(t: Broker) -> None:
     ]
 
 
+def test_end_offsets_of_many_queues_in_one_call(t: Broker) -> None:
+    assert t.end_offsets([]) == []
+    assert t.end_offsets([("t", 0), ("t", 1)]) == [0, 0]
+    t.append("t", 0, [rec(b"a"), rec(b"b"), rec(b"c")])
+    t.append("t", 1, [rec(b"x")])
+    t.purge("t", 0, 2)  # the end stays where it was
+    t.create_topic("u", 1)
+    queues = [("t", 1), ("u", 0), ("t", 0), ("t", 1)]  # any order, repeats allowed
+    assert t.end_offsets(queues) == [t.end_offset(tq, q) for tq, q in queues] == [1, 0, 3, 1]
+    assert t.end_offsets(iter([("t", 0)])) == [3]  # any iterable
+    with pytest.raises(ConfigError, match="topic 'nope' does not exist"):
+        t.end_offsets([("t", 0), ("nope", 0)])
+    with pytest.raises(ConfigError, match="has no queue 2"):
+        t.end_offsets([("t", 2)])
+
+
 def test_malformed_records_are_type_errors_and_append_nothing(t: Broker) -> None:
     t.append("t", 0, [rec(b"a")])
     with pytest.raises(TypeError, match="records must be"):

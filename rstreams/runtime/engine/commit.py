@@ -13,12 +13,17 @@ On a broker with atomic transactions (Redis: ``broker.transaction(fence=...)``) 
 changelog records, the control records, the transaction record (kept for where the
 task's time got; with no appends, nothing to redo) and the input positions, or nothing:
 a worker whose task was taken over can not write, its commit raises
-:class:`~rstreams.errors.FencedError`.
+:class:`~rstreams.errors.FencedError`. That transaction is the worker's, not the
+task's: ``commit_tasks`` puts every task's commit, and every task's fence, into one
+(one round trip; one per ``MAX_TRANSACTION_RECORDS`` records for a big commit, a task's
+commit whole in one), so if a task of the worker was taken over, nothing of any task
+of its transaction is applied; the worker drops all its tasks, and their next owners
+(maybe this worker again) go on from their last commits: exactly once either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rstreams.errors import SerdeError
@@ -47,12 +52,25 @@ PURGE_EVERY = 100
 class Commit:
     """A commit between its phases (see ``commit_tasks``)."""
 
-    __slots__ = ("at", "txn", "written")
+    __slots__ = ("at", "offsets", "stores", "tx", "txn", "written")
 
-    def __init__(self, txn: Transaction | None, at: int, written: list[tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        txn: Transaction | None,
+        at: int,
+        written: list[tuple[str, int]],
+        tx: Any = None,
+        offsets: dict[str, int] | None = None,
+        stores: Sequence[MeteredStore] = (),
+    ) -> None:
         self.txn = txn
         self.at = at  # offset of the transaction record
         self.written = written
+        #: Atomic: the worker's broker transaction this commit joined, the input offsets
+        #: and the stores it writes once that transaction is applied.
+        self.tx = tx
+        self.offsets = offsets
+        self.stores = stores
 
 
 class Committer:
@@ -94,11 +112,15 @@ class Committer:
         stores: Iterable[MeteredStore],
         positions: dict[str, int],
         times: tuple[int, int],
+        tx: Any = None,
     ) -> Commit | None:
         """First phase: flush the stores (their changelog records get ``timestamp``);
         at-least-once, write everything; exactly-once, append the transaction (not yet
-        durable). None when there is nothing to commit. ``times`` is where the task's
-        time got (a new owner's watermark goes on from there)."""
+        durable), or with a fence, add it to ``tx``, the worker's broker transaction
+        (applied by ``commit_tasks`` after every task's first phase; without ``tx``,
+        apply it in a transaction of its own now). None when there
+        is nothing to commit. ``times`` is where the task's time got (a new owner's
+        watermark goes on from there)."""
         # A store flushed earlier (Task.prepare_commit) has changes pending, not dirty.
         changed = [store for store in stores if store.flush(timestamp) or store.pending]
         if not self.exactly_once:
@@ -117,7 +139,13 @@ class Committer:
             return None
         self.seq += 1
         if self.fence is not None:
-            return self._commit_atomic(timestamp, outputs, offsets, times, changed)
+            if tx is not None:
+                return self._commit_atomic(timestamp, outputs, offsets, times, changed, tx)
+            broker: Any = self.broker
+            with broker.transaction() as own:  # a commit of its own, applied now
+                c = self._commit_atomic(timestamp, outputs, offsets, times, changed, own)
+            self._end_atomic(c)
+            return Commit(None, 0, c.written)
         # Each append is encoded once, as the frame payload it becomes, marker included:
         # applying the transaction (now or on recovery) writes those bytes as they are.
         marker = txn_marker(self.task_id, self.seq)
@@ -141,28 +169,36 @@ class Committer:
         offsets: dict[str, int],
         times: tuple[int, int],
         stores: list[MeteredStore],
+        tx: Any,
     ) -> Commit:
-        """Everything of the commit in one fenced broker transaction, then the stores
-        (local: rebuilt from the changelog if the process dies before)."""
-        assert self.fence is not None and self.txn_queue is not None
+        """Everything of the commit into the worker's fenced broker transaction ``tx``
+        (this task's fence joins it); the stores are written at :meth:`end`, once it is
+        applied (local: rebuilt from the changelog if the process dies before)."""
+        assert self.fence is not None and self.txn_queue is not None and tx is not None
         txn = Transaction(self.task_id, self.seq, offsets, (), times)
-        broker: Any = self.broker
-        with broker.transaction(fence=self.fence()) as tx:
-            for (topic, q), columns in outputs:
-                tx.append_columns(topic, q, *columns)
-            tx.append(self.txn_topic, self.txn_queue, [(timestamp, None, txn.encode(), ())])
-            for topic, pos in offsets.items():
-                if self.committed.get(topic) != pos:
-                    tx.commit(self.group, topic, self.queue, pos)
+        tx.add_fence(*self.fence())
+        for (topic, q), columns in outputs:
+            tx.append_columns(topic, q, *columns)
+        tx.append(self.txn_topic, self.txn_queue, [(timestamp, None, txn.encode(), ())])
+        for topic, pos in offsets.items():
+            if self.committed.get(topic) != pos:
+                tx.commit(self.group, topic, self.queue, pos)
+        return Commit(None, 0, [q for q, _ in outputs], tx, offsets, stores)
+
+    def _end_atomic(self, c: Commit) -> None:
+        """After the worker's transaction was applied: the stores, and now and then a
+        purge of the task's transaction queue."""
+        assert c.offsets is not None and self.txn_queue is not None
         maybe_crash("txn-written")
-        self.committed = dict(offsets)
-        for store in stores:
+        self.committed = dict(c.offsets)
+        assert isinstance(self.log, TransactionLog)
+        self.log.known_ends(c.tx.ends())  # the changelogs' ends, without asking
+        for store in c.stores:
             store.write()
         self._commits += 1
         if self._commits % PURGE_EVERY == 0:
             at = self.broker.end_offset(self.txn_topic, self.txn_queue) - 1
             self.broker.purge(self.txn_topic, self.txn_queue, at)
-        return Commit(None, 0, [q for q, _ in outputs])
 
     def apply(self, c: Commit) -> None:
         """Second phase, once the transaction is durable (the commit point): write its
@@ -173,6 +209,9 @@ class Committer:
 
     def end(self, c: Commit, stores: Iterable[MeteredStore], positions: dict[str, int]) -> None:
         """Third phase, once the outputs are durable: commit the offsets, write the stores."""
+        if c.offsets is not None:
+            self._end_atomic(c)
+            return
         if c.txn is None:
             self._commit_offsets(positions)
             return

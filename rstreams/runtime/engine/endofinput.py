@@ -49,17 +49,20 @@ class EndOfInput:
             for q in range(self.queue_counts[topic])
         ]
 
-    def _uncommitted(self, topic: str, q: int) -> int:
-        group = self.topology.job_id
-        return self.broker.end_offset(topic, q) - self.broker.committed(group, topic, q)
+    def _uncommitted(self) -> list[int]:
+        """Per input queue, records not committed yet (two broker calls in all)."""
+        queues = self._queues()
+        committed = self.broker.group_offsets(self.topology.job_id)
+        ends = self.broker.end_offsets(queues)
+        return [end - committed.get(q, 0) for q, end in zip(queues, ends, strict=True)]
 
     def lag(self) -> int:
         """Records not yet committed, over every input queue of every sub-topology."""
-        return sum(self._uncommitted(topic, q) for topic, q in self._queues())
+        return sum(self._uncommitted())
 
     def committed_all(self) -> bool:
         """Is every input queue of every sub-topology committed up to its end?"""
-        return all(self._uncommitted(topic, q) <= 0 for topic, q in self._queues())
+        return all(n <= 0 for n in self._uncommitted())
 
     def declare_step(self) -> bool:
         """Declare end of input to the next sub-topology (upstream first) once the

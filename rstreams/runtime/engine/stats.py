@@ -282,6 +282,8 @@ class StatsPublisher:
         totals = dict(self._gone_counts)
         task_docs: dict[str, Any] = {}
         stores: dict[str, Any] = {}
+        inputs = [(topic, task.queue) for task in tasks.values() for topic in task.positions]
+        ends = dict(zip(inputs, broker.end_offsets(inputs), strict=True))  # one call
         for key, task in tasks.items():
             tid = str(key)  # a TaskId's text, '<sub-topology>_<queue>'
             t_steps, counts, restored = _task_counts(task)
@@ -294,7 +296,7 @@ class StatsPublisher:
             totals["restored"] += restored
             queues = {}
             for topic, pos in task.positions.items():
-                end = broker.end_offset(topic, task.queue)
+                end = ends[(topic, task.queue)]
                 queues[f"{topic}[{task.queue}]"] = {
                     "position": pos,
                     "end": end,

@@ -58,7 +58,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from rstreams.errors import ConfigError, IllegalStateError, RStreamsError, StateStoreError
@@ -102,6 +102,7 @@ __all__ = [
     "REBUILD_ADVICE",
     "RESEND_WATERMARK_MS",
     "TXN_HEADER",
+    "InputEnds",
     "Task",
     "TaskState",
     "commit_tasks",
@@ -117,6 +118,10 @@ RESEND_WATERMARK_MS = 10_000
 #: How often a consumer looks again at the queues of producers that said they were
 #: caught up (their input may have ended, or grown, since).
 REFRESH_CAUGHT_UP_MS = 200
+#: Records one broker transaction of a worker's commit holds before the next task's
+#: commit goes into another: a Redis script blocks the server while it runs (other
+#: clients get BUSY replies past ``lua-time-limit``, 5 s by default).
+MAX_TRANSACTION_RECORDS = 20_000
 #: ``TaskState.RUNNING`` once: an enum member read from its class costs ten times a
 #: global, and the per-record paths test it.
 _RUNNING = TaskState.RUNNING
@@ -135,10 +140,7 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
     that was cut short, exactly (``Committer.recover``), and goes on from there."""
     begun: list[tuple[Task, Commit]] = []
     try:
-        for t in tasks:
-            c = t._commit_begin()
-            if c is not None:
-                begun.append((t, c))
+        begun = _begin_commits(tasks, broker)
         if not begun:
             return []
         broker.flush()  # exactly-once: the commit point of every transaction
@@ -153,6 +155,28 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
             t.mark_failed()  # nothing more of it is committed
         raise
     return [q for _, c in begun for q in c.written]
+
+
+def _begin_commits(tasks: Collection[Task], broker: Broker) -> list[tuple[Task, Commit]]:
+    """Every task's first phase. Fenced commits (Redis) join a broker transaction,
+    applied all or nothing (every fence in it checked first) in one round trip: one for
+    all the tasks, or one per MAX_TRANSACTION_RECORDS records (a task's commit is never
+    split)."""
+    begun: list[tuple[Task, Commit]] = []
+    transaction = getattr(broker, "transaction", None)
+    if transaction is None:
+        for t in tasks:
+            if (c := t._commit_begin()) is not None:
+                begun.append((t, c))
+        return begun
+    todo = list(tasks)
+    while todo:
+        with transaction() as tx:  # applied when the block ends
+            while todo and tx.records < MAX_TRANSACTION_RECORDS:
+                t = todo.pop(0)
+                if (c := t._commit_begin(tx)) is not None:
+                    begun.append((t, c))
+    return begun
 
 
 def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]]:
@@ -498,8 +522,12 @@ class Task:
 
     # -- processing ----------------------------------------------------------------------
 
-    def lag(self) -> int:
-        return sum(self.broker.end_offset(t, self.queue) - pos for t, pos in self.positions.items())
+    def lag(self, ends: InputEnds | None = None) -> int:
+        """Records of its input queues not read yet (``ends``: theirs, asked of the
+        broker with other tasks'; else asked now, in one call)."""
+        if ends is None:
+            ends = InputEnds(self.broker, (self,))
+        return sum(ends[(t, self.queue)] - pos for t, pos in self.positions.items())
 
     def poll(self, max_records: int) -> int:
         """Process up to ``max_records`` new records of each input queue."""
@@ -574,13 +602,14 @@ class Task:
             self.positions[topic] = records.last_offset + 1
             self.process_records(topic, records)
 
-    def punctuate(self, now: int) -> None:
-        """Wall-clock driven work of the processors (e.g. closing idle windows)."""
+    def punctuate(self, now: int, ends: InputEnds | None = None) -> None:
+        """Wall-clock driven work of the processors (e.g. closing idle windows);
+        ``ends``: see :meth:`lag`."""
         with self.lifecycle:  # an error fails the task
             for p in self.processors:
                 p.punctuate(now)
             idle_ms = self.config.source_idle_ms
-            if self.reads_inputs and not self.idle and not self.ended and not self.lag():
+            if self.reads_inputs and not self.idle and not self.ended and not self.lag(ends):
                 # Read all it was given: hold nothing back while the queues end there.
                 self.idle = True
                 self.caught_up = tuple(sorted(self.positions.items()))
@@ -589,7 +618,7 @@ class Task:
                 and self.unmarked_input
                 and (not self.idle or self.caught_up is not None)
                 and now - self._last_input >= idle_ms
-                and not self.lag()
+                and not self.lag(ends)
             ):
                 self.idle = True  # stop holding the watermark back until input comes
                 self.caught_up = None
@@ -685,9 +714,10 @@ class Task:
                 store.send()
                 store.write()
 
-    def _commit_begin(self) -> Commit | None:
+    def _commit_begin(self, tx: Any = None) -> Commit | None:
         """First phase of a commit: flush processors, then the committer's first phase
-        (see :class:`~rstreams.runtime.engine.commit.Committer`)."""
+        (see :class:`~rstreams.runtime.engine.commit.Committer`; ``tx``: the worker's
+        broker transaction, if any)."""
         if self.state is TaskState.FAILED:
             return None
         if self.state is not TaskState.RUNNING:
@@ -698,7 +728,11 @@ class Task:
         self._send_watermark()  # after them, in the same transaction
         # (an error fails the task: see commit_tasks)
         return self.committer.begin(
-            self.clock(), self.stores.values(), self.positions, (self.ctx.out_time, self._high)
+            self.clock(),
+            self.stores.values(),
+            self.positions,
+            (self.ctx.out_time, self._high),
+            tx,
         )
 
     def _commit_apply(self, c: Commit) -> None:
@@ -733,6 +767,23 @@ class Task:
             s.close()
 
 
+class InputEnds:
+    """The end offsets of the input queues of ``tasks``, asked of the broker in one call
+    (one round trip on Redis) when first needed, then kept: a snapshot for one pass of
+    a worker's loop over its tasks (their lag, whether they are idle)."""
+
+    def __init__(self, broker: Broker, tasks: Iterable[Task]) -> None:
+        self._broker = broker
+        self._tasks = tasks
+        self._ends: dict[tuple[str, int], int] | None = None
+
+    def __getitem__(self, queue: tuple[str, int]) -> int:
+        if self._ends is None:
+            queues = list({(t, task.queue): None for task in self._tasks for t in task.positions})
+            self._ends = dict(zip(queues, self._broker.end_offsets(queues), strict=True))
+        return self._ends[queue]
+
+
 class _BrokerProbe:
     """Answers a consumer's questions about caught-up producers' source queues (see
     :class:`~rstreams.runtime.engine.watermarks.SourceProbe`) from the broker."""
@@ -742,7 +793,8 @@ class _BrokerProbe:
         self.group = ingest_group(job_id)
 
     def at_end(self, queue: int, positions: Positions) -> bool:
-        return all(self.broker.end_offset(t, queue) == pos for t, pos in positions)
+        ends = self.broker.end_offsets([(t, queue) for t, _ in positions])
+        return all(end == pos for end, (_, pos) in zip(ends, positions, strict=True))
 
     def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
         # Only what the ingest recorded counts: a queue it never recorded is not ended,

@@ -135,6 +135,10 @@ class TransactionLog:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._pending: list[tuple[tuple[str, int], TxnColumns]] = []
+        #: Ends of queues only this task appends to (its changelogs), as its last
+        #: applied transaction left them: known without asking the broker.
+        self._ends: dict[tuple[str, int], int] = {}
+        self._queues: set[tuple[str, int]] = set()  # appended to
 
     def append_columns(
         self,
@@ -146,10 +150,18 @@ class TransactionLog:
         headers: Sequence[tuple],
     ) -> int:
         self._pending.append(((topic, queue), (timestamps, keys, values, headers)))
-        return self.broker.end_offset(topic, queue)
+        self._queues.add((topic, queue))
+        return self.end_offset(topic, queue)
 
     def end_offset(self, topic: str, queue: int) -> int:
-        return self.broker.end_offset(topic, queue)
+        end = self._ends.get((topic, queue))
+        return self.broker.end_offset(topic, queue) if end is None else end
+
+    def known_ends(self, ends: dict[tuple[str, int], int]) -> None:
+        """A transaction was applied that left these queues ending there: those this
+        log appends to end there until its next one."""
+        for queue in self._queues & ends.keys():
+            self._ends[queue] = ends[queue]
 
     def take(self) -> list[tuple[tuple[str, int], TxnColumns]]:
         """What was appended since the last take, in order."""

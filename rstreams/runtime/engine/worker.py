@@ -54,6 +54,7 @@ from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.stats import StatsPublisher
 from rstreams.runtime.engine.task import (
+    InputEnds,
     Task,
     commit_tasks,
     discard_damaged_store,
@@ -578,8 +579,9 @@ class Worker:
         cfg, due = self.config, self.due
         if now >= due.punctuate:
             wall = wall_clock_ms()
+            ends = InputEnds(self.broker, list(self.tasks.values()))
             for task in self.tasks.values():
-                task.punctuate(wall)
+                task.punctuate(wall, ends)
             self._end_of_input()
             # Idle: look again soon (the end of a bounded run waits on this).
             due.punctuate = now + (0.1 if processed else 0.02)
@@ -594,11 +596,12 @@ class Worker:
         """Input ran dry (not just a pull in flight) with work uncommitted: commit now,
         not at the timer, so output (which exactly-once shows only at commit) moves on at
         once; at most ten times per commit interval."""
-        tasks = self.tasks.values()
+        tasks = list(self.tasks.values())
+        ends = InputEnds(self.broker, tasks)  # (one call for every task's queues)
         return (
             now >= self.due.commit - self.config.commit_interval * 0.9
             and any(t.uncommitted for t in tasks)
-            and not any(t.lag() for t in tasks)
+            and not any(t.lag(ends) for t in tasks)
         )
 
     def stop(self, *_: Any) -> None:

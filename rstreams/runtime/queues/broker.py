@@ -158,6 +158,11 @@ class Broker(Protocol):
         """The offset the next appended record gets (the number of records ever appended)."""
         ...
 
+    def end_offsets(self, queues: Iterable[tuple[str, int]]) -> list[int]:
+        """:meth:`end_offset` of every ``(topic, queue)``, in order, in one call (one
+        round trip on a remote broker); errors as :meth:`end_offset`'s."""
+        ...
+
     # -- removing records ---------------------------------------------------------------
 
     def purge(self, topic: str, queue: int, before: int) -> None:

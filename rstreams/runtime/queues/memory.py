@@ -191,6 +191,9 @@ class MemoryBroker:
     def end_offset(self, topic: str, queue: int) -> int:
         return self._queue(topic, queue).end
 
+    def end_offsets(self, queues: Iterable[tuple[str, int]]) -> list[int]:
+        return [self._queue(t, q).end for t, q in queues]
+
     def start_offset(self, topic: str, queue: int) -> int:
         return self._queue(topic, queue).base
 

@@ -112,6 +112,7 @@ class RedisBroker:
         self._write = client.register_script(scripts.WRITE)
         self._create = client.register_script(scripts.CREATE_TOPIC)
         self._end = client.register_script(scripts.END)
+        self._ends = client.register_script(scripts.ENDS)
         self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
         self._compact = client.register_script(scripts.COMPACT)
@@ -356,7 +357,22 @@ class RedisBroker:
         """The number of records ever appended: the stream's last generated id (kept by
         XDEL and XTRIM)."""
         key = self._key(topic, queue)
-        end = int(self._end([key]))
+        return self._checked_end(topic, queue, key, int(self._end([key])))
+
+    @_read_only
+    def end_offsets(self, queues: Iterable[tuple[str, int]]) -> list[int]:
+        """:meth:`end_offset` of every queue, in one script call (one round trip)."""
+        queues = list(queues)
+        keys = [self._key(topic, queue) for topic, queue in queues]
+        if not keys:
+            return []
+        ends = self._ends(keys) if len(keys) > 1 else [self._end(keys)]
+        return [
+            self._checked_end(topic, queue, key, int(end))
+            for (topic, queue), key, end in zip(queues, keys, ends, strict=True)
+        ]
+
+    def _checked_end(self, topic: str, queue: int, key: str, end: int) -> int:
         if end == -1:
             raise self._gone(topic, queue, key, None)
         if end < 0:

@@ -10,20 +10,24 @@ from __future__ import annotations
 
 #: Appends and commits, all or nothing, optionally fenced.
 #:
-#: KEYS: the fence key (when ARGV[1] is "1"), then every key the operations name.
-#: ARGV[1] "1" with a fence, ARGV[2] the value the fence key must hold, ARGV[3] the
-#: operations as one msgpack array (unpacked here at C speed), each one of
+#: KEYS: every key the fences and the operations name. ARGV[1] the number n of fences
+#: (a worker's commit has one per task), then n pairs: the index of a fence key, the
+#: value it must hold; ARGV[2n + 2] the operations as one msgpack array (unpacked here
+#: at C speed), each one of
 #:   {"x", stream key index, n, timestamps, keys, values, headers or nil}: n XADD 0-*
 #:      (a nil key, value or headers entry leaves that field out)
 #:   {"c", hash key index, field, offset, set key index, group}: HSET + SADD
-#: Returns {"ok", first id of each "x"...}, {"fenced", current value}, {"lost", key} or
-#: {"foreign", key, id} (XADD 0-* would fail there: checked first, so nothing is applied).
+#: Returns {"ok", first id of each "x"...}, {"fenced", current value, fence key} (the
+#: first fence that moved), {"lost", key} or {"foreign", key, id} (XADD 0-* would fail
+#: there: checked first, so nothing is applied).
 WRITE = """
-if ARGV[1] == '1' then
-  local v = redis.call('GET', KEYS[1])
-  if v ~= ARGV[2] then return {'fenced', v} end
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  local fence = KEYS[tonumber(ARGV[2 * i])]
+  local v = redis.call('GET', fence)
+  if v ~= ARGV[2 * i + 1] then return {'fenced', v, fence} end
 end
-local ops = cmsgpack.unpack(ARGV[3])
+local ops = cmsgpack.unpack(ARGV[2 * n + 2])
 for _, op in ipairs(ops) do
   if op[1] == 'x' then
     local k = KEYS[op[2]]
@@ -129,6 +133,25 @@ for j = 1, #info, 2 do
   end
 end
 return -2
+"""
+
+#: END of every stream in KEYS, in one call: a list of the same numbers.
+ENDS = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local e = -1
+  if redis.call('EXISTS', key) == 1 then
+    e = -2
+    local info = redis.call('XINFO', 'STREAM', key)
+    for j = 1, #info, 2 do
+      if info[j] == 'last-generated-id' then
+        e = tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
+      end
+    end
+  end
+  out[i] = e
+end
+return out
 """
 
 #: Purge: trim the entries below an offset and move the queue's start mark, atomically

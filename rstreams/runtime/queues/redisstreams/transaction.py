@@ -31,12 +31,25 @@ class Transaction:
 
     def __init__(self, broker: RedisBroker, fence: tuple[str, str] | None = None) -> None:
         self.broker = broker
-        self.fence = fence
-        self.keys: list[str] = [fence[0]] if fence is not None else []
+        self.keys: list[str] = []
         self._index: dict[str, int] = {}
         self._queues: dict[str, tuple[str, int]] = {}  # stream key -> (topic, queue)
+        #: Fence key -> the value it must hold.
+        self.fences: dict[str, str] = {}
         self.ops: list[list[Any]] = []
         self.first_offsets: list[int] = []
+        self._appended: list[tuple[tuple[str, int], int]] = []  # per append: queue, count
+        #: Records appended so far.
+        self.records = 0
+        if fence is not None:
+            self.add_fence(*fence)
+
+    def add_fence(self, key: str, expected: str) -> None:
+        """Apply nothing unless ``key`` holds ``expected`` (one more fence: a worker's
+        commit of several tasks checks every task's, and applies everything or nothing).
+        A key fenced twice must hold the value given last."""
+        self._key_index(key)
+        self.fences[key] = expected
 
     def _key_index(self, key: str) -> int:
         i = self._index.get(key)
@@ -73,6 +86,8 @@ class Transaction:
             return
         self._queues[key] = (topic, queue)
         self.ops.append(append_op(self._key_index(key), timestamps, keys, values, headers))
+        self._appended.append(((topic, queue), len(timestamps)))
+        self.records += len(timestamps)
 
     def append_encoded(
         self, topic: str, queue: int, payload: bytes, count: int, max_ts: int
@@ -80,6 +95,13 @@ class Transaction:
         """Queue :meth:`RedisBroker.append_encoded`."""
         c = decode_batch(payload, count)
         self.append_columns(topic, queue, c.timestamps, c.keys, c.values, c.headers)
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        """After :meth:`execute`: where each queue appended to ended then."""
+        return {
+            queue: first + count
+            for (queue, count), first in zip(self._appended, self.first_offsets, strict=True)
+        }
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         """Queue :meth:`RedisBroker.commit`."""
@@ -91,20 +113,22 @@ class Transaction:
 
     def execute(self) -> None:
         """Apply everything queued, all or nothing (nothing to do without operations
-        unless there is a fence: then it is still checked)."""
-        if not self.ops and self.fence is None:
+        unless there is a fence: then it is still checked), in one round trip."""
+        if not self.ops and not self.fences:
             return
         self.broker._check_open()
-        fence = ["1", self.fence[1]] if self.fence is not None else ["0", ""]
-        reply = self.broker._write(self.keys, [*fence, pack_ops(self.ops)])
+        fences = [str(len(self.fences))]
+        for key, expected in self.fences.items():
+            fences += [str(self._index[key]), expected]
+        reply = self.broker._write(self.keys, [*fences, pack_ops(self.ops)])
         status = reply[0]
         if status == b"ok":
             self.first_offsets = [offset_of(i) for i in reply[1:]]
         elif status == b"fenced":
-            assert self.fence is not None
-            current = reply[1].decode() if len(reply) > 1 and reply[1] else None
+            current = reply[1].decode() if reply[1] else None
+            key = reply[2].decode()
             raise FencedError(
-                f"commit refused: {self.fence[0]} holds {current!r}, not {self.fence[1]!r} "
+                f"commit refused: {key} holds {current!r}, not {self.fences[key]!r} "
                 "(this writer was replaced); nothing of it was applied"
             )
         elif status == b"foreign":
