@@ -200,6 +200,25 @@ def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]
     return written
 
 
+def _marked_inputs(
+    topology: Topology, sources: Iterable[str], count: Any
+) -> tuple[set[str], set[str], list[Any]]:
+    """Of the shuffle topics among ``sources``: those with several producers (with the
+    producers), and those whose one producer tells its time."""
+    marked: set[str] = set()
+    told: set[str] = set()
+    producers: list[tuple[int, int]] = []
+    for topic in sources:
+        if topology.topics[topic].role == "shuffle":
+            ps = producers_of(topology, topic, count)
+            if len(ps) > 1:
+                marked.add(topic)
+                producers += ps
+            elif carries_time(topology, topic, count):
+                told.add(topic)
+    return marked, told, producers
+
+
 def transactions_topic(job_id: str) -> str:
     return f"{job_id}-transactions"
 
@@ -367,22 +386,14 @@ class Task:
         producers) and which of its outputs must (the same, seen from upstream)."""
         count = self.broker.queue_count
         topology = self.topology
-        producers: list[tuple[int, int]] = []
         #: Shuffle topics read whose records include watermark control records: from
         #: several producers (their minimum is this task's watermark), or from one
         #: (``told_inputs``: what it says raises the time of the timed steps).
-        self.marked_inputs: set[str] = set()
-        self.told_inputs: set[str] = set()
+        self.marked_inputs, self.told_inputs, producers = _marked_inputs(
+            topology, self.sources if self.config.watermarks else [], count
+        )
         #: Per told input, the latest time it told (used when there are several).
         self._told_times: dict[str, int] = {}
-        for topic in self.sources:
-            if self.config.watermarks and topology.topics[topic].role == "shuffle":
-                ps = producers_of(topology, topic, count)
-                if len(ps) > 1:
-                    self.marked_inputs.add(topic)
-                    producers += ps
-                elif carries_time(topology, topic, count):
-                    self.told_inputs.add(topic)
         #: Inputs whose records need nothing but processing: no control records among
         #: them, no idleness to follow (see process_one).
         self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
