@@ -84,41 +84,6 @@ def failing_pipeline() -> Callable[[Path], Path]:
 XDIST_GROUPS = {"tests/spark/": "spark"}
 
 
-# The longest tests outside XDIST_GROUPS, with their seconds in a run of the suite on a
-# quiet 2-core machine (``--durations``). Under ``--dist loadgroup`` they start first,
-# longest first: a long test handed out last would keep one xdist worker busy while the
-# other has nothing left to do. Keep it to the few longest; the rest keep their order.
-LONGEST_FIRST = {
-    "tests/integration/test_faults.py::test_random_damage_is_exact_or_an_error_naming_it": 120,
-    "tests/integration/test_chaos_cli.py::"
-    "test_workers_killed_at_random_through_the_cli_give_the_exact_table": 63,
-    "tests/integration/test_watermarks.py::test_killed_workers_give_every_match_once": 57,
-    "tests/integration/test_exactly_once.py::test_random_kills_keep_counts_and_output_exact": 51,
-    "tests/integration/test_watermarks.py::"
-    "test_spark_batch_gives_the_count_and_the_join_as_worked_out": 45,
-    "tests/redis/test_runtime_redis.py::test_random_kills_keep_counts_and_output_exact": 40,
-    "tests/docs/test_snippets.py::test_page[docs/cli.md]": 34,
-    "tests/integration/test_topology_change.py::"
-    "test_the_python_api_reports_stale_output_of_a_resumed_job": 31,
-    "tests/docs/test_snippets.py::test_page_with_slow_blocks[docs/spark.md]": 30,
-    "tests/integration/test_watermarks.py::test_killed_workers_give_the_same_windows_once_each": 30,
-    "tests/integration/test_faults.py::test_two_runs_at_once_one_is_refused": 15,
-    "tests/redis/test_runtime_redis.py::"
-    "test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact[first]": 15,
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``: the tests of LONGEST_FIRST first, longest first; the
-    others in their order. (xdist hands out its largest group first, then one test at a
-    time in this order; every xdist worker must collect the same order, hence a fixed
-    table rather than the last run's durations.)"""
-    # (xdist's workers, which collect, read --dist as "no" and note loadgroup apart)
-    if not config.getoption("loadgroup", False):
-        return  # (in one process the order changes nothing, and it splits modules)
-    items.sort(key=lambda item: -LONGEST_FIRST.get(item.nodeid, 0))  # (a stable sort)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` that also groups by XDIST_GROUPS.
