@@ -40,12 +40,12 @@ import redis
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests" / "redis"))
+sys.path.insert(0, str(ROOT))  # (the tests' redis-server helper)
 from corpora import KINDS, make  # noqa: E402
-from redisserver import RedisServer  # noqa: E402
 from runtime import counter, table  # noqa: E402
 
 from rstreams.live.render import _quantile  # noqa: E402
+from tests.helpers.redisserver import RedisServer  # noqa: E402
 
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 VARIANTS = ("file", "redis", "everysec")
