@@ -43,7 +43,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
         if found:
             return found
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def scrape(url: str) -> dict[str, list[Any]]:

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.supervisor import Supervisor
+from tests.helpers.metrics import wait_for as wait
 
 PIPELINE = """
 import re
@@ -47,14 +47,8 @@ def counts(lines: list[str]) -> dict[str, int]:
     return dict(collections.Counter(w for line in lines for w in re.findall(r"\w+", line)))
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+def wait_for(what: str, check: Callable[[], Any]) -> Any:
+    return wait(what, check, timeout=180.0)
 
 
 def ignore_stop_signals() -> None:

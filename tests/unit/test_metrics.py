@@ -20,6 +20,7 @@ from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.stats import StatsPublisher, SupervisorStats, read_stats
 from rstreams.runtime.metrics import JobCollector, MetricsServer, health
+from tests.helpers.metrics import get
 
 LINES = ["a b a", "c a", "b"]
 
@@ -122,14 +123,6 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
     assert health(stats, now=stats.supervisor["time"] + 60)[0] is False  # type: ignore[index]
     SupervisorStats(coord, job="wc", pipeline="wc.py", workers_wanted=2).publish({}, {}, "done")
     assert health(read_stats(coord)) == (False, "the run is done")
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def test_the_server_answers_over_http(tmp_path: Path) -> None:
