@@ -14,7 +14,7 @@ from rstreams import StreamBuilder, TumblingWindow
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.task import RESEND_WATERMARK_MS, Task
 from rstreams.runtime.engine.watermarks import (
     END,
     NO_TIME,
@@ -394,3 +394,36 @@ def test_a_followed_input_on_some_queues_closes_windows_without_a_timeout() -> N
     feed(engine, 2, ("c", 240))
     punctuate()
     assert [t.ctx.watermark for t in downstream(engine)] == [240, 240]
+
+
+def test_a_caught_up_queue_that_never_had_a_record_says_so_again_to_a_new_owner() -> None:
+    # A consumer that moves to another worker (or restarts) has lost the control records
+    # it read before its last commit. A producer whose queue the input never reached has
+    # no time to send, only "caught up": it must say that again too, or the consumer's
+    # new owner waits for it forever and no window closes again.
+    now = [0]
+    broker = MemoryBroker()
+    engine = LocalEngine(
+        window_count(source_queues=4, queues=1),
+        broker,
+        EngineConfig(caught_up_idle=True),
+        clock=lambda: now[0],
+    )
+
+    def punctuate(ms: int) -> None:
+        now[0] += ms
+        for t in engine.tasks:
+            t.punctuate(now[0])
+        engine.run_until_idle()
+
+    feed(engine, 1, ("a", 10), ("b", 120))
+    punctuate(1000)
+    (task,) = downstream(engine)
+    assert task.input_marks.value == 120
+    # The consumer's new owner: nothing of what it read before.
+    task.input_marks = InputWatermarks(list(task.input_marks.marks), task.input_marks.probe)
+    feed(engine, 1, ("a", 230))
+    punctuate(1000)
+    assert task.input_marks.value == NO_TIME  # queues 0, 2, 3 not heard of yet
+    punctuate(RESEND_WATERMARK_MS)
+    assert task.input_marks.value == 230

@@ -118,6 +118,8 @@ RESEND_WATERMARK_MS = 10_000
 #: How often a consumer looks again at the queues of producers that said they were
 #: caught up (their input may have ended, or grown, since).
 REFRESH_CAUGHT_UP_MS = 200
+#: A task's mark before it said anything: nothing a consumer needs told again.
+_NOTHING_SENT: tuple[int, bool, None] = (NO_TIME, False, None)
 #: Records one broker transaction of a worker's commit holds before the next task's
 #: commit goes into another: a Redis script blocks the server while it runs (other
 #: clients get BUSY replies past ``lua-time-limit``, 5 s by default).
@@ -438,7 +440,7 @@ class Task:
         #: The positions this task was idle at because it had read all its input.
         self.caught_up: Positions | None = None
         self._last_input = self.clock()
-        self._sent_mark: tuple[int, bool, Positions | None] = (NO_TIME, False, None)
+        self._sent_mark: tuple[int, bool, Positions | None] = _NOTHING_SENT
         self._sent_at = self._last_input
         # The largest watermark sent short of END (and the largest timestamp sent), as of
         # the last commit of an earlier owner.
@@ -639,8 +641,10 @@ class Task:
                 if self.input_marks.refresh():
                     self._watermark_moved()
             # Now and then again, unchanged: a consumer restarted since has lost it
-            # (what it had read before its last commit is not read again).
-            again = self._sent_mark[0] != NO_TIME and now - self._sent_at >= RESEND_WATERMARK_MS
+            # (what it had read before its last commit is not read again). That includes
+            # a mark with no time but idle or caught up (a queue the input never reached):
+            # without it, a consumer's new owner would wait for that producer forever.
+            again = self._sent_mark != _NOTHING_SENT and now - self._sent_at >= RESEND_WATERMARK_MS
             self._send_watermark(again)
 
     def end_of_input(self) -> None:
