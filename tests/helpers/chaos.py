@@ -8,27 +8,39 @@ import signal
 import time
 from typing import Any
 
+#: The kills are spread over this share of the input: the rest leaves time for kills
+#: that had to wait (no live worker) before the run can end.
+SPREAD = 0.75
+
 
 class RandomKills:
-    """Pass as ``progress=``, then set :attr:`supervisor`: at each progress call, once
-    ``first`` seconds have passed and then every ``gap`` (uniform) seconds, SIGKILL a
-    random live worker (a killed one's replacement starts after a backoff), at most
-    ``limit`` times. :attr:`kills` counts them. Seeded: the same choices each run."""
+    """Pass as ``progress=``, then set :attr:`supervisor`: SIGKILL a random live worker
+    ``limit`` times in all, the k-th once the ingest has appended k/(limit+1) of
+    :data:`SPREAD` of the input's ``records`` and at least ``gap`` (uniform) seconds
+    after the one before. Paced by the input, not the clock, so a loaded machine gets
+    as many kills as a quiet one (the ingest is throttled: ``max_ingest_rate``). A kill
+    due while no worker is alive (replacements start after a backoff) waits for one.
+    :attr:`kills` counts them. Seeded: the same choices each run."""
 
-    def __init__(self, seed: int, limit: int, first: float, gap: tuple[float, float]) -> None:
+    def __init__(self, seed: int, limit: int, records: int, gap: tuple[float, float]) -> None:
         self.rng = random.Random(seed)
-        self.limit, self.gap = limit, gap
+        self.limit, self.records, self.gap = limit, records, gap
         self.kills = 0
-        self.next_kill = time.monotonic() + first
+        self.next_kill = 0.0
         self.supervisor: Any = None
 
-    def __call__(self, status: object) -> None:
+    def due(self, records_in: int) -> bool:
+        """Whether the next kill is due once ``records_in`` input records were appended."""
+        share = SPREAD * (self.kills + 1) / (self.limit + 1)
+        return self.kills < self.limit and records_in >= share * self.records
+
+    def __call__(self, status: dict[str, Any]) -> None:
         now = time.monotonic()
         sup = self.supervisor
-        if sup is None or self.kills >= self.limit or now < self.next_kill:
+        if sup is None or now < self.next_kill or not self.due(status["records_in"]):
             return
         live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
         if live:
             sup.kill_worker(self.rng.choice(live), signal.SIGKILL)
             self.kills += 1
-        self.next_kill = now + self.rng.uniform(*self.gap)
+            self.next_kill = now + self.rng.uniform(*self.gap)

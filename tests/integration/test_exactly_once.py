@@ -6,7 +6,6 @@ import collections
 import itertools
 import random
 import re
-import signal
 import textwrap
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.serde import get_serde
+from tests.helpers.chaos import RandomKills
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
@@ -54,26 +54,14 @@ def random_kills_keep_counts_and_output_exact(
     text = CORPUS.read_text(encoding="utf-8")
     corpus = tmp_path / "in.txt"
     corpus.write_text(text * 3, encoding="utf-8")
-    rng = random.Random(7)
-    kills = {"harness": 0}
-    next_kill = [time.monotonic() + 0.5]
-
-    def chaos(status) -> None:
-        now = time.monotonic()
-        if kills["harness"] < 20 and now >= next_kill[0]:
-            # (a dead worker's replacement starts after a backoff: kill a live one)
-            live = sorted(s for s, p in sup.procs.items() if p.poll() is None)
-            if live:
-                sup.kill_worker(rng.choice(live), signal.SIGKILL)
-                kills["harness"] += 1
-            next_kill[0] = now + rng.uniform(0.05, 0.4)
-
+    chaos = RandomKills(seed=7, limit=20, records=len(text.splitlines()) * 3, gap=(0.05, 0.4))
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), {"lines": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
         max_restarts=10_000, max_ingest_rate=1_500, broker=broker,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
+    chaos.supervisor = sup
     try:
         sup.run()
         table = sup.tables()["counts"]
@@ -86,7 +74,7 @@ def random_kills_keep_counts_and_output_exact(
     finally:
         sup.close()
     deaths = sup.spawned - 2
-    assert kills["harness"] >= 20 and deaths >= 20
+    assert chaos.kills == 20 and deaths >= 20
     expected = collections.Counter(
         w for line in text.splitlines() * 3 for w in re.findall(r"\w+", line.lower())
     )

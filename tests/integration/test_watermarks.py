@@ -307,7 +307,8 @@ def run_with_chaos(
 ) -> list[tuple[bytes, bytes]]:
     """A durable run with two workers SIGKILLed at random (and crashing at commit and
     restore: RSTREAMS_FAULTS): every record the sink topic holds."""
-    chaos = RandomKills(seed=5, limit=10, first=0.5, gap=(0.1, 0.5))
+    records = sum(len(Path(p).read_text().splitlines()) for p in inputs.values())
+    chaos = RandomKills(seed=5, limit=10, records=records, gap=(0.1, 0.5))
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), inputs,
         data_dir=data, workers=2, chunk_lines=200, progress=chaos,
@@ -324,7 +325,7 @@ def run_with_chaos(
         ]
     finally:
         sup.close()
-    assert chaos.kills >= 5
+    assert chaos.kills == 10
     return results
 
 

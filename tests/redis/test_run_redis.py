@@ -168,7 +168,8 @@ def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
 @pytest.mark.slow
 def test_workers_killed_mid_run_results_exact(tmp_path, redis_url):
     corpus = big_corpus(tmp_path, 3)
-    chaos = RandomKills(seed=7, limit=8, first=1.0, gap=(0.2, 0.8))
+    records = len(corpus.read_text().splitlines())
+    chaos = RandomKills(seed=7, limit=8, records=records, gap=(0.2, 0.8))
     sup = Supervisor(
         str(WORDCOUNT), load_topology(str(WORDCOUNT)), {"sentences": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
@@ -181,7 +182,7 @@ def test_workers_killed_mid_run_results_exact(tmp_path, redis_url):
         table = sup.tables()["word-counts"]
     finally:
         sup.close()
-    assert chaos.kills >= 1
+    assert chaos.kills == 8
     assert table == expected_counts(corpus)
 
 
