@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -364,48 +365,13 @@ def test_a_producer_of_two_inputs_is_never_left_out_for_being_caught_up() -> Non
     assert marks.refresh() and marks.value == 70
 
 
-def test_a_followed_input_on_some_queues_closes_windows_without_a_timeout() -> None:
-    # A durable run's first sub-topology reads input files: a queue the input did not
-    # reach does not hold the windows back, and once the ingest recorded the end of the
-    # file, the last records' time closes what it closes (as one queue would).
+def followed(source_queues: int, queues: int) -> tuple[LocalEngine, Callable[[int], None]]:
+    """A window count whose first sub-topology reads input files (a durable run's), and
+    ``punctuate(ms)``: the clock moves ``ms`` on, every task punctuates, then runs."""
     now = [0]
-    broker = MemoryBroker()
     engine = LocalEngine(
-        window_count(source_queues=4, queues=2),
-        broker,
-        EngineConfig(caught_up_idle=True),
-        clock=lambda: now[0],
-    )
-
-    def punctuate() -> None:
-        now[0] += 1000
-        for t in engine.tasks:
-            t.punctuate(now[0])
-        engine.run_until_idle()
-
-    feed(engine, 1, ("a", 10), ("b", 120), ("a", 230))
-    punctuate()
-    # Queues 0, 2 and 3 hold nothing: queue 1's watermark is everyone's.
-    assert [t.ctx.watermark for t in downstream(engine)] == [230, 230]
-    assert sorted(r.key for r in broker.read("out", 0, 0, 100)) == [
-        b'{"@windowed":["a",0,100],"closed":"event-time"}',
-        b'{"@windowed":["b",100,200],"closed":"event-time"}',
-    ]
-    feed(engine, 2, ("c", 240))
-    punctuate()
-    assert [t.ctx.watermark for t in downstream(engine)] == [240, 240]
-
-
-def test_a_caught_up_queue_that_never_had_a_record_says_so_again_to_a_new_owner() -> None:
-    # A consumer that moves to another worker (or restarts) has lost the control records
-    # it read before its last commit. A producer whose queue the input never reached has
-    # no time to send, only "caught up": it must say that again too, or the consumer's
-    # new owner waits for it forever and no window closes again.
-    now = [0]
-    broker = MemoryBroker()
-    engine = LocalEngine(
-        window_count(source_queues=4, queues=1),
-        broker,
+        window_count(source_queues, queues),
+        MemoryBroker(),
         EngineConfig(caught_up_idle=True),
         clock=lambda: now[0],
     )
@@ -416,6 +382,34 @@ def test_a_caught_up_queue_that_never_had_a_record_says_so_again_to_a_new_owner(
             t.punctuate(now[0])
         engine.run_until_idle()
 
+    return engine, punctuate
+
+
+def test_a_followed_input_on_some_queues_closes_windows_without_a_timeout() -> None:
+    # A durable run's first sub-topology reads input files: a queue the input did not
+    # reach does not hold the windows back, and once the ingest recorded the end of the
+    # file, the last records' time closes what it closes (as one queue would).
+    engine, punctuate = followed(source_queues=4, queues=2)
+    broker = engine.broker
+    feed(engine, 1, ("a", 10), ("b", 120), ("a", 230))
+    punctuate(1000)
+    # Queues 0, 2 and 3 hold nothing: queue 1's watermark is everyone's.
+    assert [t.ctx.watermark for t in downstream(engine)] == [230, 230]
+    assert sorted(r.key for r in broker.read("out", 0, 0, 100)) == [
+        b'{"@windowed":["a",0,100],"closed":"event-time"}',
+        b'{"@windowed":["b",100,200],"closed":"event-time"}',
+    ]
+    feed(engine, 2, ("c", 240))
+    punctuate(1000)
+    assert [t.ctx.watermark for t in downstream(engine)] == [240, 240]
+
+
+def test_a_caught_up_queue_that_never_had_a_record_says_so_again_to_a_new_owner() -> None:
+    # A consumer that moves to another worker (or restarts) has lost the control records
+    # it read before its last commit. A producer whose queue the input never reached has
+    # no time to send, only "caught up": it must say that again too, or the consumer's
+    # new owner waits for it forever and no window closes again.
+    engine, punctuate = followed(source_queues=4, queues=1)
     feed(engine, 1, ("a", 10), ("b", 120))
     punctuate(1000)
     (task,) = downstream(engine)
