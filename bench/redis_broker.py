@@ -15,10 +15,10 @@ Runs are interleaved (a busy moment of the shared machine hits every variant ali
 the median of --repeat is kept. It prints words/s, the Redis ÷ file-log ratios (target
 ≥ 0.7), the commit latency p50/p99 (the upper bound of the histogram bucket, from the
 workers' statistics files, sampled while they run) and redis-server's peak memory
-(``INFO memory`` ``used_memory_peak``) and what is left at the end. Then, with
---memory, the peak memory of ``--workers 1`` Redis runs on Zipf inputs of those sizes:
-whether it grows with the input. Every table is checked against ``Counter`` (exact).
-Nothing is asserted on time.
+(``INFO memory`` ``used_memory_peak``) and what is left at the end, and the script calls
+(round trips) the server ran. Then, with --memory, the peak memory of ``--workers 1``
+Redis runs on Zipf inputs of those sizes: whether it grows with the input. Every table is
+checked against ``Counter`` (exact). Nothing is asserted on time.
 """
 
 from __future__ import annotations
@@ -101,9 +101,17 @@ def run_once(corpus: Path, out: Path, data: Path, workers: int, variant: str) ->
             raise SystemExit(f"rstreams run failed: {proc.stderr.read() if proc.stderr else ''}")
         memory: dict[str, int] = {}
         if server:
-            info = redis.Redis.from_url(server.url).info("memory")
+            client = redis.Redis.from_url(server.url)
+            info = client.info("memory")
             memory = {"peak": int(info["used_memory_peak"]), "end": int(info["used_memory"])}
+            memory["scripts"] = script_calls(client.info("commandstats"))
     return {"seconds": seconds, "commits": merge_commits(commits), **memory}
+
+
+def script_calls(stats: dict[str, Any]) -> int:
+    """Script calls (EVALSHA and EVAL) the server ran: a round trip each, and where
+    nearly all of a run's server time goes."""
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
 def quantiles_ms(commits: dict[str, Any]) -> str:
@@ -126,7 +134,7 @@ def bench_corpus(kind: str, mb: float, repeat: int, variants: tuple[str, ...], t
                 results.setdefault((workers, variant), []).append(res)
     print(f"\n{kind}: {mb:g} MB, {words:,} words, {len(counts):,} distinct; median of {repeat}")
     print(f"{'':20}{'seconds':>9}{'words/s':>11}{'÷ file':>8}{'commit ms p50/p99':>19}"
-          f"{'redis peak MB':>15}{'at end MB':>11}")  # fmt: skip
+          f"{'redis peak MB':>15}{'at end MB':>11}{'scripts':>9}")  # fmt: skip
     for workers in (1, 2):
         base = statistics.median(x["seconds"] for x in results[(workers, "file")])
         for variant in variants:
@@ -135,6 +143,7 @@ def bench_corpus(kind: str, mb: float, repeat: int, variants: tuple[str, ...], t
             mid = sorted(runs, key=lambda x: x["seconds"])[len(runs) // 2]
             mem = (f"{statistics.median(x['peak'] for x in runs) / 1e6:15.1f}"
                    f"{statistics.median(x['end'] for x in runs) / 1e6:11.1f}"
+                   f"{statistics.median(x['scripts'] for x in runs):9,.0f}"
                    if "peak" in mid else "")  # fmt: skip
             print(f"{f'{variant}, {workers} worker(s)':20}{sec:9.2f}{words / sec:11,.0f}"
                   f"{base / sec:8.2f}{quantiles_ms(mid['commits']):>19}{mem}")  # fmt: skip

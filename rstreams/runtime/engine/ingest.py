@@ -384,6 +384,8 @@ class Ingest:
         self.max_ahead = max_ahead
         #: Per (topic, queue): its end after this run's last append, and its start.
         self._ahead_of: dict[tuple[str, int], tuple[int, int]] = {}
+        #: Per (topic, queue): the job's committed position it was last trimmed at.
+        self._trimmed_at: dict[tuple[str, int], int] = {}
         self.job_id = job_id
         self.inputs = inputs
         self.chunk_lines = chunk_lines
@@ -431,6 +433,7 @@ class Ingest:
         connection broke, the last append may or may not have been applied."""
         unsure, self._unsure = self._unsure, None
         self._ahead_of.clear()  # (read the ends again)
+        self._trimmed_at.clear()
         for inp in self.inputs:
             mark = last_mark(self.broker, inp.topic, inp.id)
             if mark is None or mark == inp.mark:
@@ -483,7 +486,9 @@ class Ingest:
         if end - start < self.max_ahead:
             return False
         committed = self.broker.committed(self.job_id, *key)
-        self._ahead_of[key] = (end, trim_source(self.broker, self.job_id, *key, committed, end))
+        if self._trimmed_at.get(key) != committed:  # (waiting: nothing new to trim)
+            self._ahead_of[key] = (end, trim_source(self.broker, self.job_id, *key, committed, end))
+            self._trimmed_at[key] = committed
         return end - committed >= self.max_ahead and end > committed
 
     def _record_input_end(self, inp: Input) -> None:

@@ -61,7 +61,12 @@ from rstreams.runtime.engine.task import (
     relieve_memory,
 )
 from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.trim import purge_consumed, records_held, trims_after_commit
+from rstreams.runtime.engine.trim import (
+    CompactionCheck,
+    purge_consumed,
+    records_held,
+    trims_after_commit,
+)
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
@@ -172,6 +177,7 @@ class Worker:
         self._trim = trims_after_commit(broker)
         self.engine = engine or EngineConfig(coalesce=True, combine=True)
         self.config = config or WorkerConfig()
+        self._compaction = CompactionCheck(self.config.compact_min_records)
         self.strategy = strategy or get_strategy(self.config.allocation)
         self.group = topology.job_id
         self.member_id = member_id or new_member_id()
@@ -282,6 +288,7 @@ class Worker:
         task = self.tasks.pop(task_id)
         for topic in task.positions:
             self.pool.remove(topic, task.queue)
+        self._compaction.forget_all(task.changelogs.values(), task.queue)
         self._publish_skipped({task_id: task})
         self._skipped.pop(task_id, None)
         task.close()  # flush + commit before the lock goes
@@ -375,6 +382,7 @@ class Worker:
             if task is not None:
                 for topic in task.positions:
                     self.pool.remove(topic, task.queue)
+                self._compaction.forget_all(task.changelogs.values(), task.queue)
                 self._skipped.pop(task_id, None)
                 task.abandon()
             if release:
@@ -435,8 +443,9 @@ class Worker:
         for task in self.tasks.values():
             for name, changelog in task.changelogs.items():
                 records = records_held(self.broker, changelog, task.queue)
-                if records > 2 * len(task.stores[name]) + self.config.compact_min_records:
+                if self._compaction.due(changelog, task.queue, task.stores[name], records):
                     removed += self.broker.compact(changelog, task.queue)
+                    self._compaction.forget(changelog, task.queue)
         return removed
 
     # -- main loop -----------------------------------------------------------------------
