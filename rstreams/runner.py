@@ -23,7 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -39,6 +39,7 @@ from rstreams.runtime.gctune import tuned
 from rstreams.runtime.inputs import check_inputs as check_inputs
 from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.results import Progress as Progress
 from rstreams.runtime.results import RunResult as RunResult
 from rstreams.runtime.results import fold_records as fold_records
@@ -194,16 +195,16 @@ def _run_embedded(
 
 def _chunk_columns(
     lines: list[bytes], path: str, consumed: int
-) -> tuple[list[int], list[None], list[bytes], list[tuple[tuple[str, bytes], ...]]]:
+) -> tuple[list[int], list[bytes | None], list[bytes | None], list[Headers]]:
     """A chunk of ``path``'s lines as the columns of its records (timestamps, keys,
     values, headers); the last one is marked with what was read of the file
     (``consumed`` bytes), as the durable ingest does (see InputLocator). Columns, not a
     tuple per line: the lines are the value column as they are."""
     n = len(lines)
-    headers: list[tuple[tuple[str, bytes], ...]] = [()] * n
+    headers: list[Headers] = [()] * n
     if path != "-":
         headers[-1] = ingest_mark(path, consumed)
-    return [wall_clock_ms()] * n, [None] * n, lines, headers
+    return [wall_clock_ms()] * n, [None] * n, cast("list[bytes | None]", lines), headers
 
 
 def _run_durable(
