@@ -85,56 +85,99 @@ def in_memory(path: Path) -> dict[str, int]:
     return rstreams.run(topology, {"sentences": str(path)}).tables["word-counts"]
 
 
-def tree_rss_kib(root: int) -> int:
-    """The summed RSS of process ``root`` and its descendants, from /proc."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    rss: dict[int, int] = {}
+def _proc_table() -> dict[int, tuple[int, int, int]]:
+    """Per process: (parent, VmRSS KiB, VmHWM KiB), from /proc (Linux)."""
+    table: dict[int, tuple[int, int, int]] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             lines = status.read_text().splitlines()
         except OSError:
             continue  # gone meanwhile
         fields = dict(line.split(":", 1) for line in lines if ":" in line)
-        pid, ppid = int(fields["Pid"]), int(fields["PPid"])
-        children[ppid].append(pid)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo += children.get(pid, [])
-    return total
+        rss, hwm = (int(fields.get(f, "0 kB").split()[0]) for f in ("VmRSS", "VmHWM"))
+        table[int(fields["Pid"])] = (int(fields["PPid"]), rss, hwm)
+    return table
 
 
-def durable(path: Path, workers: int, pipeline: Path, sample_rss: bool) -> Run:
-    """``rstreams run --workers N`` in a fresh data dir: its table, CPU seconds (the
-    process tree's) and, if ``sample_rss``, the tree's peak RSS."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+class TreeSampler:
+    """Samples the process tree of a running ``subprocess.Popen`` every ``every`` s until
+    it ends: the peak of the tree's summed RSS, and each process's own peak (VmHWM, the
+    kernel's high-water mark, so nothing between samples is missed) with its role
+    (``supervisor``: the root, ``worker``, or ``other``)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], every: float = 0.25) -> None:
+        self.proc, self.every = proc, every
+        self.tree_peak_kib = 0
+        self.peaks: dict[int, int] = {}
+        self.roles: dict[int, str] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.proc.poll() is None:
+            self.sample()
+            time.sleep(self.every)
+
+    def sample(self) -> None:
+        table = _proc_table()
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        for pid, (ppid, _, _) in table.items():
+            children[ppid].append(pid)
+        total, todo = 0, [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            todo += children.get(pid, [])
+            if pid not in table:
+                continue
+            total += table[pid][1]
+            self.peaks[pid] = max(self.peaks.get(pid, 0), table[pid][2])
+            if pid not in self.roles:
+                self.roles[pid] = _role(pid, self.proc.pid)
+        self.tree_peak_kib = max(self.tree_peak_kib, total)
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def peak_kib(self, role: str) -> int:
+        """The largest own peak among the processes of ``role``."""
+        return max((kib for pid, kib in self.peaks.items() if self.roles[pid] == role), default=0)
+
+
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "supervisor"
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "other"
+    return "worker" if b"rstreams.runtime.engine.worker" in cmdline else "other"
+
+
+def run_cli(path: Path, workers: int, pipeline: Path) -> tuple[dict[str, int], TreeSampler]:
+    """``rstreams run PIPELINE --workers N --output`` in a fresh data dir: its table, and
+    its process tree's memory as sampled while it ran."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "out.jsonl"
         proc = subprocess.Popen(
             [sys.executable, "-m", "rstreams", "run", str(pipeline), "--input", str(path),
              "--workers", str(workers), "--data-dir", d, "--output", str(out), "-q"],
         )  # fmt: skip
-        peak = [0]
-
-        def sample() -> None:
-            while proc.poll() is None:
-                peak[0] = max(peak[0], tree_rss_kib(proc.pid))
-                time.sleep(0.25)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        if sample_rss:
-            sampler.start()
+        sampler = TreeSampler(proc)
         if proc.wait():
             raise SystemExit(f"rstreams run {pipeline.name} --workers {workers} failed")
-        if sample_rss:
-            sampler.join()
+        sampler.join()
         rows = map(json.loads, out.read_text(encoding="utf-8").splitlines())
-        table = {r["key"]: r["value"] for r in rows}
+        return {r["key"]: r["value"] for r in rows}, sampler
+
+
+def durable(path: Path, workers: int, pipeline: Path, sample_rss: bool) -> Run:
+    """``rstreams run --workers N`` in a fresh data dir: its table, CPU seconds (the
+    process tree's) and, if ``sample_rss``, the tree's peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    table, sampler = run_cli(path, workers, pipeline)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return table, cpu, peak[0] if sample_rss else None
+    return table, cpu, sampler.tree_peak_kib if sample_rss else None
 
 
 def spark_mode(master: str) -> tuple[Callable[[Path], Run], Callable[[], None]]:

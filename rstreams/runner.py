@@ -23,7 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -39,6 +39,7 @@ from rstreams.runtime.gctune import tuned
 from rstreams.runtime.inputs import check_inputs as check_inputs
 from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
+from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.results import Progress as Progress
 from rstreams.runtime.results import RunResult as RunResult
 from rstreams.runtime.results import fold_records as fold_records
@@ -150,8 +151,8 @@ def _run_embedded(
                     del iters[topic]
                     continue
                 lines, consumed[topic] = nxt
-                rows = _chunk_rows(lines, inputs[topic], consumed[topic])
-                producer.send_many(topic, rounds % engine.queue_counts[topic], rows)
+                columns = _chunk_columns(lines, inputs[topic], consumed[topic])
+                producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
                 records_in += len(lines)
             rounds += 1
             producer.flush()
@@ -192,17 +193,18 @@ def _run_embedded(
     )
 
 
-def _chunk_rows(
+def _chunk_columns(
     lines: list[bytes], path: str, consumed: int
-) -> list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]:
-    """A chunk of ``path``'s lines as records; the last one is marked with what was read
-    of the file (``consumed`` bytes), as the durable ingest does (see InputLocator)."""
-    ts = wall_clock_ms()
-    rows: list[tuple[int, None, bytes, tuple[tuple[str, bytes], ...]]]
-    rows = [(ts, None, line, ()) for line in lines]
+) -> tuple[list[int], list[bytes | None], list[bytes | None], list[Headers]]:
+    """A chunk of ``path``'s lines as the columns of its records (timestamps, keys,
+    values, headers); the last one is marked with what was read of the file
+    (``consumed`` bytes), as the durable ingest does (see InputLocator). Columns, not a
+    tuple per line: the lines are the value column as they are."""
+    n = len(lines)
+    headers: list[Headers] = [()] * n
     if path != "-":
-        rows[-1] = (ts, None, lines[-1], ingest_mark(path, consumed))
-    return rows
+        headers[-1] = ingest_mark(path, consumed)
+    return [wall_clock_ms()] * n, [None] * n, cast("list[bytes | None]", lines), headers
 
 
 def _run_durable(

@@ -107,10 +107,14 @@ def deserialize_rows(
 
 
 def _deserialized(serde: Serde, data: Sequence[bytes | None]) -> list[Any]:
-    present = [d for d in data if d is not None]
-    if len(present) == len(data):
-        return serde.deserialize_many(present)
-    done = iter(serde.deserialize_many(present) if present else ())
+    # A column is usually all present, or all None (the keys of lines of input): one C
+    # scan tells, and neither needs a list built by a loop.
+    nones = data.count(None)
+    if not nones:
+        return serde.deserialize_many(list(data))  # type: ignore[arg-type]
+    if nones == len(data):
+        return [None] * nones
+    done = iter(serde.deserialize_many([d for d in data if d is not None]))
     return [None if d is None else next(done) for d in data]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.collect import Collector, publish_stats
+from rstreams.runtime.engine.collect import FOLD_CHUNK, Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.endofinput import EndOfInput
 from rstreams.runtime.engine.stats import SupervisorStats, read_stats
@@ -52,3 +52,26 @@ def test_stats_of_a_failed_run_are_published_with_what_can_be_read(tmp_path: Pat
     publish_stats(stats, failing, {0: None}, "failed")
     doc = read_stats(coord.dir).supervisor
     assert doc is not None and doc["state"] == "failed" and doc["records_in"] == 5
+
+
+def test_tables_fold_a_sink_topic_longer_than_a_chunk(tmp_path: Path) -> None:
+    """The sink topics are read FOLD_CHUNK records at a time (the supervisor's memory stays
+    flat as the input grows): a key's last value wins across chunk boundaries."""
+    b = StreamBuilder("many")
+    b.source("in", queues=1).sink("out", queues=1)
+    topology = b.build()
+    broker = open_broker(tmp_path)
+    try:
+        broker.create_topic("out", 1)
+        n = 2 * FOLD_CHUNK + 7  # three chunks, the last one short
+        keys = [str(i % 1000).encode() for i in range(n)]
+        values = [str(i).encode() for i in range(n)]
+        broker.append_columns("out", 0, [0] * n, keys, values, [()] * n)
+        group = JobLayout(tmp_path, "many").coordination
+        table = Collector(broker, topology, {"in": 1, "out": 1}, group).tables()["out"]
+        expected: dict[int, int] = {}
+        for i in range(n):
+            expected[i % 1000] = i
+        assert table == expected
+    finally:
+        broker.close()

@@ -18,6 +18,11 @@ from rstreams.runtime.queues.broker import Broker
 
 log = logging.getLogger("rstreams.supervisor")
 
+#: Sink records read (and folded) at a time: the supervisor's memory at the end of a run
+#: is the final tables plus one such chunk, whatever the input's size (the sink topics
+#: grow with it: every commit writes the keys it changed).
+FOLD_CHUNK = 10_000
+
 
 @attrs.frozen
 class Collector:
@@ -40,7 +45,7 @@ class Collector:
             for q in range(self.queue_counts[topic]):
                 pos = self.broker.start_offset(topic, q)
                 while True:
-                    records = self.broker.read_columns(topic, q, pos, 200_000)
+                    records = self.broker.read_columns(topic, q, pos, FOLD_CHUNK)
                     if not len(records):
                         break
                     fold_records(table, records, spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from rstreams.runtime.queues._logformat import check_record_columns, decode_batch, record_columns
@@ -17,23 +18,76 @@ from rstreams.runtime.queues.offsets import MemoryGroupOffsets, check_name
 
 
 class MemoryQueue:
-    """Records of one queue; ``base`` is the offset of ``records[0]`` (older ones purged).
+    """Records of one queue; ``base`` is the offset of the first one kept (older ones
+    purged).
 
-    Records are kept as plain ``(offset, timestamp, key, value, headers)`` tuples and
-    made :class:`LogRecord` s when read: the garbage collector stops tracking a plain
-    tuple of bytes and ints, not a tuple subclass, and a test driver's broker keeps
-    every record (each full collection would walk them all again).
+    Records appended one at a time (the test driver's) are kept as plain ``(offset,
+    timestamp, key, value, headers)`` tuples and made :class:`LogRecord` s when read: the
+    garbage collector stops tracking a plain tuple of bytes and ints, not a tuple
+    subclass, and a test driver's broker keeps every record (each full collection would
+    walk them all again). Records appended as columns (a chunk of input, a batch of a
+    shuffle) stay in ``chunks``, after the tuples, as the columns they came in until
+    something wants rows: a read of columns gets them back as they are, with no tuple
+    made for each record and taken apart again.
     """
 
-    __slots__ = ("base", "records")
+    __slots__ = ("base", "chunks", "in_chunks", "records")
 
     def __init__(self) -> None:
         self.base = 0
         self.records: list[tuple[int, int, bytes | None, bytes | None, tuple]] = []
+        self.chunks: deque[RecordColumns] = deque()  # (never an empty one)
+        self.in_chunks = 0
 
     @property
     def end(self) -> int:
-        return self.base + len(self.records)
+        return self.base + len(self.records) + self.in_chunks
+
+    def rows(self) -> list[tuple[int, int, bytes | None, bytes | None, tuple]]:
+        """Every record kept as a tuple (the chunks made rows first)."""
+        if self.chunks:
+            extend = self.records.extend
+            for c in self.chunks:
+                extend(zip(c.offsets, c.timestamps, c.keys, c.values, c.headers))
+            self.chunks.clear()
+            self.in_chunks = 0
+        return self.records
+
+    def columns(self, offset: int, want: int) -> RecordColumns | None:
+        """Records ``[offset, offset + want)`` when all of them are in chunks (None when
+        some are tuples)."""
+        if offset < self.base + len(self.records):
+            return None
+        stop = offset + want
+        parts: list[RecordColumns] = []
+        for c in self.chunks:
+            lo = c.offsets[0]
+            hi = lo + len(c)
+            if hi <= offset:
+                continue
+            if lo >= stop:
+                break
+            a, b = max(offset, lo) - lo, min(stop, hi) - lo
+            parts.append(c if a == 0 and b == len(c) else c.slice(a, b))
+        return RecordColumns.concat(parts)
+
+    def purge(self, n: int) -> None:
+        """Drop the first ``n`` records (at most those kept)."""
+        rows = min(n, len(self.records))
+        del self.records[:rows]
+        self.base += rows
+        n -= rows
+        chunks = self.chunks
+        while n > 0 and chunks:
+            c = chunks[0]
+            k = min(n, len(c))
+            if k == len(c):
+                chunks.popleft()
+            else:
+                chunks[0] = c.slice(k, len(c))
+            self.in_chunks -= k
+            self.base += k
+            n -= k
 
 
 class MemoryTopic:
@@ -133,8 +187,15 @@ class MemoryBroker:
         """:meth:`append` of records given as columns; the first new offset."""
         q = self._queue(topic, queue)
         check_record_columns(timestamps, keys, values, headers)  # as the file log checks
-        first = q.end
-        q.records.extend(zip(range(first, first + len(values)), timestamps, keys, values, headers))
+        first, n = q.end, len(values)
+        if n:  # (copies of the columns: the caller may reuse its lists)
+            q.chunks.append(
+                RecordColumns(
+                    range(first, first + n), list(timestamps), list(keys), list(values),
+                    list(headers),
+                )
+            )  # fmt: skip
+            q.in_chunks += n
         return first
 
     def append_one(
@@ -153,7 +214,7 @@ class MemoryBroker:
             q = self._queue(topic, queue)
         if type(timestamp) is not int:  # as append_columns checks
             raise TypeError(f"record timestamps must be int milliseconds; got {timestamp!r}")
-        records = q.records
+        records = q.rows() if q.chunks else q.records
         offset = q.base + len(records)
         records.append((offset, timestamp, key, value, headers))
         return offset
@@ -179,13 +240,20 @@ class MemoryBroker:
         if offset < q.base:
             raise purged(topic, queue, offset, q.base)
         i = offset - q.base
+        records = q.rows()
         if max_records is None:
-            return q.records[i:]
-        return q.records[i : i + max_records] if max_records > 0 else []
+            return records[i:]
+        return records[i : i + max_records] if max_records > 0 else []
 
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> RecordColumns:
+        q = self._queue(topic, queue)
+        if offset >= q.base:
+            want = q.end - offset if max_records is None else min(q.end - offset, max_records)
+            columns = q.columns(offset, max(want, 0))
+            if columns is not None:
+                return columns
         return RecordColumns.from_records(self._stored(topic, queue, offset, max_records))
 
     def end_offset(self, topic: str, queue: int) -> int:
@@ -202,8 +270,7 @@ class MemoryBroker:
         q = self._queue(topic, queue)
         n = min(before, q.end) - q.base
         if n > 0:
-            del q.records[:n]
-            q.base += n
+            q.purge(n)
 
     def compact(self, topic: str, queue: int) -> int:
         """Nothing to do: memory holds no closed segments to clean (0 records removed).
