@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -12,11 +13,20 @@ import pytest
 from hypothesis import settings
 
 from rstreams import StreamBuilder, Topology
+from tests.helpers.jvm import SPARK_JAVA_ENV
 
 # No per-example deadline: the suite runs on loaded 2-core machines (CI beside other
 # work), where a 200 ms example can take seconds; a deadline there only tests the load.
 settings.register_profile("rstreams", deadline=None)
 settings.load_profile("rstreams")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Cheaper JVMs for every Spark test (tests/helpers/jvm.py), also in subprocesses,
+    unless the environment sets its own."""
+    for key, value in SPARK_JAVA_ENV.items():
+        os.environ.setdefault(key, value)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -162,11 +162,40 @@ def _cut(path: Path, size: int) -> None:
         f.truncate(size)
 
 
+class FirstRuns:
+    """The job after its first run, per text seed, run once and restored for each test.
+
+    The first run is the same for every test (or example) of a seed (one worker, the
+    same text), so it runs once: its directory (input, output, data directory) is copied
+    aside and put back, at the same path, before each test with that seed. The same
+    path, as the job's read marks name the input's path."""
+
+    def __init__(self, root: Path, lines: int) -> None:
+        self.root = root
+        self.lines = lines
+
+    def job(self, seed: int) -> Job:
+        where, kept = self.root / f"seed-{seed}", self.root / f"seed-{seed}.first-run"
+        if kept.exists():
+            shutil.rmtree(where)
+            shutil.copytree(kept, where)
+            return Job(where, lines=self.lines, seed=seed)
+        where.mkdir()
+        j = Job(where, lines=self.lines, seed=seed)
+        j.first_run()
+        shutil.copytree(where, kept)
+        return j
+
+
+@pytest.fixture(scope="module")
+def first_8000(tmp_path_factory: pytest.TempPathFactory) -> FirstRuns:
+    return FirstRuns(tmp_path_factory.mktemp("first-run"), lines=8000)
+
+
 @pytest.fixture
-def job(tmp_path: Path) -> Job:
-    j = Job(tmp_path)
-    j.first_run()
-    return j
+def job(first_8000: FirstRuns) -> Job:
+    """The word count on 8,000 lines after its first run (on half of them)."""
+    return first_8000.job(seed=1)
 
 
 def test_two_runs_at_once_one_is_refused(tmp_path: Path) -> None:
@@ -262,33 +291,9 @@ def test_flipped_state_file_is_rebuilt_from_the_changelog(job: Job) -> None:
 DATA_PARTS = ("log/topics", "log/groups", "state")
 
 
-class FirstRuns:
-    """The job after its first run, per text seed, run once and restored for each example.
-
-    The first run is the same for every example of a seed (one worker, the same text),
-    so it runs once: its directory (input, output, data directory) is copied aside and
-    put back, at the same path, before each example with that seed. The same path, as
-    the job's read marks name the input's path."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def job(self, seed: int) -> Job:
-        where, kept = self.root / f"seed-{seed}", self.root / f"seed-{seed}.first-run"
-        if kept.exists():
-            shutil.rmtree(where)
-            shutil.copytree(kept, where)
-            return Job(where, lines=4000, seed=seed)
-        where.mkdir()
-        j = Job(where, lines=4000, seed=seed)
-        j.first_run()
-        shutil.copytree(where, kept)
-        return j
-
-
 @pytest.fixture(scope="module")
 def first_runs(tmp_path_factory: pytest.TempPathFactory) -> FirstRuns:
-    return FirstRuns(tmp_path_factory.mktemp("random"))
+    return FirstRuns(tmp_path_factory.mktemp("random"), lines=4000)
 
 
 @settings(

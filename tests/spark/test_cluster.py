@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.jvm import SPARK_DEFAULTS, SPARK_JAVA_ENV
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +230,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         SPARK_PID_DIR=str(root / "pids"),
         SPARK_WORKER_DIR=str(work),
         XDG_CACHE_HOME=str(root / "cache"),  # rstreams' Unicode calibration cache
+        **SPARK_JAVA_ENV,
     )
+    # Only the executors' Java options (tests/helpers/jvm.py), read by each driver.
+    (root / "conf" / "spark-defaults.conf").write_text(SPARK_DEFAULTS)
     # The stub really is what PATH gives.
     probe = subprocess.run(["python3", "-c", "1"], env=env, capture_output=True, text=True)
     assert probe.returncode == 1 and "stub" in probe.stderr
