@@ -444,12 +444,15 @@ def test_executors_run_the_packed_environment(cluster: Cluster) -> None:
             assert Path(seen[module]).is_relative_to(env_dir / "lib"), seen
 
 
-def test_pack_env_linking_the_executors_python(tmp_path: Path) -> None:
+def test_pack_env_linking_the_executors_python(tmp_path: Path, monkeypatch) -> None:
     """``--link-python``: a venv-style archive whose bin/python links to a Python the
-    executors have (here: this one's base interpreter); checked by starting it."""
+    executors have (here: this one's base interpreter); checked by starting it. The
+    output path is relative to the working directory (as ``-o env.tar.gz`` gives it)."""
     from rstreams.runtime.spark.packenv import pack_env
 
-    packed = pack_env(tmp_path / "linked.tar.gz", python="link", compresslevel=0)
+    monkeypatch.chdir(tmp_path)
+    packed = pack_env("linked.tar.gz", python="link", compresslevel=0)
+    assert packed.path == tmp_path / "linked.tar.gz"
     assert packed.checked and packed.python == "link"
     assert packed.interpreter == sys._base_executable  # type: ignore[attr-defined]
     with tarfile.open(packed.path) as tar:

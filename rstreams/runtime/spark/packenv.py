@@ -151,7 +151,8 @@ def pack_env(
     ``spark.archives``; see the module documentation. Raises :class:`ConfigError` when
     the environment can not be packed or the packed one does not work."""
     started = time.monotonic()
-    out = Path(output)
+    # (Absolute: the check starts the staged Python from another working directory.)
+    out = Path(output).absolute()
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise ConfigError(
             f"the archive must be a .tar.gz or .tgz (Spark unpacks those keeping links and "
