@@ -145,8 +145,8 @@ def in_parallel(calls: Sequence[Callable[[], None]]) -> None:
     except BaseException as e:
         errors.append(e)
     for f in futures:  # (each waits for its call: none is left running)
-        if (e := f.exception()) is not None:
-            errors.append(e)
+        if (error := f.exception()) is not None:
+            errors.append(error)
     if errors:
         raise errors[0]
 
