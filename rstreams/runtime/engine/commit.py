@@ -207,15 +207,31 @@ class Committer:
             maybe_crash("txn-written")
             self._append_outputs(c.txn, redo=False)
 
+    def offset_commits(
+        self, c: Commit, positions: dict[str, int]
+    ) -> list[tuple[str, str, int, int]]:
+        """The offsets the third phase of ``c`` commits, as (group, topic, queue,
+        offset): those that moved (the atomic path committed its own)."""
+        if c.offsets is not None:
+            return []
+        offsets = positions if c.txn is None else c.txn.offsets
+        return [
+            (self.group, topic, self.queue, pos)
+            for topic, pos in offsets.items()
+            if self.committed.get(topic) != pos  # idle queues cost nothing
+        ]
+
     def end(self, c: Commit, stores: Iterable[MeteredStore], positions: dict[str, int]) -> None:
-        """Third phase, once the outputs are durable: commit the offsets, write the stores."""
+        """Third phase, once the outputs are durable and the caller committed the
+        :meth:`offset_commits` (``commit_tasks``, every task's at once): write the
+        stores."""
         if c.offsets is not None:
             self._end_atomic(c)
             return
         if c.txn is None:
-            self._commit_offsets(positions)
+            self.committed = dict(positions)
             return
-        self._commit_offsets(c.txn.offsets)
+        self.committed = dict(c.txn.offsets)
         self._commits += 1
         if self._commits % PURGE_EVERY == 0:
             assert self.txn_queue is not None
@@ -278,7 +294,19 @@ class Committer:
             pos = records[-1].offset + 1
 
     def _commit_offsets(self, offsets: dict[str, int]) -> None:
-        for topic, pos in offsets.items():
-            if self.committed.get(topic) != pos:  # idle queues cost nothing
-                self.broker.commit(self.group, topic, self.queue, pos)
+        commit_offsets(
+            self.broker, [(self.group, t, self.queue, pos) for t, pos in offsets.items()]
+        )
         self.committed = dict(offsets)
+
+
+def commit_offsets(broker: Broker, commits: Sequence[tuple[str, str, int, int]]) -> None:
+    """Commit each (group, topic, queue, offset): on the file log together (their files
+    synced at once), elsewhere one by one."""
+    commit_many = getattr(broker, "commit_many", None)
+    if commit_many is not None:
+        if commits:
+            commit_many(commits)
+        return
+    for group, topic, queue, offset in commits:
+        broker.commit(group, topic, queue, offset)

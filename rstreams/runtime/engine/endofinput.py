@@ -60,6 +60,11 @@ class EndOfInput:
         """Records not yet committed, over every input queue of every sub-topology."""
         return sum(self._uncommitted())
 
+    def waiting(self) -> int:
+        """Records not yet committed, over the queues that have some (0 exactly when
+        :meth:`committed_all`)."""
+        return sum(n for n in self._uncommitted() if n > 0)
+
     def committed_all(self) -> bool:
         """Is every input queue of every sub-topology committed up to its end?"""
         return all(n <= 0 for n in self._uncommitted())

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -117,28 +120,94 @@ def _write_all(fd: int, data: bytes, pos: int) -> None:
         view, pos = view[n:], pos + n
 
 
+#: Threads that sync files at once (see :func:`in_parallel`).
+SYNC_THREADS = 8
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def in_parallel(calls: Sequence[Callable[[], None]]) -> None:
+    """Run ``calls`` (blocking file-system work: fsyncs) on a few threads and return
+    once every one has returned; then raise the error of the first that failed, if any.
+
+    Why: a journaling file system commits concurrent fsyncs together, so 40 files synced
+    at once take about as long as one (5 ms on a virtual disk), one after another 40
+    times as long. Every call still completes before this returns: the same durability.
+    """
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    futures = [_executor().submit(call) for call in calls[1:]]
+    errors: list[BaseException] = []
+    try:
+        calls[0]()
+    except BaseException as e:
+        errors.append(e)
+    for f in futures:  # (each waits for its call: none is left running)
+        if (error := f.exception()) is not None:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+
+
+def _executor() -> ThreadPoolExecutor:
+    """This process's sync threads (a forked child makes its own)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            executor = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="rstreams-sync")
+            _pool = (os.getpid(), executor)
+        return _pool[1]
+
+
 def _atomic_write(path: Path, data: bytes, *, sync: bool, point: str = "") -> None:
     """Write a small file by temp file + fsync + rename (+ fsync of the directory);
     ``point`` is its fault point (see :mod:`rstreams.runtime.faults`)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    _atomic_write_many([(path, data)], sync=sync, point=point)
+
+
+def _atomic_write_many(files: Sequence[tuple[Path, bytes]], *, sync: bool, point: str = "") -> None:
+    """:func:`_atomic_write` of each (path, data), syncing them all at once: every
+    temporary file is written, synced (in parallel) and renamed into place, then every
+    directory is synced (in parallel). An error leaves every file it did not rename
+    whole, as it was, and no temporary file behind."""
+    tmps = [
+        path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        for path, _ in files
+    ]
+    written: list[tuple[int, Path]] = []
     try:
         try:
-            if point:
-                maybe_fail(point, path)
-            _write_all(fd, data, 0)
+            for (path, data), tmp in zip(files, tmps, strict=True):
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                written.append((fd, path))
+                if point:
+                    maybe_fail(point, path)
+                _write_all(fd, data, 0)
             if sync:
-                os.fsync(fd)
+                in_parallel([functools.partial(_fsync_file, fd, path) for fd, path in written])
         finally:
-            os.close(fd)
+            for fd, _ in written:
+                os.close(fd)
     except OSError as e:
-        # (a full disk: the old file stays whole, and no temporary file is left behind)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise with_path(e, path) from None
-    os.replace(tmp, path)
+        # (a full disk: the old files stay whole, and no temporary file is left behind)
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise with_path(e, files[len(written) - 1][0] if written else files[0][0]) from None
+    for (path, _), tmp in zip(files, tmps, strict=True):
+        os.replace(tmp, path)
     if sync:
-        _fsync_dir(path.parent)
+        dirs = list(dict.fromkeys(path.parent for path, _ in files))
+        in_parallel([functools.partial(_fsync_dir, d) for d in dirs])
+
+
+def _fsync_file(fd: int, path: Path) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise with_path(e, path) from None
 
 
 def _makedirs(path: Path, *, sync: bool) -> None:

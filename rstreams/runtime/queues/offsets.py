@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -27,6 +27,7 @@ from rstreams.errors import ConfigError
 from rstreams.runtime.queues._files import (
     CorruptLogError,
     _atomic_write,
+    _atomic_write_many,
     _encode_name,
     _makedirs,
 )
@@ -100,19 +101,29 @@ class FileGroupOffsets:
         return self.dir / _encode_name(group) / _encode_name(topic) / f"{int(queue)}.json"
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
-        check_offset(group, topic, queue, offset)
-        path = self.path(group, topic, queue)
-        _makedirs(path.parent, sync=self._sync)
-        doc: dict[str, Any] = {
-            "group": group,
-            "topic": topic,
-            "queue": queue,
-            "offset": int(offset),
-        }
-        doc["crc"] = _offset_crc(doc)
-        _atomic_write(
-            path, json.dumps(doc).encode() + b"\n", sync=self._sync, point="offset-commit"
-        )
+        self.commit_many([(group, topic, queue, offset)])
+
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        """Commit each (group, topic, queue, offset): the files are written, then synced
+        together (see ``_atomic_write_many``); all are durable when this returns."""
+        files: dict[Path, bytes] = {}  # (a queue committed twice: its last offset)
+        for group, topic, queue, offset in commits:
+            check_offset(group, topic, queue, offset)
+            path = self.path(group, topic, queue)
+            _makedirs(path.parent, sync=self._sync)
+            doc: dict[str, Any] = {
+                "group": group,
+                "topic": topic,
+                "queue": queue,
+                "offset": int(offset),
+            }
+            doc["crc"] = _offset_crc(doc)
+            files[path] = json.dumps(doc).encode() + b"\n"
+        if len(files) == 1:
+            ((path, data),) = files.items()
+            _atomic_write(path, data, sync=self._sync, point="offset-commit")
+        else:
+            _atomic_write_many(list(files.items()), sync=self._sync, point="offset-commit")
 
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` committed for the queue (0 if none)."""

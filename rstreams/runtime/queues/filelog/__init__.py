@@ -38,7 +38,10 @@ Durability (``fsync``):
     Data is fsync-ed by :meth:`FileBroker.flush` and by :meth:`FileBroker.commit` *before*
     the offset is recorded, and a segment is fsync-ed when it is rolled. Nothing appended
     before the last ``flush``/``commit`` that returned is lost by a crash of the process
-    or of the machine, and a recorded offset never points past durable data.
+    or of the machine, and a recorded offset never points past durable data. A flush
+    syncs its queues at once (a few threads), and :meth:`FileBroker.commit_many` the
+    offset files of a whole commit: concurrent fsyncs share the file system's journal
+    commit, and each call still returns only once all of them are done.
 ``"always"``
     Every ``append`` is fsync-ed before it returns: nothing that was appended is lost.
 ``"never"``

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues._files import FileLock, _encode_name, _makedirs
+from rstreams.runtime.queues._files import FileLock, _encode_name, _makedirs, in_parallel
 from rstreams.runtime.queues._logformat import encode_batch, encode_column_batch
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.broker import (
@@ -325,6 +325,13 @@ class FileBroker:
         self.flush()
         self._offsets.commit(group, topic, queue, offset)
 
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        """:meth:`commit` of each (group, topic, queue, offset), the files synced
+        together; every one is durable when this returns."""
+        self._check_open()
+        self.flush()
+        self._offsets.commit_many(commits)
+
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` committed for the queue (0 if none)."""
         self._check_open()
@@ -351,8 +358,8 @@ class FileBroker:
         with self._appended_lock:
             queues, self._appended = self._appended, set()
         try:
-            for q in queues:
-                q.flush()
+            # Every queue at once: their fsyncs are committed together (see in_parallel).
+            in_parallel([q.flush for q in queues])
         except BaseException:
             # Not durable: the next flush tries all of it again (each queue keeps what
             # it still has to do), and never says durable what this one could not.
