@@ -15,7 +15,9 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import Processor
+from rstreams.runtime.queues.base import Headers
 from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.nullkeys import NULL_KEYS
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -89,6 +91,23 @@ class AggregateProcessor(Processor):
             self.forward(batch.with_values(out))
             return
         self._remember(batch.keys, out, batch)
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        # process() of a batch of one record, with no batch built (coalesced updates
+        # are left to it).
+        if self.coalesce:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        if key is None:
+            self.ctx.metrics[NULL_KEYS] += 1
+            return
+        try:
+            new = self.update(self.store.get(key), value)
+            self.store.put(key, new)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.user_fn)
+            return
+        self.forward_one(key, new, ts, headers, topic, offset)
 
     def _merge_batch(self, batch: Batch) -> bool:
         """Merge a batch of partials into state; False (nothing done) if any merge fails,

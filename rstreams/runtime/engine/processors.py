@@ -32,6 +32,7 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.fused import FusedRun, fused_run
+from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.semantics.aggregations import Aggregation
@@ -75,6 +76,31 @@ class Processor:
             for child in self.children:
                 child.records_in += n
                 child.process(batch)
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        """:meth:`process` of a batch of this one record (from ``offset`` of ``topic``):
+        the test driver's record at a time. The steps it passes through most override
+        it to do the same with no batch built (see :meth:`forward_one`)."""
+        hs = [headers] if headers else None
+        self.process(Batch(topic, self.ctx.queue, [key], [value], [ts], [offset], hs))
+
+    def forward_one(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int
+    ) -> None:
+        """:meth:`forward` of a batch of this one record, record by record."""
+        self.records_out += 1
+        for child in self.children:
+            child.records_in += 1
+            child.one(key, value, ts, headers, topic, offset)
+
+    def failed_one(
+        self, step: str, record: tuple[Any, Any, int, Headers, str, int], e: Exception, fn: Any
+    ) -> None:
+        """The on_error policy for the one record (``one``'s arguments) that failed in
+        ``step``, as a batch of it would apply it."""
+        key, value, ts, headers, topic, offset = record
+        row = Record(key, value, ts, headers or (), topic, self.ctx.queue, offset)
+        self.ctx.handle_error(step, row, e, fn)
 
     def send_to(self, children: list[Processor], batch: Batch) -> None:
         """Hand ``batch`` to ``children`` (some of this processor's children)."""
@@ -185,12 +211,32 @@ class MapProcessor(FnProcessor):
         values, batch = self.apply(batch)
         self.forward(batch.with_values(values))
 
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        if self.fused is not None:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        try:
+            new = self.fn(value)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        self.forward_one(key, new, ts, headers, topic, offset)
+
 
 @register_processor("filter", BUILDERS)
 class FilterProcessor(FnProcessor):
     def process(self, batch: Batch) -> None:
         mask, batch = self.apply(batch)
         self.forward(batch.select(mask))
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        try:
+            keep = self.fn(value)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        if keep:
+            self.forward_one(key, value, ts, headers, topic, offset)
 
 
 @register_processor("keyBy", BUILDERS)
@@ -208,6 +254,17 @@ class KeyByProcessor(FnProcessor):
         keys, batch = self.apply(batch)
         self.forward(batch.with_keys(keys))
 
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        if self.identity:
+            self.forward_one(value, value, ts, headers, topic, offset)
+            return
+        try:
+            key = self.fn(value)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        self.forward_one(key, value, ts, headers, topic, offset)
+
 
 @register_processor("selectTimestamp", BUILDERS)
 class SelectTimestampProcessor(FnProcessor):
@@ -215,6 +272,14 @@ class SelectTimestampProcessor(FnProcessor):
         fn = self.fn
         stamps, batch = self.apply(batch, lambda v: as_timestamp(fn(v)))
         self.forward(batch.with_timestamps(stamps))
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        try:
+            stamp = as_timestamp(self.fn(value))
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        self.forward_one(key, value, stamp, headers, topic, offset)
 
 
 @register_processor("flatMap", BUILDERS)
@@ -226,6 +291,25 @@ class FlatMapProcessor(FnProcessor):
         if not set(map(type, outs)) <= {list, tuple}:
             outs, batch = self._materialize(outs, batch)
         self.forward(batch.expand(list(map(len, outs)), list(chain.from_iterable(outs))))
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        if self.fused is not None:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        try:
+            out = self.fn(value)
+            # A copy (the user may keep the list), a generator run now (see _materialize).
+            out = list(out)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        n = len(out)
+        if n == 1:
+            self.forward_one(key, out[0], ts, headers, topic, offset)
+        elif n:  # the batch expand() would make of it
+            hs = [headers] * n if headers else None
+            batch = Batch(topic, self.ctx.queue, [key] * n, out, [ts] * n, [offset] * n, hs, ts)
+            self.forward(batch)
 
     def _materialize(self, outs: list[Any], batch: Batch) -> tuple[list[Any], Batch]:
         # Generators and other iterables run now, one by one: a failure half-way through
@@ -295,6 +379,7 @@ class PrintProcessor(Processor):
 @register_processor("toRStream", BUILDERS)
 class PassThroughProcessor(Processor):
     process = Processor.forward  # (one call less for every record)
+    one = Processor.forward_one
 
 
 class _SinkBase(Processor):
@@ -335,7 +420,8 @@ class _SinkBase(Processor):
             return
         self.records_out += n
         if n == 1 and self._send_chosen is None:
-            self._send_record(batch)
+            h = batch.headers[0] if batch.headers else ()
+            self._send_record(batch.keys[0], batch.values[0], batch.timestamps[0], h, batch)
             return
         try:
             kbs, vbs = serialize_rows(
@@ -359,15 +445,20 @@ class _SinkBase(Processor):
             return
         self._send(self.topic, qs, batch.timestamps, kbs, vbs, batch.headers or [()] * len(kbs))
 
-    def _send_record(self, batch: Batch) -> None:
-        """:meth:`send` of a batch of one record (the test driver's every record): the
-        same bytes to the same queue, with no columns built, handed to
-        ``Producer.send``."""
-        k, v = batch.keys[0], batch.values[0]
+    def _send_record(
+        self, k: Any, v: Any, ts: int, h: Headers, batch: Batch | tuple[str, int]
+    ) -> None:
+        """:meth:`send` of one record (the test driver's every record): the same bytes
+        to the same queue, with no columns built, handed to ``Producer.send``. ``batch``:
+        the batch of it, or its (topic, offset), to name it should it not serialize."""
         try:
             kb = None if k is None and self.round_robin_none_keys else self._kser(k)
             vb = None if v is None else self._vser(v)
         except Exception:
+            if type(batch) is tuple:
+                topic, offset = batch
+                batch = Batch(topic, self.ctx.queue, [k], [v], [ts], [offset], [h] if h else None)
+            assert isinstance(batch, Batch)
             batch, kbs, vbs = self._serialize_one_by_one(batch)  # applies on_error
             if not kbs:
                 return
@@ -375,8 +466,14 @@ class _SinkBase(Processor):
         nq = self.queues
         # (an int: route gives one queue for one record)
         q: Any = 0 if nq == 1 else self.route([kb], nq, next(self._round_robin) % nq)
-        h = batch.headers[0] if batch.headers else ()
-        self._send_one(self.topic, q, kb, vb, batch.timestamps[0], h)
+        self._send_one(self.topic, q, kb, vb, ts, h)
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        if self._send_chosen is not None:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        self.records_out += 1
+        self._send_record(key, value, ts, headers, (topic, offset))
 
     #: A sink's processing is its send (no frame in between: every record passes here).
     #: Subclasses that do more before sending override ``process``.
@@ -485,6 +582,29 @@ class ShuffleSinkProcessor(_SinkBase):
         # (_send_telling) compares each record's timestamp with it.
         ts = batch.max_timestamp
         super().send(batch)
+        if ts > self.ctx.out_time:
+            self.ctx.out_time = ts
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        # process() of a batch of one (combined and told sends are left to it).
+        if (self.partials and self.combine) or self._send_chosen is not None:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        if key is None and self.skip_null_keys:
+            self.ctx.metrics[NULL_KEYS] += 1
+            return
+        if self.partials:
+            if self.op == "count":
+                value = 1
+            elif self.to_partial is not None:
+                try:
+                    value = self.to_partial(value)
+                except Exception as e:
+                    record = (key, value, ts, headers, topic, offset)
+                    self.failed_one(self.fn_step, record, e, self.user_fn)
+                    return
+        self.records_out += 1
+        self._send_record(key, value, ts, headers, (topic, offset))
         if ts > self.ctx.out_time:
             self.ctx.out_time = ts
 
@@ -670,8 +790,7 @@ class SourceProcessor(Processor):
             self.process_log(queue, one)
             return
         self.records_in += 1
-        hs = [headers] if headers else None
-        self.forward(Batch(self.topic, queue, [k], [v], [timestamp], [offset], hs))
+        self.forward_one(k, v, timestamp, headers, self.topic, offset)
 
     def _one_by_one(self, batch: Batch) -> tuple[list[Any], list[Any], Batch]:
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
