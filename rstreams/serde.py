@@ -397,6 +397,39 @@ def raw_decoder(serde: Serde) -> Callable[[bytes], Any]:
     return serde.deserialize
 
 
+#: The types decoded objects may be of for equal bytes to share one (immutable).
+SHAREABLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+class _Remembered(dict[bytes, Any]):
+    """Bytes -> what ``decode`` makes of them, when that is immutable (see
+    :func:`remembering_decoder`); at most 65,536 of them."""
+
+    __slots__ = ("decode",)
+
+    def __init__(self, decode: Callable[[bytes], Any]) -> None:
+        super().__init__()
+        self.decode = decode
+
+    def __missing__(self, data: bytes) -> Any:
+        obj = self.decode(data)
+        if type(obj) in SHAREABLE:
+            if len(self) >= 65_536:
+                self.clear()
+            self[data] = obj
+        return obj
+
+
+def remembering_decoder(serde: Serde) -> Callable[[bytes], Any]:
+    """:func:`raw_decoder`, which for msgpack (shuffles: their keys repeat) remembers
+    the bytes it decoded to an immutable object: the same object again, with no call
+    of the decoder (a dictionary lookup, at C speed)."""
+    decode = raw_decoder(serde)
+    if type(serde) is not MsgpackSerde:
+        return decode
+    return _Remembered(decode).__getitem__
+
+
 SERDES: dict[str, Serde] = {
     s.name: s for s in (StrSerde(), BytesSerde(), JsonSerde(), MsgpackSerde())
 }

@@ -43,6 +43,8 @@ class AggregateProcessor(Processor):
         self.merge = agg.merge
         self.partials = bool(factory.options.get("partials"))
         self.update = agg.add_partial if self.partials else agg.update
+        #: Partials added with ``+``: the store's ``add`` is the update (see one()).
+        self.adds_partials = self.partials and agg.adds
         # The coalesced updates: value, timestamp and source offset per key.
         self.pending: dict[Any, Any] = {}
         self.pending_ts: dict[Any, int] = {}
@@ -98,16 +100,21 @@ class AggregateProcessor(Processor):
         if self.coalesce:
             Processor.one(self, key, value, ts, headers, topic, offset)
             return
+        self.records_in += 1
         if key is None:
             self.ctx.metrics[NULL_KEYS] += 1
             return
         try:
-            new = self.update(self.store.get(key), value)
-            self.store.put(key, new)
+            if self.adds_partials:  # (count and sum: one call)
+                new = self.store.add(key, value)
+            else:
+                new = self.update(self.store.get(key), value)
+                self.store.put(key, new)
         except Exception as e:
             self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.user_fn)
             return
-        self.forward_one(key, new, ts, headers, topic, offset)
+        self.records_out += 1
+        self.next_one(key, new, ts, headers, topic, offset)
 
     def _merge_batch(self, batch: Batch) -> bool:
         """Merge a batch of partials into state; False (nothing done) if any merge fails,
