@@ -430,6 +430,35 @@ def remembering_decoder(serde: Serde) -> Callable[[bytes], Any]:
     return _Remembered(decode).__getitem__
 
 
+class _Encoded(dict[Any, bytes]):
+    """Objects of one type -> their bytes (see :func:`remembering_encoder`); at most
+    65,536 of them."""
+
+    __slots__ = ("encode",)
+
+    def __init__(self, encode: Callable[[Any], bytes]) -> None:
+        super().__init__()
+        self.encode = encode
+
+    def __missing__(self, obj: Any) -> bytes:
+        data = self.encode(obj)
+        if len(self) >= 65_536:
+            self.clear()
+        self[obj] = data
+        return data
+
+
+def remembering_encoder(serde: Serde, kind: type) -> Callable[[Any], bytes]:
+    """``serde.serialize`` for objects of exactly type ``kind`` (str or int: the keys
+    and counts a sink writes again and again), remembering the bytes of each: a
+    dictionary lookup, at C speed. Only the built-in serdes are remembered (a user's
+    may not give the same bytes twice). Its caller checks the type: equal objects of
+    other types (``True``, ``1.0``, a str subclass) may serialize otherwise."""
+    if type(serde) not in (StrSerde, JsonSerde, MsgpackSerde):
+        return serde.serialize
+    return _Encoded(serde.serialize).__getitem__
+
+
 SERDES: dict[str, Serde] = {
     s.name: s for s in (StrSerde(), BytesSerde(), JsonSerde(), MsgpackSerde())
 }

@@ -26,7 +26,7 @@ from rstreams.runtime.engine.watermarks import send_told
 from rstreams.runtime.queues.base import Headers
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
-from rstreams.serde import INTERNAL_SERDE, Serde, serialize_rows
+from rstreams.serde import INTERNAL_SERDE, Serde, remembering_encoder, serialize_rows
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -70,6 +70,10 @@ class _SinkBase(Processor):
         # times as much, and send reads them for every driver record).
         self.key_serde, self.value_serde = self.key_serde, self.value_serde
         self._kser, self._vser = self.key_serde.serialize, self.value_serde.serialize
+        # A record at a time: str keys and int values (words and counts) serialized
+        # once each (see remembering_encoder).
+        self._kstr = remembering_encoder(self.key_serde, str)
+        self._vint = remembering_encoder(self.value_serde, int)
         self.round_robin_none_keys = self.round_robin_none_keys
 
     def send(self, batch: Batch) -> None:
@@ -112,8 +116,11 @@ class _SinkBase(Processor):
         to the same queue, with no columns built, handed to ``Producer.send``. ``batch``:
         the batch of it, or its (topic, offset), to name it should it not serialize."""
         try:
-            kb = None if k is None and self.round_robin_none_keys else self._kser(k)
-            vb = None if v is None else self._vser(v)
+            if type(k) is str:
+                kb = self._kstr(k)
+            else:
+                kb = None if k is None and self.round_robin_none_keys else self._kser(k)
+            vb = self._vint(v) if type(v) is int else None if v is None else self._vser(v)
         except Exception:
             if type(batch) is tuple:
                 topic, offset = batch
