@@ -115,6 +115,7 @@ class _SinkBase(Processor):
         """:meth:`send` of one record (the test driver's every record): the same bytes
         to the same queue, with no columns built, handed to ``Producer.send``. ``batch``:
         the batch of it, or its (topic, offset), to name it should it not serialize."""
+        kb: bytes | None
         try:
             if type(k) is str:
                 kb = self._kstr(k)
@@ -231,7 +232,8 @@ class ShuffleSinkProcessor(_SinkBase):
             self.send(batch)
             return
         if self.op == "count":
-            self.send(batch.with_values([1] * len(batch)))
+            if not self._count_words(batch):
+                self.send(batch.with_values([1] * len(batch)))
             return
         if self.to_partial is not None:
             values, batch = apply_column(
@@ -276,6 +278,28 @@ class ShuffleSinkProcessor(_SinkBase):
         self._send_record(key, value, ts, headers, (topic, offset))
         if ts > self.ctx.out_time:
             self.ctx.out_time = ts
+
+    def _count_words(self, batch: Batch) -> bool:
+        """:meth:`send` of a count's partials (1 each) for a batch of str keys (a line's
+        words, in the test driver), their bytes remembered (see _SinkBase.init); False
+        (nothing sent) for other keys, or one that does not serialize."""
+        keys = batch.keys
+        if self._send_chosen is not None or set(map(type, keys)) != {str}:
+            return False
+        try:
+            kbs: list[bytes | None] = list(map(self._kstr, keys))
+        except Exception:
+            return False
+        n = len(kbs)
+        self.records_out += n
+        nq = self.queues
+        qs = 0 if nq == 1 else self.route(kbs, nq, next(self._round_robin) % nq)
+        self._send(self.topic, qs, batch.timestamps, kbs, [self._vint(1)] * n,
+                   batch.headers or [()] * n)  # fmt: skip
+        ts = batch.max_timestamp
+        if ts > self.ctx.out_time:
+            self.ctx.out_time = ts
+        return True
 
     def _send_telling(self, batch: Batch, qs: Any, kbs: list[Any], vbs: list[Any]) -> None:
         """Send ``batch``, whose queues are chosen (``qs``), telling the queue of a record

@@ -710,6 +710,14 @@ class Task:
             lifecycle.fail()
             raise
 
+    def store_preparers(self) -> list[Callable[[int], None]] | None:
+        """All :meth:`prepare_commit` does while the task runs, as calls of the clock
+        time for its stores to make (the test driver makes them itself); None when it
+        does more (processors to flush, watermarks to send)."""
+        if self._flushing or self.marked_outputs or self.committer.exactly_once:
+            return None
+        return [store.prepare for store in self.stores.values()]
+
     def write_prepared(self) -> None:
         """Write the changes prepared commits took and no commit has written (at least
         once): for a task that failed since, as those commits would have written them
