@@ -398,26 +398,27 @@ def raw_decoder(serde: Serde) -> Callable[[bytes], Any]:
 
 
 #: The types decoded objects may be of for equal bytes to share one (immutable).
-SHAREABLE = frozenset({str, int, float, bool, bytes, type(None)})
+SHAREABLE: frozenset[type] = frozenset({str, int, float, bool, bytes, type(None)})
 
 
-class _Remembered(dict[bytes, Any]):
-    """Bytes -> what ``decode`` makes of them, when that is immutable (see
-    :func:`remembering_decoder`); at most 65,536 of them."""
+class _Memo(dict[Any, Any]):
+    """Argument -> what ``fn`` makes of it, kept when of a type in ``kept`` (None: any);
+    at most 65,536 of them (see :func:`remembering_decoder`, :func:`remembering_encoder`)."""
 
-    __slots__ = ("decode",)
+    __slots__ = ("fn", "kept")
 
-    def __init__(self, decode: Callable[[bytes], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], kept: frozenset[type] | None) -> None:
         super().__init__()
-        self.decode = decode
+        self.fn = fn
+        self.kept = kept
 
-    def __missing__(self, data: bytes) -> Any:
-        obj = self.decode(data)
-        if type(obj) in SHAREABLE:
+    def __missing__(self, arg: Any) -> Any:
+        out = self.fn(arg)
+        if self.kept is None or type(out) in self.kept:
             if len(self) >= 65_536:
                 self.clear()
-            self[data] = obj
-        return obj
+            self[arg] = out
+        return out
 
 
 def remembering_decoder(serde: Serde) -> Callable[[bytes], Any]:
@@ -427,25 +428,7 @@ def remembering_decoder(serde: Serde) -> Callable[[bytes], Any]:
     decode = raw_decoder(serde)
     if type(serde) is not MsgpackSerde:
         return decode
-    return _Remembered(decode).__getitem__
-
-
-class _Encoded(dict[Any, bytes]):
-    """Objects of one type -> their bytes (see :func:`remembering_encoder`); at most
-    65,536 of them."""
-
-    __slots__ = ("encode",)
-
-    def __init__(self, encode: Callable[[Any], bytes]) -> None:
-        super().__init__()
-        self.encode = encode
-
-    def __missing__(self, obj: Any) -> bytes:
-        data = self.encode(obj)
-        if len(self) >= 65_536:
-            self.clear()
-        self[obj] = data
-        return data
+    return _Memo(decode, SHAREABLE).__getitem__
 
 
 def remembering_encoder(serde: Serde, kind: type) -> Callable[[Any], bytes]:
@@ -456,7 +439,7 @@ def remembering_encoder(serde: Serde, kind: type) -> Callable[[Any], bytes]:
     other types (``True``, ``1.0``, a str subclass) may serialize otherwise."""
     if type(serde) not in (StrSerde, JsonSerde, MsgpackSerde):
         return serde.serialize
-    return _Encoded(serde.serialize).__getitem__
+    return _Memo(serde.serialize, None).__getitem__
 
 
 SERDES: dict[str, Serde] = {

@@ -202,6 +202,27 @@ class FnProcessor(Processor):
         """``[fn(v) for v in values]`` and the batch of the rows that did not fail."""
         return apply_column(self.ctx, self.name, fn or self.fn, self.fn, batch)
 
+    #: What :meth:`one` does with the function's result (None: the step takes a batch
+    #: of one): ``(key, value, ts, headers, topic, offset, result)``.
+    _passed: Callable[..., None] | None = None
+
+    def _one_fn(self, value: Any) -> Any:
+        """The step's function on one value, as :meth:`apply` applies it."""
+        return self.fn(value)
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        passed = self._passed
+        if passed is None or self.fused is not None:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        self.records_in += 1
+        try:
+            result = self._one_fn(value)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
+            return
+        passed(key, value, ts, headers, topic, offset, result)
+
 
 @register_processor("map", BUILDERS)
 class MapProcessor(FnProcessor):
@@ -211,18 +232,11 @@ class MapProcessor(FnProcessor):
         values, batch = self.apply(batch)
         self.forward(batch.with_values(values))
 
-    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
-        if self.fused is not None:
-            Processor.one(self, key, value, ts, headers, topic, offset)
-            return
-        self.records_in += 1
-        try:
-            new = self.fn(value)
-        except Exception as e:
-            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
-            return
+    def _passed(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int, result: Any
+    ) -> None:
         self.records_out += 1
-        self.next_one(key, new, ts, headers, topic, offset)
+        self.next_one(key, result, ts, headers, topic, offset)
 
 
 @register_processor("filter", BUILDERS)
@@ -231,14 +245,10 @@ class FilterProcessor(FnProcessor):
         mask, batch = self.apply(batch)
         self.forward(batch.select(mask))
 
-    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
-        self.records_in += 1
-        try:
-            keep = self.fn(value)
-        except Exception as e:
-            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
-            return
-        if keep:
+    def _passed(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int, result: Any
+    ) -> None:
+        if result:
             self.records_out += 1
             self.next_one(key, value, ts, headers, topic, offset)
 
@@ -259,18 +269,18 @@ class KeyByProcessor(FnProcessor):
         self.forward(batch.with_keys(keys))
 
     def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        if not self.identity:
+            super().one(key, value, ts, headers, topic, offset)
+            return
         self.records_in += 1
-        if self.identity:
-            self.records_out += 1
-            self.next_one(value, value, ts, headers, topic, offset)
-            return
-        try:
-            key = self.fn(value)
-        except Exception as e:
-            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
-            return
         self.records_out += 1
-        self.next_one(key, value, ts, headers, topic, offset)
+        self.next_one(value, value, ts, headers, topic, offset)
+
+    def _passed(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int, result: Any
+    ) -> None:
+        self.records_out += 1
+        self.next_one(result, value, ts, headers, topic, offset)
 
 
 @register_processor("selectTimestamp", BUILDERS)
@@ -280,15 +290,14 @@ class SelectTimestampProcessor(FnProcessor):
         stamps, batch = self.apply(batch, lambda v: as_timestamp(fn(v)))
         self.forward(batch.with_timestamps(stamps))
 
-    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
-        self.records_in += 1
-        try:
-            stamp = as_timestamp(self.fn(value))
-        except Exception as e:
-            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
-            return
+    def _one_fn(self, value: Any) -> Any:
+        return as_timestamp(self.fn(value))
+
+    def _passed(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int, result: Any
+    ) -> None:
         self.records_out += 1
-        self.next_one(key, value, stamp, headers, topic, offset)
+        self.next_one(key, value, result, headers, topic, offset)
 
 
 @register_processor("flatMap", BUILDERS)
@@ -301,25 +310,20 @@ class FlatMapProcessor(FnProcessor):
             outs, batch = self._materialize(outs, batch)
         self.forward(batch.expand(list(map(len, outs)), list(chain.from_iterable(outs))))
 
-    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
-        if self.fused is not None:
-            Processor.one(self, key, value, ts, headers, topic, offset)
-            return
-        self.records_in += 1
-        try:
-            out = self.fn(value)
-            # A copy (the user may keep the list), a generator run now (see _materialize).
-            out = list(out)
-        except Exception as e:
-            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.fn)
-            return
-        n = len(out)
+    def _one_fn(self, value: Any) -> Any:
+        # A copy (the user may keep the list), a generator run now (see _materialize).
+        return list(self.fn(value))
+
+    def _passed(
+        self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int, result: Any
+    ) -> None:
+        n = len(result)
         if n == 1:
             self.records_out += 1
-            self.next_one(key, out[0], ts, headers, topic, offset)
+            self.next_one(key, result[0], ts, headers, topic, offset)
         elif n:  # the batch expand() would make of it
             hs = [headers] * n if headers else None
-            batch = Batch(topic, self.ctx.queue, [key] * n, out, [ts] * n, [offset] * n, hs, ts)
+            batch = Batch(topic, self.ctx.queue, [key] * n, result, [ts] * n, [offset] * n, hs, ts)
             self.forward(batch)
 
     def _materialize(self, outs: list[Any], batch: Batch) -> tuple[list[Any], Batch]:
