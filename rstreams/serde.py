@@ -401,6 +401,51 @@ def raw_decoder(serde: Serde) -> Callable[[bytes], Any]:
     return serde.deserialize
 
 
+#: The types decoded objects may be of for equal bytes to share one (immutable).
+SHAREABLE: frozenset[type] = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+class _Memo(dict[Any, Any]):
+    """Argument -> what ``fn`` makes of it, kept when of a type in ``kept`` (None: any);
+    at most 65,536 of them (see :func:`remembering_decoder`, :func:`remembering_encoder`)."""
+
+    __slots__ = ("fn", "kept")
+
+    def __init__(self, fn: Callable[[Any], Any], kept: frozenset[type] | None) -> None:
+        super().__init__()
+        self.fn = fn
+        self.kept = kept
+
+    def __missing__(self, arg: Any) -> Any:
+        out = self.fn(arg)
+        if self.kept is None or type(out) in self.kept:
+            if len(self) >= 65_536:
+                self.clear()
+            self[arg] = out
+        return out
+
+
+def remembering_decoder(serde: Serde) -> Callable[[bytes], Any]:
+    """:func:`raw_decoder`, which for msgpack (shuffles: their keys repeat) remembers
+    the bytes it decoded to an immutable object: the same object again, with no call
+    of the decoder (a dictionary lookup, at C speed)."""
+    decode = raw_decoder(serde)
+    if type(serde) is not MsgpackSerde:
+        return decode
+    return _Memo(decode, SHAREABLE).__getitem__
+
+
+def remembering_encoder(serde: Serde, kind: type) -> Callable[[Any], bytes]:
+    """``serde.serialize`` for objects of exactly type ``kind`` (str or int: the keys
+    and counts a sink writes again and again), remembering the bytes of each: a
+    dictionary lookup, at C speed. Only the built-in serdes are remembered (a user's
+    may not give the same bytes twice). Its caller checks the type: equal objects of
+    other types (``True``, ``1.0``, a str subclass) may serialize otherwise."""
+    if type(serde) not in (StrSerde, JsonSerde, MsgpackSerde):
+        return serde.serialize
+    return _Memo(serde.serialize, None).__getitem__
+
+
 SERDES: dict[str, Serde] = {
     s.name: s for s in (StrSerde(), BytesSerde(), JsonSerde(), MsgpackSerde())
 }

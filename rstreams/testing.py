@@ -51,17 +51,20 @@ from typing import Any
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
+from rstreams.runtime.engine.lifecycle import TaskState
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.queues.base import Headers
+from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
-from rstreams.runtime.queues.memory import MemoryBroker
-from rstreams.serde import SERDES, Serde, deserialize_rows
+from rstreams.runtime.queues.memory import MemoryBroker, MemoryQueue
+from rstreams.serde import SERDES, SHAREABLE, Serde, _deserialized
 
 __all__ = ["OutputRecord", "TopologyTestDriver"]
 
 #: The processors that judge event time (windowed aggregations and joins).
 TIMED_KINDS = frozenset({"window-aggregate", "join"})
+
+_RUNNING = TaskState.RUNNING
 
 #: Pipes between two commits that write (each pipe prepares the commit of the tasks it
 #: made work: see TopologyTestDriver._commit_later).
@@ -130,7 +133,9 @@ class _RecordingProducer(Producer):
 
     ``unprocessed`` holds each record not yet processed, as ``(topic, queue, offset,
     timestamp, key, value, headers)``: the driver hands it to its task as it is, with
-    no read back from the broker.
+    no read back from the broker. Records go straight into the memory broker's queues,
+    as :meth:`MemoryBroker.append_one <rstreams.runtime.queues.memory.MemoryBroker>`
+    puts them there (with its checks), without its call: every record passes here.
     """
 
     def __init__(self, broker: MemoryBroker) -> None:
@@ -139,8 +144,23 @@ class _RecordingProducer(Producer):
         #: Topics a task reads (the driver sets them): only their records wait to be
         #: processed.
         self.read_topics: set[str] = set()
-        self.order: dict[str, list[tuple[int, int]]] = {}
-        self._append_one = broker.append_one
+        #: Per topic, the queue and the offset of each record produced, in order (two
+        #: columns: no tuple per record, none to unzip when read).
+        self.order: dict[str, tuple[list[int], list[int]]] = {}
+        #: Per topic: its queues, its ``order`` columns, whether a task reads it.
+        self._topics: dict[str, tuple[list[MemoryQueue], list[int], list[int], bool]] = {}
+        self._memory = broker
+
+    def reading(self, topics: set[str]) -> None:
+        """Set :attr:`read_topics`."""
+        self.read_topics = topics
+        self._topics.clear()
+
+    def _topic(self, topic: str) -> tuple[list[MemoryQueue], list[int], list[int], bool]:
+        queues = self._memory.queues_of(topic)  # (raises for an unknown topic)
+        qs, offsets = self.order.setdefault(topic, ([], []))
+        entry = self._topics[topic] = (queues, qs, offsets, topic in self.read_topics)
+        return entry
 
     def send_routed(
         self,
@@ -153,37 +173,47 @@ class _RecordingProducer(Producer):
     ) -> None:
         """Appends at once, in the order sent across queues too (the driver's batches
         are small: a record at a time costs less than grouping them by queue)."""
-        order = self.order.get(topic)
-        if order is None:
-            order = self.order[topic] = []
         if len(values) == 1:  # the usual: a record at a time, no zip of columns
             q = queues if isinstance(queues, int) else queues[0]
-            self.send(topic, q, keys[0], values[0], timestamps[0], headers[0], order)
+            self.send(topic, q, keys[0], values[0], timestamps[0], headers[0])
             return
-        qs = itertools.repeat(queues) if isinstance(queues, int) else queues
-        append = self._append_one
-        if topic not in self.read_topics:
+        qs = [queues] * len(values) if isinstance(queues, int) else queues
+        mqs, order_qs, order_offsets, read = self._topics.get(topic) or self._topic(topic)
+        if not set(map(type, timestamps)) <= {int} or not set(qs) <= set(range(len(mqs))):
+            # One at a time: those before the first bad one go, as they did.
             for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
-                order.append((q, append(topic, q, ts, k, v, h)))
+                self.send(topic, q, k, v, ts, h)
             return
-        unprocessed = self.unprocessed.append
+        offsets = []
         for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
-            offset = append(topic, q, ts, k, v, h)
-            order.append((q, offset))
-            unprocessed((topic, q, offset, ts, k, v, h))
+            mq = mqs[q]
+            records = mq.records
+            offset = mq.base + len(records)
+            records.append((offset, ts, k, v, h))
+            offsets.append(offset)
+        order_qs.extend(qs)
+        order_offsets.extend(offsets)
+        if read:
+            self.unprocessed.extend(
+                zip(itertools.repeat(topic), qs, offsets, timestamps, keys, values, headers)
+            )
 
     def send(
         self, topic: str, queue: int, key: bytes | None, value: bytes | None, timestamp: int,
-        headers: Headers, order: list[tuple[int, int]] | None = None,
+        headers: Headers,
     ) -> None:  # fmt: skip
-        """One record, appended at once (``order``: the topic's, if at hand)."""
-        if order is None:
-            order = self.order.get(topic)
-            if order is None:
-                order = self.order[topic] = []
-        offset = self._append_one(topic, queue, timestamp, key, value, headers)
-        order.append((queue, offset))
-        if topic in self.read_topics:
+        """One record, appended at once."""
+        mqs, order_qs, order_offsets, read = self._topics.get(topic) or self._topic(topic)
+        if type(timestamp) is int and 0 <= queue < len(mqs):
+            mq = mqs[queue]
+            records = mq.records
+            offset = mq.base + len(records)
+            records.append((offset, timestamp, key, value, headers))
+        else:  # (it raises the broker's error)
+            offset = self._memory.append_one(topic, queue, timestamp, key, value, headers)
+        order_qs.append(queue)
+        order_offsets.append(offset)
+        if read:
             self.unprocessed.append((topic, queue, offset, timestamp, key, value, headers))
 
     def send_columns(
@@ -199,6 +229,28 @@ class _RecordingProducer(Producer):
 
     def flush(self) -> list[tuple[str, int]]:
         return []
+
+
+_BUILTIN_SERDES = frozenset(type(s) for s in SERDES.values())
+
+
+def _decoded(serde: Serde, raws: Sequence[bytes | None]) -> list[Any]:
+    """``deserialize_rows``' column of ``raws`` (None stays None) for a read: with a
+    built-in serde, bytes that repeat (the usual keys and counts) are decoded once, when
+    what they decode to is immutable: the same objects, decoded a tenth as often."""
+    if len(raws) < 64 or type(serde) not in _BUILTIN_SERDES:
+        return _deserialized(serde, raws)
+    table: dict[Any, Any] = dict.fromkeys(raws)
+    table.pop(None, None)
+    if len(table) * 2 > len(raws):
+        return _deserialized(serde, raws)
+    distinct = list(table)
+    objs = serde.deserialize_many(distinct)
+    if not set(map(type, objs)) <= SHAREABLE:
+        return _deserialized(serde, raws)
+    table = dict(zip(distinct, objs))
+    table[None] = None
+    return list(map(table.__getitem__, raws))
 
 
 class TopologyTestDriver:
@@ -247,8 +299,14 @@ class TopologyTestDriver:
             producer=self._producer,
             clock=lambda: self._time,
         )
-        self._producer.read_topics = {topic for topic, _ in self._engine.readers}
+        self._producer.reading({topic for topic, _ in self._engine.readers})
         self._task_index = {task: i for i, task in enumerate(self._engine.tasks)}
+        self._preparers = {task: task.store_preparers() for task in self._engine.tasks}
+        #: (topic, queue) -> the task that reads it, and its one-record entry (if any).
+        self._readers = {
+            (topic, q): (task, task.one_record(topic))
+            for (topic, q), task in self._engine.readers.items()
+        }
         self._route = self._engine.config.queue_mapper.route
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
@@ -331,7 +389,7 @@ class TopologyTestDriver:
         coalesces nor combines), unless ``commit_all`` (after wall-clock work or the end
         of input, which reach every task)."""
         pending = self._producer.unprocessed
-        readers = self._engine.readers
+        readers = self._readers
         # Tasks that processed a record since they last committed (kept across calls:
         # a failure leaves them for the next commit, as committing every task would).
         touched = self._uncommitted
@@ -339,16 +397,25 @@ class TopologyTestDriver:
         while True:
             while pending:
                 topic, q, offset, ts, key, value, headers = pending.popleft()
-                task = readers.get((topic, q))
-                if task is None:
+                reader = readers.get((topic, q))
+                if reader is None:
                     continue
+                task, one = reader
                 touched[task] = None
-                if task.positions[topic] == offset:
-                    # What task.process_next(topic) does, with the record at hand.
-                    task.positions[topic] = offset + 1
-                    task.process_one(topic, offset, ts, key, value, headers)
-                else:
+                positions = task.positions
+                if positions[topic] != offset:
                     task.process_next(topic)
+                elif one is None or task.idle or task.lifecycle.state is not _RUNNING:
+                    positions[topic] = offset + 1  # (what process_next does)
+                    columns = RecordColumns([offset], [ts], [key], [value], [headers])
+                    task.process_records(topic, columns)
+                else:  # the usual: the record to the task's source as it is
+                    positions[topic] = offset + 1
+                    try:
+                        one(q, offset, ts, key, value, headers)
+                    except BaseException:
+                        task.lifecycle.fail()  # (as process_records fails it)
+                        raise
                 if timed:
                     self._share_time(touched, task)
             if commit_all:
@@ -391,9 +458,19 @@ class TopologyTestDriver:
         # In the order a commit would take them; only those with something to prepare
         # prepare (most are stateless: nothing to flush or serialize).
         tasks = sorted(touched, key=self._task_index.__getitem__) if len(touched) > 1 else touched
+        preparers = self._preparers
         for task in tasks:
             if task.prepares:
-                task.prepare_commit()
+                stores = preparers[task]
+                if stores is None or task.lifecycle.state is not _RUNNING:
+                    task.prepare_commit()
+                else:  # what prepare_commit does, less two calls
+                    try:
+                        for prepare in stores:
+                            prepare(self._time)  # (the tasks' clock)
+                    except BaseException:
+                        task.lifecycle.fail()  # as prepare_commit fails it
+                        raise
             prepared[task] = None
         self._pipes += 1
         if self._pipes >= COMMIT_EVERY:
@@ -523,16 +600,15 @@ class TopologyTestDriver:
 
     def _read_records(self, topic: str, key_serde: Serde, value_serde: Serde) -> list[OutputRecord]:
         """:meth:`read`'s records, deserialized with ``key_serde`` and ``value_serde``."""
-        order = self._producer.order.get(topic, [])
+        all_qs, all_offsets = self._producer.order.get(topic, ([], []))
         start = self._read.get(topic, 0)
-        self._read[topic] = len(order)
-        todo = order[start:]
-        if not todo:
+        self._read[topic] = len(all_offsets)
+        qs, offsets = all_qs[start:], all_offsets[start:]
+        if not offsets:
             return []
-        qs, offsets = zip(*todo)
         timestamps, raw_keys, raw_values, headers = self._stored(topic, qs, offsets)
         try:
-            keys, values = deserialize_rows(key_serde, value_serde, raw_keys, raw_values)
+            keys, values = _decoded(key_serde, raw_keys), _decoded(value_serde, raw_values)
         except Exception:  # record by record: the first bad one raises its error
             kde, vde = key_serde.deserialize, value_serde.deserialize
             keys, values = [], []
@@ -543,9 +619,7 @@ class TopologyTestDriver:
             map(_new_output, zip(keys, values, timestamps, headers, repeat(topic), qs, offsets))
         )
 
-    def _stored(
-        self, topic: str, qs: tuple[int, ...], offsets: tuple[int, ...]
-    ) -> tuple[Sequence[Any], ...]:
+    def _stored(self, topic: str, qs: list[int], offsets: list[int]) -> tuple[Sequence[Any], ...]:
         """Timestamps, keys, values and headers of the records at ``offsets`` of queues
         ``qs`` of ``topic``, as columns: one read per queue, and for the usual (one
         queue, offsets in a row) no step per record."""

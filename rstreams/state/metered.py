@@ -69,6 +69,8 @@ class MeteredStore:
     get_many: Callable[[list[Any]], list[Any]]
     put: Callable[[Any, Any], None]
     put_many: Callable[[list[Any], list[Any]], None]
+    add: Callable[[Any, Any], Any]
+    prepare: Callable[[int], None]
     delete: Callable[[Any], None]
 
     def __init__(self, wrapped: CachedStore) -> None:
@@ -80,9 +82,11 @@ class MeteredStore:
         self.get_many = wrapped.get_many
         self.put = wrapped.put
         self.put_many = wrapped.put_many
+        self.add = wrapped.add
         self.delete = wrapped.delete
-        self.puts = 0
-        self.deletes = 0
+        #: :meth:`flush` for a commit prepared now and written later (see
+        #: ``Task.prepare_commit``): the cache's own, which counts the changes.
+        self.prepare = wrapped.prepare
         self.restored = 0
 
     @property
@@ -124,10 +128,7 @@ class MeteredStore:
         number of changes. Raises SerdeError (naming the store and key) for a value
         that can not be stored. A full cache is emptied, unless not ``empty_full`` (a
         commit prepared now and written later: see ``Task.prepare_commit``)."""
-        changes, deletes = self.wrapped.flush(timestamp, empty_full)
-        self.puts += changes - deletes
-        self.deletes += deletes
-        return changes
+        return self.wrapped.flush(timestamp, empty_full)[0]  # (the cache counts them)
 
     def send(self) -> None:
         """Append the flushed changes to the changelog (the broker, or the transaction
@@ -165,8 +166,8 @@ class MeteredStore:
         """The counts and the size estimates (cheap: no scan)."""
         entries, size = self.inner.estimate()
         return StoreMetrics(
-            puts=self.puts,
-            deletes=self.deletes,
+            puts=self.wrapped.puts,
+            deletes=self.wrapped.deletes,
             gets=self.wrapped.misses,
             restored=self.restored,
             entries=entries,

@@ -15,7 +15,9 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import Processor
+from rstreams.runtime.queues.base import Headers
 from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.nullkeys import NULL_KEYS
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -41,6 +43,8 @@ class AggregateProcessor(Processor):
         self.merge = agg.merge
         self.partials = bool(factory.options.get("partials"))
         self.update = agg.add_partial if self.partials else agg.update
+        #: Partials added with ``+``: the store's ``add`` is the update (see one()).
+        self.adds_partials = self.partials and agg.adds
         # The coalesced updates: value, timestamp and source offset per key.
         self.pending: dict[Any, Any] = {}
         self.pending_ts: dict[Any, int] = {}
@@ -89,6 +93,28 @@ class AggregateProcessor(Processor):
             self.forward(batch.with_values(out))
             return
         self._remember(batch.keys, out, batch)
+
+    def one(self, key: Any, value: Any, ts: int, headers: Headers, topic: str, offset: int) -> None:
+        # process() of a batch of one record, with no batch built (coalesced updates
+        # are left to it).
+        if self.coalesce:
+            Processor.one(self, key, value, ts, headers, topic, offset)
+            return
+        self.records_in += 1
+        if key is None:
+            self.ctx.metrics[NULL_KEYS] += 1
+            return
+        try:
+            if self.adds_partials:  # (count and sum: one call)
+                new = self.store.add(key, value)
+            else:
+                new = self.update(self.store.get(key), value)
+                self.store.put(key, new)
+        except Exception as e:
+            self.failed_one(self.name, (key, value, ts, headers, topic, offset), e, self.user_fn)
+            return
+        self.records_out += 1
+        self.next_one(key, new, ts, headers, topic, offset)
 
     def _merge_batch(self, batch: Batch) -> bool:
         """Merge a batch of partials into state; False (nothing done) if any merge fails,

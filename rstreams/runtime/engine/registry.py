@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from rstreams.planner.topology import ProcessorBuilder
 from rstreams.runtime.engine.aggregate import BUILDERS as _AGGREGATE
 from rstreams.runtime.engine.processors import BUILDERS as _PLAIN
+from rstreams.runtime.engine.sinks import BUILDERS as _SINKS
 from rstreams.runtime.engine.windowing import BUILDERS as _WINDOWED
 
 __all__ = ["PROCESSORS"]
 
-#: Every processor kind the embedded engine runs: stateless steps, sources and sinks
-#: (processors.py), aggregations (aggregate.py), windowed aggregations and joins
-#: (windowing.py).
-PROCESSORS: Mapping[str, ProcessorBuilder] = {**_PLAIN, **_AGGREGATE, **_WINDOWED}
+#: Every processor kind the embedded engine runs: stateless steps and sources
+#: (processors.py), sinks (sinks.py), aggregations (aggregate.py), windowed aggregations
+#: and joins (windowing.py).
+PROCESSORS: Mapping[str, ProcessorBuilder] = {**_PLAIN, **_SINKS, **_AGGREGATE, **_WINDOWED}

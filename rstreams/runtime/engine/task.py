@@ -92,7 +92,7 @@ from rstreams.runtime.engine.watermarks import (
 )
 from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.layout import store_dir
-from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
@@ -400,7 +400,7 @@ class Task:
         #: Per told input, the latest time it told (used when there are several).
         self._told_times: dict[str, int] = {}
         #: Inputs whose records need nothing but processing: no control records among
-        #: them, no idleness to follow (see process_one).
+        #: them, no idleness to follow (see one_record).
         self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
         if self.config.source_idle_ms is not None:
             self._plain_inputs.clear()
@@ -590,25 +590,15 @@ class Task:
             lifecycle.fail()
             raise
 
-    def process_one(
-        self, topic: str, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
-        headers: Headers,
-    ) -> None:  # fmt: skip
-        """:meth:`process_records` of the one record at ``offset`` of ``topic``, given
-        as stored (the test driver's): no columns are built for a data record of an
-        input without watermarks or idleness to follow; anything else goes through
-        :meth:`process_records`. The caller has moved the position past it."""
-        if topic not in self._plain_inputs or self.idle or self.lifecycle.state is not _RUNNING:
-            one = RecordColumns([offset], [timestamp], [key], [value], [headers])
-            self.process_records(topic, one)
-            return
-        try:  # an error fails the task
-            self.sources[topic].process_one(self.queue, offset, timestamp, key, value, headers)
-            if self.marked_outputs:
-                self._send_watermark()
-        except BaseException:
-            self.lifecycle.fail()
-            raise
+    def one_record(self, topic: str) -> Callable[..., None] | None:
+        """How the test driver hands this task one record of ``topic`` as stored, with
+        no columns built: ``(queue, offset, timestamp, key, value, headers)`` to its
+        source, for an input without watermarks or idleness to follow while the task
+        runs and is not idle (an error then fails the task, as :meth:`process_records`
+        would). None: such records go through :meth:`process_records`."""
+        if topic not in self._plain_inputs or self.marked_outputs:
+            return None
+        return self.sources[topic].process_one
 
     def process_next(self, topic: str) -> None:
         """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
@@ -717,11 +707,19 @@ class Task:
                 self._send_watermark()
             now = self.clock()
             for store in self.stores.values():
-                # A full cache stays: the changes it holds are not written yet.
-                store.flush(now, empty_full=False)
+                # (A full cache stays: the changes it holds are not written yet.)
+                store.prepare(now)
         except BaseException:
             lifecycle.fail()
             raise
+
+    def store_preparers(self) -> list[Callable[[int], None]] | None:
+        """All :meth:`prepare_commit` does while the task runs, as calls of the clock
+        time for its stores to make (the test driver makes them itself); None when it
+        does more (processors to flush, watermarks to send)."""
+        if self._flushing or self.marked_outputs or self.committer.exactly_once:
+            return None
+        return [store.prepare for store in self.stores.values()]
 
     def write_prepared(self) -> None:
         """Write the changes prepared commits took and no commit has written (at least

@@ -163,6 +163,14 @@ class MemoryBroker:
         except IndexError:
             raise unknown_queue(topic, queue, self._topics[topic].queue_count) from None
 
+    def queues_of(self, topic: str) -> list[MemoryQueue]:
+        """The queues of ``topic``, for a producer that appends to them itself (the test
+        driver's, record by record: see :meth:`append_one` for what it must do)."""
+        try:
+            return self._topics[topic].queues
+        except KeyError:
+            raise unknown_topic(topic) from None
+
     def append(
         self,
         topic: str,
