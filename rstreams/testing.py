@@ -187,7 +187,7 @@ class _RecordingProducer(Producer):
         offsets = []
         for q, ts, k, v, h in zip(qs, timestamps, keys, values, headers):
             mq = mqs[q]
-            records = mq.records
+            records = mq.rows() if mq.chunks else mq.records  # (see send)
             offset = mq.base + len(records)
             records.append((offset, ts, k, v, h))
             offsets.append(offset)
@@ -206,7 +206,9 @@ class _RecordingProducer(Producer):
         mqs, order_qs, order_offsets, read = self._topics.get(topic) or self._topic(topic)
         if type(timestamp) is int and 0 <= queue < len(mqs):
             mq = mqs[queue]
-            records = mq.records
+            # (Records appended as columns, by anything but this producer, are rows first:
+            # an offset counts them.)
+            records = mq.rows() if mq.chunks else mq.records
             offset = mq.base + len(records)
             records.append((offset, timestamp, key, value, headers))
         else:  # (it raises the broker's error)
