@@ -284,13 +284,18 @@ class Worker:
             tmp.replace(path)
             counts[1] = total
 
-    def _stop_task(self, task_id: TaskId) -> None:
-        task = self.tasks.pop(task_id)
+    def _let_go(self, task_id: TaskId, task: Task) -> None:
+        """Forget what this worker keeps per task of a task that leaves it (stopped or
+        abandoned): its queues' pulls, its changelogs' key counts, its skipped count."""
         for topic in task.positions:
             self.pool.remove(topic, task.queue)
         self._compaction.forget_all(task.changelogs.values(), task.queue)
-        self._publish_skipped({task_id: task})
         self._skipped.pop(task_id, None)
+
+    def _stop_task(self, task_id: TaskId) -> None:
+        task = self.tasks.pop(task_id)
+        self._publish_skipped({task_id: task})
+        self._let_go(task_id, task)
         task.close()  # flush + commit before the lock goes
         if not task.failed:
             self.broker.flush()
@@ -380,10 +385,7 @@ class Worker:
         for task_id in task_ids:
             task = self.tasks.pop(task_id, None)
             if task is not None:
-                for topic in task.positions:
-                    self.pool.remove(topic, task.queue)
-                self._compaction.forget_all(task.changelogs.values(), task.queue)
-                self._skipped.pop(task_id, None)
+                self._let_go(task_id, task)
                 task.abandon()
             if release:
                 self.membership.release_task(str(task_id))
