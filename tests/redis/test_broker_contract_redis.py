@@ -1,5 +1,8 @@
 """The Broker contract (tests/unit/test_broker_contract.py) on RedisBroker, unchanged.
 
+It runs twice: with entries of the default size, and of 3 records, so that reads start
+and end inside entries and cross many, and purges and compaction cut through them.
+
 The unit directory stays free of servers: this module loads the contract's tests and
 runs them with a ``broker`` fixture that is a RedisBroker on a real redis-server.
 """
@@ -27,8 +30,9 @@ globals().update(
 t = _contract.t
 
 
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[RedisBroker]:
-    b = RedisBroker.open(RedisTarget.parse(redis_url), "contract")
+@pytest.fixture(params=[RedisBroker.entry_records, 3], ids=["entries", "small-entries"])
+def broker(redis_url: str, request: pytest.FixtureRequest) -> Iterator[RedisBroker]:
+    b = RedisBroker.open(RedisTarget.parse(redis_url), f"contract{request.param}")
+    b.entry_records = request.param
     yield b
     b.close()

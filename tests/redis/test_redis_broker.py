@@ -1,7 +1,7 @@
-"""What RedisBroker alone does, on real redis-server processes: records as real stream
-entries, dense offsets through XDEL and trims, atomic fenced transactions, restarts with
-and without persistence, and secrets that never show. The Broker contract itself is
-test_broker_contract_redis.py."""
+"""What RedisBroker alone does, on real redis-server processes: records batched in
+stream entries, dense offsets through compaction, XDEL and trims, atomic fenced
+transactions, restarts with and without persistence, and secrets that never show. The
+Broker contract itself is test_broker_contract_redis.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import json
 import signal
 import subprocess
 import sys
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 import redis
 from redisserver import RedisServer, free_port
@@ -47,22 +49,27 @@ def values(records: list[LogRecord]) -> list[bytes | None]:
 # -- records are stream entries ---------------------------------------------------------------
 
 
-def test_records_are_real_stream_entries_with_dense_ids(broker: RedisBroker) -> None:
+def test_records_are_batched_in_stream_entries_with_dense_ids(broker: RedisBroker) -> None:
     broker.create_topic("t", 2)
     assert broker.append("t", 1, [(5, b"k", b"v", ()), (6, None, b"", (("h", b"1"),))]) == 0
     assert broker.append("t", 1, [(7, b"", None, ())]) == 2
     raw = broker.client.xrange("rs:{job1}:q:t:1")
-    assert raw == [
-        (b"0-1", {b"t": b"5", b"k": b"k", b"v": b"v"}),
-        (b"0-2", {b"t": b"6", b"v": b"", b"h": b"\x91\x92\xa1h\xc4\x011"}),
-        (b"0-3", {b"t": b"7", b"k": b""}),
+    # an entry's id is its last record's offset + 1, its fields n (records) and b
+    assert [(i, sorted(f), f[b"n"]) for i, f in raw] == [
+        (b"0-2", [b"b", b"n"], b"2"),
+        (b"0-3", [b"b", b"n"], b"1"),
     ]
+    ts, keys, values, headers = msgpack.unpackb(raw[0][1][b"b"], raw=True)
+    assert (keys, values) == ([b"k", False], [b"v", b""])  # False: None
+    assert array("q", ts).tolist() == [5, 6] and headers[0] is False
     got = broker.read("t", 1, 0)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
         (0, 5, b"k", b"v", ()),
         (1, 6, None, b"", (("h", b"1"),)),  # None and b"" stay apart
         (2, 7, b"", None, ()),
     ]
+    assert [r.offset for r in broker.read("t", 1, 1)] == [1, 2]  # from inside an entry
+    assert [r.offset for r in broker.read("t", 1, 0, 1)] == [0]
     assert json.loads(broker.client.hget("rs:{job1}:topics", "t"))["queues"] == 2
     # every key of the job under one hash tag
     assert {k.decode() for k in broker.client.keys("*")} == {
@@ -72,12 +79,46 @@ def test_records_are_real_stream_entries_with_dense_ids(broker: RedisBroker) -> 
     }
 
 
-def test_offsets_stay_dense_through_xdel_and_trims(broker: RedisBroker) -> None:
+def test_a_large_append_makes_entries_of_bounded_size(broker: RedisBroker) -> None:
+    broker.create_topic("t", 1)
+    rows = [(i, b"k%d" % (i % 7), b"v%d" % i, ()) for i in range(1234)]
+    assert broker.append("t", 0, rows) == 0
+    raw = broker.client.xrange("rs:{job1}:q:t:0")
+    assert [(i, f[b"n"]) for i, f in raw] == [(b"0-500", b"500"), (b"0-1000", b"500"),
+                                              (b"0-1234", b"234")]  # fmt: skip
+    for start, n in ((0, 5000), (499, 2), (700, 534), (1233, 10), (1234, 10)):
+        got = broker.read_columns("t", 0, start, n)
+        assert got.offsets == range(start, min(start + n, 1234))
+        assert got.values == [v for _, _, v, _ in rows[start : start + n]]
+
+
+def test_entries_rstreams_wrote_one_record_each_still_read(broker: RedisBroker) -> None:
+    """Streams written by rstreams before batches (fields t, k, v, h per record) read and
+    compact as ever, and appends after them are batches."""
+    broker.create_topic("c", 1, compacted=True)
+    key = "rs:{job1}:q:c:0"
+    broker.client.xadd(key, {"t": "5", "k": "a", "v": "1"}, id="0-1")
+    broker.client.xadd(key, {"t": "6", "v": "", "h": msgpack.packb([["h", b"1"]])}, id="0-2")
+    broker.client.xadd(key, {"t": "7", "k": "a", "v": "2"}, id="0-3")
+    assert broker.append("c", 0, [(8, b"b", b"3", ()), (9, b"a", b"4", ())]) == 3
+    got = broker.read("c", 0, 0)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
+        (0, 5, b"a", b"1", ()), (1, 6, None, b"", (("h", b"1"),)), (2, 7, b"a", b"2", ()),
+        (3, 8, b"b", b"3", ()), (4, 9, b"a", b"4", ()),
+    ]  # fmt: skip
+    assert broker.compact("c", 0) == 2
+    assert [(r.offset, r.value) for r in broker.read("c", 0, 0)] == [(1, b""), (3, b"3"), (4, b"4")]
+
+
+def test_offsets_stay_dense_through_compaction_xdel_and_trims(broker: RedisBroker) -> None:
     broker.create_topic("c", 1, compacted=True)
     broker.append("c", 0, [(i, b"k%d" % (i % 2), b"%d" % i, ()) for i in range(6)])
-    assert broker.compact("c", 0) == 4  # XDEL of the superseded ones
+    assert broker.records_held("c", 0) == 6
+    assert broker.compact("c", 0) == 4  # the entry keeps 2 of its records, with offsets
     assert [(r.offset, r.value) for r in broker.read("c", 0, 0)] == [(4, b"4"), (5, b"5")]
     assert list(broker.read_columns("c", 0, 0).offsets) == [4, 5]
+    assert [r.timestamp for r in broker.read("c", 0, 5)] == [5]
+    assert broker.records_held("c", 0) == 2 and broker.compact("c", 0) == 0
     broker.client.xdel("rs:{job1}:q:c:0", "0-6")  # even the last entry: the end stays
     assert broker.end_offset("c", 0) == 6
     assert broker.append("c", 0, [(9, b"k0", b"new", ())]) == 6
@@ -85,6 +126,18 @@ def test_offsets_stay_dense_through_xdel_and_trims(broker: RedisBroker) -> None:
     assert broker.client.xlen("rs:{job1}:q:c:0") == 0
     assert (broker.start_offset("c", 0), broker.end_offset("c", 0)) == (7, 7)
     assert broker.append("c", 0, [(9, None, b"after", ())]) == 7
+    assert broker.records_held("c", 0) == 1
+
+
+def test_a_purge_inside_an_entry_keeps_it_and_moves_the_start(broker: RedisBroker) -> None:
+    broker.create_topic("t", 1)
+    broker.append("t", 0, [(i, None, b"%d" % i, ()) for i in range(10)])
+    broker.purge("t", 0, 4)
+    assert broker.client.xlen("rs:{job1}:q:t:0") == 1  # records 0-3 are in the entry still
+    assert [r.offset for r in broker.read("t", 0, 4)] == list(range(4, 10))
+    assert broker.records_held("t", 0) == 6
+    with pytest.raises(ConfigError, match="purged"):
+        broker.read("t", 0, 3)
 
 
 def test_retention_drops_whole_records_from_the_start(broker: RedisBroker) -> None:
@@ -109,6 +162,7 @@ def test_entries_another_program_added_are_refused(broker: RedisBroker) -> None:
         tx.commit("g", "t", 0, 1)
         tx.append("t", 0, [(2, None, b"b", ())])
     assert broker.committed("g", "t", 0) == 0 and broker.client.xlen("rs:{job1}:q:t:0") == 2
+    assert broker.client.xrange("rs:{job1}:q:t:0")[0][0] == b"0-1"  # the append: not applied
 
 
 def test_a_closed_broker_refuses_appends_reads_and_commits(broker: RedisBroker) -> None:
@@ -128,11 +182,14 @@ def test_a_closed_broker_refuses_appends_reads_and_commits(broker: RedisBroker) 
 
 def test_entries_deleted_or_trimmed_under_the_job_are_detected(broker: RedisBroker) -> None:
     broker.create_topic("t", 1)
+    broker.entry_records = 2  # entries 0-2, 0-4 and 0-6
     broker.append("t", 0, [(i, None, b"%d" % i, ()) for i in range(6)])
-    broker.client.xdel("rs:{job1}:q:t:0", "0-3")  # offset 2, in a topic nothing compacts
+    broker.client.xdel("rs:{job1}:q:t:0", "0-4")  # offsets 2 and 3, in a topic nothing compacts
     assert values(broker.read("t", 0, 0, 2)) == [b"0", b"1"]
-    with pytest.raises(RedisDataLostError, match=r"skips from offset 2 to 3"):
+    with pytest.raises(RedisDataLostError, match=r"skips from offset 2 to 4"):
         broker.read("t", 0, 2)
+    with pytest.raises(RedisDataLostError, match=r"skips from offset 3 to 4"):
+        broker.read("t", 0, 3)
     with pytest.raises(RedisDataLostError, match=r"skips from offset 0 to 0 or later"):
         broker.read_columns("t", 0, 0)  # a gap inside the batch read
     broker.client.xtrim("rs:{job1}:q:t:0", maxlen=0)  # everything, behind the start mark

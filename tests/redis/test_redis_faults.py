@@ -75,7 +75,8 @@ def test_redis_restarted_with_its_data_mid_run_results_exact(tmp_path, sig):
     finally:
         server.stop()
     assert code == 0, err
-    assert "lost the broker" in err  # (the supervisor rode the restart out)
+    # the restart hit the run: the supervisor, or a worker it replaced, lost the server
+    assert "lost the broker" in err or "starting a replacement" in err, err
     assert read_table(tmp_path / "counts.jsonl") == expected_counts(corpus)
 
 
@@ -112,6 +113,6 @@ def test_a_stream_deleted_under_the_job_stops_the_run(tmp_path):
 
 def test_a_stream_trimmed_under_the_job_stops_the_run(tmp_path):
     def trim(server, client):
-        client.xtrim("rs:{wordcount}:q:sentences:0", maxlen=0)
+        client.xtrim("rs:{wordcount}:q:sentences:0", maxlen=0, approximate=False)
 
     _assert_lost(*_lost_run(tmp_path, trim))

@@ -21,6 +21,7 @@ CHUNK = 300
 def test_redis_holds_a_bounded_part_of_the_input(tmp_path: Path, own_redis: RedisServer):
     corpus = big_corpus(tmp_path, 20)  # 124k lines, many times the bound
     client = redis.Redis(port=own_redis.port)
+    broker = RedisBroker(redis.Redis(port=own_redis.port), "wordcount")
     topology = load_topology(str(WORDCOUNT))
     roles = {name: t.role for name, t in topology.topics.items()}
     held: dict[str, int] = {}  # the most records seen at once in each role's streams
@@ -28,9 +29,9 @@ def test_redis_holds_a_bounded_part_of_the_input(tmp_path: Path, own_redis: Redi
     def sample(_: object) -> None:
         now: dict[str, int] = {}
         for key in client.scan_iter(match=b"rs:{wordcount}:q:*", count=1000):
-            topic = key.decode().split(":")[3]
+            topic, queue = key.decode().split(":")[3:5]
             role = roles.get(topic, "changelog" if topic.endswith("-changelog") else "?")
-            now[role] = now.get(role, 0) + int(client.xlen(key))
+            now[role] = now.get(role, 0) + broker.records_held(topic, int(queue))
         for role, n in now.items():
             held[role] = max(held.get(role, 0), n)
 
@@ -46,6 +47,7 @@ def test_redis_holds_a_bounded_part_of_the_input(tmp_path: Path, own_redis: Redi
         queues = sup.queue_counts["sentences"]
     finally:
         sup.close()
+        broker.close()
     assert table == expected_counts(corpus)
     lines = sum(1 for _ in corpus.open("rb"))
     bound = queues * (AHEAD_CHUNKS + 1) * CHUNK

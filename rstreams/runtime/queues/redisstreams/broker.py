@@ -3,9 +3,10 @@
 Key layout (every key of a job under the hash tag ``{<job>}``, so one script or
 transaction may touch any of them, and on Redis Cluster they all live in one slot)::
 
-    rs:{<job>}:q:<topic>:<queue>   a stream per queue: one entry per record (see codec)
+    rs:{<job>}:q:<topic>:<queue>   a stream per queue: entries of up to 500 records (codec)
     rs:{<job>}:topics              hash: topic -> JSON of its queue count and options
     rs:{<job>}:starts              hash: "<topic>:<queue>" -> start offset (after a purge)
+    rs:{<job>}:gaps                hash: "<topic>:<queue>" -> records compaction removed
     rs:{<job>}:offsets:<group>     hash: "<topic>:<queue>" -> committed offset
     rs:{<job>}:groups              set of the groups that committed
 
@@ -43,7 +44,8 @@ from rstreams.runtime.queues.broker import (
 from rstreams.runtime.queues.offsets import check_name
 from rstreams.runtime.queues.redisstreams import scripts
 from rstreams.runtime.queues.redisstreams.codec import (
-    decode_read,
+    ENTRY_RECORDS,
+    decode_entries,
     entry_id,
     foreign,
     offset_of,
@@ -88,8 +90,13 @@ class RedisBroker:
 
     ``client`` is a ``redis.Redis`` (bytes replies) that this broker owns from now on
     (:meth:`close` releases its pool); ``namespace`` is the job: every key is under the
-    hash tag ``{namespace}``. Offsets are dense from 0: offset N is entry ``0-(N+1)``.
+    hash tag ``{namespace}``. Offsets are dense from 0; an entry holds up to
+    ``entry_records`` records and its id is ``0-(N+1)`` for its last record's offset N
+    (see :mod:`~rstreams.runtime.queues.redisstreams.codec`).
     """
+
+    #: Records per stream entry at most (appends of more make several entries).
+    entry_records = ENTRY_RECORDS
 
     #: Records live in the server's memory: the runtime purges what the job consumed of
     #: its shuffle topics after every commit, and trims its source topics as it ingests
@@ -109,6 +116,7 @@ class RedisBroker:
         self._topics_key = self.prefix + "topics"
         self._starts_key = self.prefix + "starts"
         self._groups_key = self.prefix + "groups"
+        self._gaps_key = self.prefix + "gaps"
         self._write = client.register_script(scripts.WRITE)
         self._create = client.register_script(scripts.CREATE_TOPIC)
         self._end = client.register_script(scripts.END)
@@ -116,6 +124,7 @@ class RedisBroker:
         self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
         self._compact = client.register_script(scripts.COMPACT)
+        self._held = client.register_script(scripts.HELD)
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
         #: Per stream key, the highest end this process saw it reach (its end, a read,
         #: a committed offset): a stream's end never goes down, so one below is a loss.
@@ -308,13 +317,18 @@ class RedisBroker:
     def read_columns(
         self, topic: str, queue: int, offset: int, max_records: int | None = None
     ) -> RecordColumns:
-        """:meth:`read` as columns: one XRANGE (with COUNT) on the server, whose entries
-        come back as one msgpack blob of columns (decoded at C speed, see codec)."""
+        """:meth:`read` as columns: the entries from the one holding ``offset`` on, read
+        on the server by one script call and decoded here at C speed (see codec)."""
         key = self._key(topic, queue)
-        count = "" if max_records is None else str(max(max_records, 0))
+        start = max(offset, 0)
+        if max_records is None:
+            count, entries = "", 0
+        else:
+            count = str(max(max_records, 0))
+            entries = -(-max(max_records, 1) // self.entry_records) + 1
         field = f"{topic}:{queue}"
         reply = self._read(
-            [key, self._starts_key], [field, offset, entry_id(max(offset, 0)), count]
+            [key, self._starts_key], [field, offset, entry_id(start), count, entries]
         )
         status = reply[0]
         if status == b"purged":
@@ -332,11 +346,13 @@ class RedisBroker:
                     offset=offset,
                 )  # fmt: skip
             return RecordColumns(range(0), [], [], [], [])
-        columns = decode_read(reply[1])
+        columns = decode_entries(reply[1:], start, max_records)
         if len(columns):
             self._reach(topic, queue, columns.last_offset + 1)
-        if not self._options[topic]["compacted"] and (
-            columns.offsets[0] != offset or not isinstance(columns.offsets, range)
+        if (
+            not self._options[topic]["compacted"]
+            and len(columns)
+            and (columns.offsets[0] != offset or not isinstance(columns.offsets, range))
         ):  # only compaction removes records: any other gap is a loss
             raise RedisDataLostError(
                 topic, queue, key,
@@ -431,7 +447,8 @@ class RedisBroker:
         """Trim the entries below offset ``before`` (XTRIM MINID) and move the start mark,
         in one atomic step: an empty purged stream still knows where it starts."""
         key = self._key(topic, queue)
-        if int(self._purge([key, self._starts_key], [f"{topic}:{queue}", before])) == -1:
+        keys = [key, self._starts_key, self._gaps_key]
+        if int(self._purge(keys, [f"{topic}:{queue}", before])) == -1:
             raise self._gone(topic, queue, key, before)
 
     def _scan(self, topic: str, queue: int) -> Iterator[RecordColumns]:
@@ -452,15 +469,26 @@ class RedisBroker:
         key = self._key(topic, queue)
         if not self._options[topic]["compacted"]:
             raise not_compacted(topic)
-        removed = int(self._compact([key, self.key(f"compacting:{topic}:{queue}")], [1000]))
+        scratch = self.key(f"compacting:{topic}:{queue}")
+        removed = int(
+            self._compact(
+                [key, scratch, self._starts_key, self._gaps_key], [100, f"{topic}:{queue}"]
+            )
+        )
         if removed == -1:
             raise self._gone(topic, queue, key, None)
         return removed
 
+    @_read_only
     def records_held(self, topic: str, queue: int) -> int:
-        """Records the queue holds (XLEN): compaction keeps offsets, so fewer than its
-        end minus its start once compacted."""
-        return int(self.client.xlen(self._key(topic, queue)))
+        """Records the queue holds from its start: compaction keeps offsets, so fewer
+        than its end minus its start once compacted (one script call; after a purge of
+        a compacted queue, an upper bound until its next compaction)."""
+        key = self._key(topic, queue)
+        held = int(self._held([key, self._starts_key, self._gaps_key], [f"{topic}:{queue}"]))
+        if held < 0:
+            self._checked_end(topic, queue, key, held)
+        return held
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Drop the oldest records of topics created with ``retention_ms`` (records whose

@@ -1,31 +1,42 @@
 """Records as Redis stream entries, and offsets as entry ids.
 
-A record is one entry with the fields ``t`` (timestamp, decimal milliseconds), ``k`` (the
-key; absent when it is None), ``v`` (the value; absent when None, so ``b""`` stays
-distinct) and ``h`` (headers as msgpack ``[[name, bytes], ...]``; absent when there are
-none). Any Redis client reads them (``XRANGE key - +``).
+Offsets are dense from 0, and an entry's id says where it ends: an entry holding the
+records up to offset ``N`` has the id ``0-(N+1)``, so a stream's last generated id
+(which ``XDEL`` and ``XTRIM`` keep) is its end offset, ``XTRIM MINID 0-(N+1)`` removes
+exactly the entries whose records all lie below ``N``, and ``XRANGE key 0-(N+1) +``
+starts at the entry that holds offset ``N``.
 
-Offsets are dense: offset ``N`` is the entry id ``0-(N+1)`` (``XADD key 0-* ...`` gives
-the next sequence number of time 0, so the ids go 0-1, 0-2, ...). The end offset is the
-sequence number of the stream's last generated id, which ``XDEL`` and ``XTRIM`` keep.
+The job's own topics hold records in batches: one entry of up to :data:`ENTRY_RECORDS`
+records with the fields ``n`` (how many) and ``b`` (the records as msgpack columns).
+Redis's cost is per entry (an ``XADD``, an entry in an ``XRANGE`` reply), not per byte,
+so this is what makes a Redis-backed job nearly as fast as one on the file log; other
+programs read and write streams through external sources and sinks
+(:mod:`rstreams.dsl.external`), whose entries are plain fields. The columns of ``b``::
 
-Between this process and the server's scripts (:mod:`.scripts`) records travel as
-msgpack columns, packed and unpacked at C speed on both sides:
+    [timestamps, keys, values, headers(, offsets)]
 
->>> op = append_op(2, [5, 6], [b"k", None], [b"", b"v"], [(), (("h", b"1"),)])
->>> op[:4], op[4:6]
-(['x', 2, 2, ['5', '6']], [[b'k', None], [b'', b'v']])
->>> blob = msgpack.packb([[3, 4], [b"5", b"6"], [b"k", False], [b"", b"v"],
-...                       [2, op[6][1]]])
->>> c = decode_read(blob)
+``timestamps`` is one string of little-endian int64s (exact, and the compaction script
+slices it without reading it); keys and values are strings, ``False`` for None (so
+``b""`` stays distinct); ``headers`` is ``False`` when no record of the entry has any,
+else one msgpack blob (or ``False``) per record; ``offsets`` is there only in an entry
+compaction thinned out. msgpack without the ``bin`` type: the server's cmsgpack
+(compaction) reads it.
+
+An entry with the fields ``t`` (decimal timestamp), ``k``, ``v`` and ``h`` is one record
+(streams written by rstreams before batches); reads and compaction still take it.
+
+>>> blob = pack_entry([5, 6], [b"k", None], [b"", b"v"], [(), (("h", b"1"),)])
+>>> c = decode_entries([b"0-2", b"2", blob], 0)
 >>> c.offsets, c.timestamps, c.keys, c.values, c.headers
-(range(2, 4), [5, 6], [b'k', None], [b'', b'v'], [(), (('h', b'1'),)])
+(range(0, 2), [5, 6], [b'k', None], [b'', b'v'], [(), (('h', b'1'),)])
 >>> entry_id(2), offset_of(b"0-3")
 ('0-3', 2)
 """
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,16 +45,22 @@ import msgpack
 from rstreams.runtime.queues._logformat import _RECORD_SHAPE, check_record_columns
 from rstreams.runtime.queues.base import RecordColumns
 
+#: Records per stream entry at most. Small enough that a read starting inside an entry
+#: fetches little it does not return (a worker pulls 5,000 records at a time), large
+#: enough that the per-entry work of the server is a small part of a record's cost.
+ENTRY_RECORDS = 500
+
 _BYTES = {bytes, type(None)}
+_SWAP = sys.byteorder == "big"
 
 
 def entry_id(offset: int) -> str:
-    """The stream entry id of ``offset``."""
+    """The id of a stream entry whose last record is at ``offset``."""
     return f"0-{offset + 1}"
 
 
 def offset_of(entry: bytes | str) -> int:
-    """The offset of a stream entry id written by :func:`entry_id`."""
+    """The offset of the last record of the entry with id ``entry``."""
     ms, _, seq = (entry.decode() if isinstance(entry, bytes) else entry).partition("-")
     if ms != "0":
         raise ValueError(foreign(entry))
@@ -53,8 +70,8 @@ def offset_of(entry: bytes | str) -> int:
 def foreign(entry: bytes | str) -> str:
     """What is wrong with an entry rstreams did not write in a stream of the job."""
     return (
-        f"stream entry {entry!r} was not written by rstreams (its ids are 0-<n>, with a "
-        "t field): another program added entries to a stream of the job"
+        f"stream entry {entry!r} was not written by rstreams (its ids are 0-<n>, with "
+        "fields n and b, or t): another program added entries to a stream of the job"
     )
 
 
@@ -72,13 +89,40 @@ def check_columns(
     return n
 
 
-def _pack_headers(h: tuple) -> bytes | None:
+def _pack_headers(h: tuple) -> bytes | bool:
     if not h:
-        return None
+        return False
     try:
         return msgpack.packb(h, use_bin_type=True)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{_RECORD_SHAPE}; {e}") from None
+
+
+def _no_none(column: Sequence[bytes | None]) -> Sequence[bytes | bool]:
+    return [False if x is None else x for x in column] if None in column else column  # type: ignore[return-value]
+
+
+def _int64s(timestamps: Sequence[int]) -> bytes:
+    try:
+        ts = array("q", timestamps)
+    except OverflowError:
+        raise TypeError(f"{_RECORD_SHAPE}; a timestamp is outside int64") from None
+    if _SWAP:
+        ts.byteswap()
+    return ts.tobytes()
+
+
+def pack_entry(
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[tuple],
+) -> bytes:
+    """The ``b`` field of an entry holding checked columns."""
+    hs = list(map(_pack_headers, headers)) if any(headers) else False
+    return msgpack.packb(
+        [_int64s(timestamps), _no_none(keys), _no_none(values), hs], use_bin_type=False
+    )
 
 
 def append_op(
@@ -87,12 +131,19 @@ def append_op(
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     headers: Sequence[tuple],
+    entry_records: int = ENTRY_RECORDS,
 ) -> list[Any]:
-    """The write script's ``"x"`` operation for checked columns. Timestamps travel as
-    decimal text (exact beyond 2**53, where Lua's numbers are not)."""
-    packed = list(map(_pack_headers, headers)) if any(headers) else None
-    return ["x", key_index, len(timestamps), list(map(str, timestamps)), list(keys),
-            list(values), packed]  # fmt: skip
+    """The write script's ``"x"`` operation for checked columns: the key's index, the
+    record count, then the count and ``b`` field of each entry."""
+    n = len(timestamps)
+    op: list[Any] = ["x", key_index, n]
+    for i in range(0, n, entry_records):
+        j = min(i + entry_records, n)
+        if i == 0 and j == n:
+            op += [n, pack_entry(timestamps, keys, values, headers)]
+        else:
+            op += [j - i, pack_entry(timestamps[i:j], keys[i:j], values[i:j], headers[i:j])]
+    return op
 
 
 def pack_ops(ops: list[list[Any]]) -> bytes:
@@ -105,28 +156,70 @@ def _headers(raw: bytes) -> tuple:
     return tuple(tuple(p) for p in msgpack.unpackb(raw, raw=False, use_list=False))
 
 
-def decode_read(blob: bytes) -> RecordColumns:
-    """Columns of the read script's reply: sequence numbers, timestamps, keys and values
-    (False for an absent field), headers as ``[index from 1, blob, ...]``."""
-    seqs, ts, keys, values, hs = msgpack.unpackb(blob, raw=True)
-    n = len(seqs)
-    if not n:
+def _none(column: list[Any]) -> list[Any]:
+    return [None if x is False else x for x in column] if False in column else column
+
+
+def decode_entries(flat: Sequence[Any], offset: int, limit: int | None = None) -> RecordColumns:
+    """The records from ``offset`` on (at most ``limit``) of the entries the read script
+    returns, flat: per batch entry its id, record count and ``b`` field; per one-record
+    entry its id, ``0``, and its ``t``, ``k``, ``v`` and ``h`` fields (None if absent)."""
+    offsets: list[int] | range | None = None  # a range while they are dense
+    ts: list[int] = []
+    keys: list[Any] = []
+    values: list[Any] = []
+    headers: list[tuple] = []
+    i = 0
+    while i < len(flat):
+        last = offset_of(flat[i])
+        n = int(flat[i + 1])
+        if n == 0:  # one record in fields
+            t, k, v, h = flat[i + 2 : i + 6]
+            i += 6
+            offs: list[int] | range = range(last, last + 1)
+            e_ts, e_keys, e_values = [int(t)], [k], [v]
+            e_h: list[tuple] = [_headers(h) if h else ()]
+        else:
+            cols = msgpack.unpackb(flat[i + 2], raw=True)
+            i += 3
+            raw = array("q")
+            raw.frombytes(cols[0])
+            if _SWAP:
+                raw.byteswap()
+            e_ts = raw.tolist()
+            e_keys, e_values = _none(cols[1]), _none(cols[2])
+            e_h = [()] * n if cols[3] is False else [_headers(x) if x else () for x in cols[3]]
+            offs = cols[4] if len(cols) > 4 else range(last - n + 1, last + 1)
+        if offs[0] < offset:  # the entry holding ``offset`` starts before it
+            skip = offset - offs[0] if isinstance(offs, range) else _index_from(offs, offset)
+            offs, e_ts, e_keys = offs[skip:], e_ts[skip:], e_keys[skip:]
+            e_values, e_h = e_values[skip:], e_h[skip:]
+        if not len(offs):
+            continue
+        if offsets is None:
+            offsets = offs
+        elif isinstance(offsets, range) and isinstance(offs, range) and offs.start == offsets.stop:
+            offsets = range(offsets.start, offs.stop)
+        else:
+            if not isinstance(offsets, list):
+                offsets = list(offsets)
+            offsets += offs
+        ts += e_ts
+        keys += e_keys
+        values += e_values
+        headers += e_h
+        if limit is not None and len(ts) >= limit:
+            break
+    if offsets is None:
         return RecordColumns(range(0), [], [], [], [])
-    dense = seqs[-1] - seqs[0] == n - 1  # else compaction removed entries: gaps
-    offsets: Sequence[int] = range(seqs[0] - 1, seqs[-1]) if dense else [s - 1 for s in seqs]
-    if False in keys:
-        keys = [None if k is False else k for k in keys]
-    if False in values:
-        values = [None if v is False else v for v in values]
-    headers: list[tuple] = [()] * n
-    for i in range(0, len(hs), 2):
-        headers[hs[i] - 1] = _headers(hs[i + 1])
-    return RecordColumns(offsets, list(map(int, ts)), keys, values, headers)
+    c = RecordColumns(offsets, ts, keys, values, headers)
+    return c.slice(0, limit) if limit is not None and len(c) > limit else c
+
+
+def _index_from(offsets: Sequence[int], offset: int) -> int:
+    return next((j for j, o in enumerate(offsets) if o >= offset), len(offsets))
 
 
 def stored_bytes(c: RecordColumns) -> list[int]:
     """The bytes each record's key, value and timestamp take (what retention counts)."""
-    return [
-        len(k or b"") + len(v or b"") + len(str(t))
-        for t, k, v in zip(c.timestamps, c.keys, c.values)
-    ]
+    return [len(k or b"") + len(v or b"") + 8 for k, v in zip(c.keys, c.values)]

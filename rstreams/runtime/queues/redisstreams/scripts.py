@@ -14,12 +14,12 @@ from __future__ import annotations
 #: (a worker's commit has one per task), then n pairs: the index of a fence key, the
 #: value it must hold; ARGV[2n + 2] the operations as one msgpack array (unpacked here
 #: at C speed), each one of
-#:   {"x", stream key index, n, timestamps, keys, values, headers or nil}: n XADD 0-*
-#:      (a nil key, value or headers entry leaves that field out)
+#:   {"x", stream key index, records, n1, b1, n2, b2, ...}: one entry per (n, b) pair,
+#:      holding n records, with the id of its last record (see codec)
 #:   {"c", hash key index, field, offset, set key index, group}: HSET + SADD
-#: Returns {"ok", first id of each "x"...}, {"fenced", current value, fence key} (the
-#: first fence that moved), {"lost", key} or {"foreign", key, id} (XADD 0-* would fail
-#: there: checked first, so nothing is applied).
+#: Returns {"ok", first offset of each "x"...}, {"fenced", current value, fence key} (the
+#: first fence that moved), {"lost", key} or {"foreign", key, id} (a stream whose last
+#: id is not 0-<n>: checked first, so nothing is applied).
 WRITE = """
 local n = tonumber(ARGV[1])
 for i = 1, n do
@@ -28,32 +28,33 @@ for i = 1, n do
   if v ~= ARGV[2 * i + 1] then return {'fenced', v, fence} end
 end
 local ops = cmsgpack.unpack(ARGV[2 * n + 2])
+local ends = {}
 for _, op in ipairs(ops) do
   if op[1] == 'x' then
     local k = KEYS[op[2]]
-    if redis.call('EXISTS', k) == 0 then return {'lost', k} end
-    local last = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)[1]
-    if last and string.sub(last[1], 1, 2) ~= '0-' then return {'foreign', k, last[1]} end
+    if ends[k] == nil then
+      if redis.call('EXISTS', k) == 0 then return {'lost', k} end
+      local info, last = redis.call('XINFO', 'STREAM', k), nil
+      for j = 1, #info, 2 do
+        if info[j] == 'last-generated-id' then last = info[j + 1] end
+      end
+      local seq = string.match(last, '^0%-(%d+)$')
+      if not seq then return {'foreign', k, last} end
+      ends[k] = tonumber(seq)
+    end
   end
 end
 local out = {'ok'}
 for _, op in ipairs(ops) do
   if op[1] == 'x' then
-    local key, ts, ks, vs, hs = KEYS[op[2]], op[4], op[5], op[6], op[7]
-    for r = 1, op[3] do
-      local k, v, h = ks[r], vs[r], hs and hs[r]
-      local id
-      if k and v and not h then
-        id = redis.call('XADD', key, '0-*', 't', ts[r], 'k', k, 'v', v)
-      else
-        local f = {'t', ts[r]}
-        if k then f[#f + 1] = 'k'; f[#f + 1] = k end
-        if v then f[#f + 1] = 'v'; f[#f + 1] = v end
-        if h then f[#f + 1] = 'h'; f[#f + 1] = h end
-        id = redis.call('XADD', key, '0-*', unpack(f))
-      end
-      if r == 1 then out[#out + 1] = id end
+    local key = KEYS[op[2]]
+    local e = ends[key]
+    out[#out + 1] = e
+    for j = 4, #op, 2 do
+      e = e + op[j]
+      redis.call('XADD', key, string.format('0-%d', e), 'n', op[j], 'b', op[j + 1])
     end
+    ends[key] = e
   else
     redis.call('HSET', KEYS[op[2]], op[3], op[4])
     redis.call('SADD', KEYS[op[5]], op[6])
@@ -62,48 +63,72 @@ end
 return out
 """
 
-#: Read: the start mark checked, then up to COUNT entries from an id, returned as one
-#: msgpack array of columns {sequence numbers, timestamps, keys, values, headers} (keys
-#: and values false where the field is absent; headers as {index, blob, ...}): one bulk
-#: reply the client decodes at C speed, not a reply element per field.
-#: KEYS: the stream, the starts hash. ARGV: start field, offset, first id, count ("" =
-#: all). Returns {"ok", blob}, {"empty", the last generated id} (no entry from there
-#: on: the caller checks that the stream really ends there), {"purged", start}, {"lost"}
-#: or {"foreign", id}.
+#: Read: the start mark checked, then the entries from the one holding an offset on,
+#: until they hold COUNT records from it, returned flat: per batch entry its id, record
+#: count and ``b`` field, per one-record entry (fields t, k, v, h) its id, 0 and the four
+#: fields (false where absent). The client decodes the ``b`` fields at C speed (see
+#: codec): the server handles a few entries, not a field per record.
+#: KEYS: the stream, the starts hash. ARGV: start field, offset, the id of the entry
+#: to start from, count ("" = all), entries per XRANGE to begin with. Returns {"ok",
+#: entries...}, {"empty", the last generated id} (no entry from there on: the caller
+#: checks that the stream really ends there), {"purged", start}, {"lost"} or
+#: {"foreign", id}.
 READ = """
 local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if tonumber(ARGV[2]) < start then return {'purged', start} end
+local offset = tonumber(ARGV[2])
+if offset < start then return {'purged', start} end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'lost'} end
-local e
-if ARGV[4] == '' then
-  e = redis.call('XRANGE', KEYS[1], ARGV[3], '+')
-else
-  e = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', ARGV[4]) or {}  -- (COUNT 0: nil)
+local want = math.huge
+if ARGV[4] ~= '' then want = tonumber(ARGV[4]) end
+if want == 0 then return {'empty', -1} end
+local out, got, from, chunk = {'ok'}, 0, ARGV[3], tonumber(ARGV[5])
+while true do
+  local e
+  if want == math.huge then
+    e = redis.call('XRANGE', KEYS[1], from, '+')
+  else
+    e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
+  end
+  for i = 1, #e do
+    local id, f = e[i][1], e[i][2]
+    local seq = string.match(id, '^0%-(%d+)$')
+    if not seq then return {'foreign', id} end
+    if f[1] == 'n' and f[3] == 'b' then
+      out[#out + 1] = id
+      out[#out + 1] = f[2]
+      out[#out + 1] = f[4]
+      got = got + math.min(tonumber(f[2]), tonumber(seq) - offset)
+    else
+      local t, k, v, h = nil, false, false, false
+      for j = 1, #f, 2 do
+        local name = f[j]
+        if name == 't' then t = f[j + 1]
+        elseif name == 'k' then k = f[j + 1]
+        elseif name == 'v' then v = f[j + 1]
+        elseif name == 'h' then h = f[j + 1] end
+      end
+      if t == nil then return {'foreign', id} end
+      out[#out + 1] = id
+      out[#out + 1] = 0
+      out[#out + 1] = t
+      out[#out + 1] = k
+      out[#out + 1] = v
+      out[#out + 1] = h
+      got = got + 1
+    end
+    if got >= want then return out end
+  end
+  if want == math.huge or #e < chunk then break end
+  from = '(' .. e[#e][1]
+  chunk = chunk * 2
 end
-if #e == 0 then
-  if ARGV[4] == '0' then return {'empty', -1} end
+if #out == 1 then
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   for j = 1, #info, 2 do
     if info[j] == 'last-generated-id' then return {'empty', info[j + 1]} end
   end
 end
-local seqs, ts, ks, vs, hs = {}, {}, {}, {}, {}
-for i = 1, #e do
-  local id, f = e[i][1], e[i][2]
-  if string.sub(id, 1, 2) ~= '0-' then return {'foreign', id} end
-  seqs[i] = tonumber(string.sub(id, 3))
-  ks[i] = false
-  vs[i] = false
-  for j = 1, #f, 2 do
-    local name = f[j]
-    if name == 't' then ts[i] = f[j + 1]
-    elseif name == 'k' then ks[i] = f[j + 1]
-    elseif name == 'v' then vs[i] = f[j + 1]
-    elseif name == 'h' then hs[#hs + 1] = i; hs[#hs + 1] = f[j + 1] end
-  end
-  if ts[i] == nil then return {'foreign', id} end
-end
-return {'ok', cmsgpack.pack({seqs, ts, ks, vs, hs})}
+return out
 """
 
 #: Create a topic: its options in the topics hash and an empty stream per queue (made
@@ -155,8 +180,11 @@ return out
 """
 
 #: Purge: trim the entries below an offset and move the queue's start mark, atomically
-#: (an empty purged stream still knows its start). KEYS: the stream, the starts hash.
-#: ARGV: the start field, ``before``. Returns the new start, or -1 if the stream is gone.
+#: (an empty purged stream still knows its start). An entry holding records on both
+#: sides stays whole: reads skip what lies below the start. The queue's compaction gaps
+#: are forgotten (they may lie below the start now; see HELD). KEYS: the stream, the
+#: starts hash, the gaps hash. ARGV: the start field, ``before``. Returns the new
+#: start, or -1 if the stream is gone.
 PURGE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
@@ -172,20 +200,41 @@ local new = math.min(tonumber(ARGV[2]), last)
 if new <= start then return start end
 redis.call('XTRIM', KEYS[1], 'MINID', string.format('0-%d', new + 1))
 redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', new))
+redis.call('HDEL', KEYS[3], ARGV[1])
 return new
 """
 
-#: Compact a queue: keep the latest entry of each key (and every entry without one),
-#: rewritten into a new stream that takes the queue's key (XDEL would leave the memory
-#: of a stream node in use while one entry of it stays: a changelog's live entries are
-#: spread over all of them). The ids, the last generated id and the entries-added count
-#: stay. Runs on the server in one step (no write can come in between): its time and
-#: the copy's memory are those of the queue, which compaction keeps near its key count.
-#: KEYS: the stream, a scratch key. ARGV: entries read per XRANGE. Returns the number
-#: of entries removed, or -1 if the stream is gone.
+#: Records a queue holds: its end minus its start minus the records compaction removed
+#: in between (kept in the gaps hash by COMPACT). KEYS: the stream, the starts hash,
+#: the gaps hash. ARGV: the field. Returns -1 if the stream is gone, -2 if foreign.
+HELD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local info, last = redis.call('XINFO', 'STREAM', KEYS[1]), nil
+for j = 1, #info, 2 do
+  if info[j] == 'last-generated-id' then last = info[j + 1] end
+end
+local e = tonumber(string.match(last, '^0%-(%d+)$') or '-2')
+if e < 0 then return -2 end
+local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local gaps = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+return math.max(e - start - gaps, 0)
+"""
+
+#: Compact a queue: keep the latest record of each key (and every record without one)
+#: from the start mark on, rewritten into a new stream that takes the queue's key (XDEL
+#: would leave the memory of a stream node in use while one entry of it stays: a
+#: changelog's live records are spread over all of them). An entry that keeps all its
+#: records is copied as it is; one that keeps some gets them with an offsets column and
+#: the id of the last one it keeps. The ids of what stays, the last generated id and the
+#: entries-added count stay. Runs on the server in one step (no write can come in
+#: between): its time and the copy's memory are those of the queue, which compaction
+#: keeps near its key count. KEYS: the stream, a scratch key, the starts hash, the gaps
+#: hash. ARGV: entries read per XRANGE, the queue's field in the hashes. Returns the
+#: number of records removed, or -1 if the stream is gone.
 COMPACT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local chunk = tonumber(ARGV[1])
+local start = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
 local function each(fn)
   local from = '-'
   while true do
@@ -195,29 +244,58 @@ local function each(fn)
     from = '(' .. e[#e][1]
   end
 end
-local function key_of(f)
-  for j = 1, #f, 2 do if f[j] == 'k' then return f[j + 1] end end
+-- fn(offset, key or false, index) for each record of an entry; its decoded columns
+local function records(id, f, fn)
+  local last = tonumber(string.sub(id, 3)) - 1
+  if f[1] == 'n' and f[3] == 'b' then
+    local c = cmsgpack.unpack(f[4])
+    local n = tonumber(f[2])
+    for i = 1, n do
+      local off = last - n + i
+      if c[5] then off = c[5][i] end
+      fn(off, c[2][i], i)
+    end
+    return c
+  end
+  local k = false
+  for j = 1, #f, 2 do if f[j] == 'k' then k = f[j + 1] end end
+  fn(last, k, 1)
   return nil
 end
 local latest, total = {}, 0
 each(function(id, f)
-  total = total + 1
-  local k = key_of(f)
-  if k then latest[k] = id end
+  records(id, f, function(off, k)
+    total = total + 1
+    if k and off >= start then latest[k] = off end
+  end)
 end)
 local kept = 0
 redis.call('DEL', KEYS[2])
 each(function(id, f)
-  local k = key_of(f)
-  if k == nil or latest[k] == id then
+  local keep, offs = {}, {}
+  local c = records(id, f, function(off, k, i)
+    if off >= start and (not k or latest[k] == off) then
+      keep[#keep + 1] = i
+      offs[#offs + 1] = off
+    end
+  end)
+  if #keep == 0 then return end
+  kept = kept + #keep
+  if c == nil or #keep == tonumber(f[2]) then
     redis.call('XADD', KEYS[2], id, unpack(f))
-    kept = kept + 1
+    return
   end
+  local ts, ks, vs, hs = {}, {}, {}, false
+  if c[4] then hs = {} end
+  for j, i in ipairs(keep) do
+    ts[j] = string.sub(c[1], 8 * i - 7, 8 * i)
+    ks[j] = c[2][i]
+    vs[j] = c[3][i]
+    if hs then hs[j] = c[4][i] end
+  end
+  local b = cmsgpack.pack({table.concat(ts), ks, vs, hs, offs})
+  redis.call('XADD', KEYS[2], string.format('0-%d', offs[#offs] + 1), 'n', #keep, 'b', b)
 end)
-if kept == total then
-  redis.call('DEL', KEYS[2])
-  return 0
-end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last, added, deleted
 for j = 1, #info, 2 do
@@ -225,7 +303,13 @@ for j = 1, #info, 2 do
   elseif info[j] == 'entries-added' then added = info[j + 1]
   elseif info[j] == 'max-deleted-entry-id' then deleted = info[j + 1] end
 end
-if kept == 0 then  -- (only when every entry has a key, which can not all be superseded)
+local e = tonumber(string.sub(last, 3))
+redis.call('HSET', KEYS[4], ARGV[2], string.format('%d', math.max(e - start - kept, 0)))
+if kept == total then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
+if kept == 0 then  -- (every record was below the start: the stream stays, empty)
   redis.call('XGROUP', 'CREATE', KEYS[2], 'rstreams-create', '$', 'MKSTREAM')
   redis.call('XGROUP', 'DESTROY', KEYS[2], 'rstreams-create')
 end

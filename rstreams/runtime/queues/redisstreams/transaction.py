@@ -12,7 +12,6 @@ from rstreams.runtime.queues.redisstreams.codec import (
     append_op,
     check_columns,
     foreign,
-    offset_of,
     pack_ops,
 )
 
@@ -85,7 +84,12 @@ class Transaction:
         if not check_columns(timestamps, keys, values, headers):
             return
         self._queues[key] = (topic, queue)
-        self.ops.append(append_op(self._key_index(key), timestamps, keys, values, headers))
+        self.ops.append(
+            append_op(
+                self._key_index(key), timestamps, keys, values, headers,
+                self.broker.entry_records,
+            )
+        )  # fmt: skip
         self._appended.append(((topic, queue), len(timestamps)))
         self.records += len(timestamps)
 
@@ -123,7 +127,7 @@ class Transaction:
         reply = self.broker._write(self.keys, [*fences, pack_ops(self.ops)])
         status = reply[0]
         if status == b"ok":
-            self.first_offsets = [offset_of(i) for i in reply[1:]]
+            self.first_offsets = [int(first) for first in reply[1:]]
         elif status == b"fenced":
             current = reply[1].decode() if reply[1] else None
             key = reply[2].decode()
