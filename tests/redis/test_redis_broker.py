@@ -74,9 +74,35 @@ def test_records_are_batched_in_stream_entries_with_dense_ids(broker: RedisBroke
     # every key of the job under one hash tag
     assert {k.decode() for k in broker.client.keys("*")} == {
         "rs:{job1}:topics",
+        "rs:{job1}:ends",
         "rs:{job1}:q:t:0",
         "rs:{job1}:q:t:1",
     }
+    assert broker.client.hgetall("rs:{job1}:ends") == {b"t:1": b"3"}
+
+
+def test_the_end_offset_without_the_ends_hash_is_the_last_entry_id(broker: RedisBroker) -> None:
+    """A queue's end is kept in a hash (XINFO STREAM would send the first and last
+    entries along); without it (a job written before it) the stream's last id says."""
+    broker.create_topic("t", 1)
+    assert broker.end_offsets([("t", 0)]) == [0]  # (created, never written)
+    broker.append("t", 0, [(i, None, b"x", ()) for i in range(7)])
+    broker.client.delete("rs:{job1}:ends")
+    broker.purge("t", 0, 7)  # every entry goes; the last generated id stays
+    assert broker.end_offset("t", 0) == 7 and broker.records_held("t", 0) == 0
+    assert broker.read("t", 0, 7) == [] and broker.append("t", 0, [(8, None, b"y", ())]) == 7
+    assert broker.client.hget("rs:{job1}:ends", "t:0") == b"8"
+
+
+def test_an_ends_hash_behind_its_stream_refuses_writes_whole(broker: RedisBroker) -> None:
+    broker.create_topic("t", 2)
+    broker.append("t", 0, [(1, None, b"a", ())])
+    broker.client.hset("rs:{job1}:ends", "t:0", 0)  # (as if the hash were stale)
+    refused = pytest.raises(ConfigError, match=r"rs:\{job1\}:q:t:0: an entry was not written")
+    with refused, broker.transaction() as tx:
+        tx.append("t", 1, [(2, None, b"b", ())])
+        tx.append("t", 0, [(3, None, b"c", ())])
+    assert broker.end_offsets([("t", 1)]) == [0]  # nothing of it applied
 
 
 def test_a_large_append_makes_entries_of_bounded_size(broker: RedisBroker) -> None:

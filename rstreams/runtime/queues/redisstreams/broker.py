@@ -6,6 +6,7 @@ transaction may touch any of them, and on Redis Cluster they all live in one slo
     rs:{<job>}:q:<topic>:<queue>   a stream per queue: entries of up to 500 records (codec)
     rs:{<job>}:topics              hash: topic -> JSON of its queue count and options
     rs:{<job>}:starts              hash: "<topic>:<queue>" -> start offset (after a purge)
+    rs:{<job>}:ends                hash: "<topic>:<queue>" -> end offset (kept by appends)
     rs:{<job>}:gaps                hash: "<topic>:<queue>" -> records compaction removed
     rs:{<job>}:offsets:<group>     hash: "<topic>:<queue>" -> committed offset
     rs:{<job>}:groups              set of the groups that committed
@@ -48,7 +49,6 @@ from rstreams.runtime.queues.redisstreams.codec import (
     decode_entries,
     entry_id,
     foreign,
-    offset_of,
     stored_bytes,
 )
 from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
@@ -117,9 +117,9 @@ class RedisBroker:
         self._starts_key = self.prefix + "starts"
         self._groups_key = self.prefix + "groups"
         self._gaps_key = self.prefix + "gaps"
+        self._ends_key = self.prefix + "ends"
         self._write = client.register_script(scripts.WRITE)
         self._create = client.register_script(scripts.CREATE_TOPIC)
-        self._end = client.register_script(scripts.END)
         self._ends = client.register_script(scripts.ENDS)
         self._read = client.register_script(scripts.READ)
         self._purge = client.register_script(scripts.PURGE)
@@ -328,7 +328,8 @@ class RedisBroker:
             entries = -(-max(max_records, 1) // self.entry_records) + 1
         field = f"{topic}:{queue}"
         reply = self._read(
-            [key, self._starts_key], [field, offset, entry_id(start), count, entries]
+            [key, self._starts_key, self._ends_key],
+            [field, offset, entry_id(start), count, entries],
         )
         status = reply[0]
         if status == b"purged":
@@ -338,11 +339,14 @@ class RedisBroker:
         if status == b"foreign":
             raise ConfigError(f"{key}: {foreign(reply[1])}")
         if status == b"empty":
-            if reply[1] != -1 and offset_of(reply[1]) + 1 > offset:
+            end = int(reply[1])
+            if end == -2:
+                raise ConfigError(f"{key}: {foreign()}")
+            if end > offset:
                 raise RedisDataLostError(
                     topic, queue, key,
-                    f"has no entries from offset {offset} on, but ends at offset "
-                    f"{offset_of(reply[1]) + 1} (they were deleted or trimmed under the job)",
+                    f"has no entries from offset {offset} on, but ends at offset {end} "
+                    "(they were deleted or trimmed under the job)",
                     offset=offset,
                 )  # fmt: skip
             return RecordColumns(range(0), [], [], [], [])
@@ -372,8 +376,7 @@ class RedisBroker:
     def end_offset(self, topic: str, queue: int) -> int:
         """The number of records ever appended: the stream's last generated id (kept by
         XDEL and XTRIM)."""
-        key = self._key(topic, queue)
-        return self._checked_end(topic, queue, key, int(self._end([key])))
+        return self.end_offsets([(topic, queue)])[0]
 
     @_read_only
     def end_offsets(self, queues: Iterable[tuple[str, int]]) -> list[int]:
@@ -382,7 +385,7 @@ class RedisBroker:
         keys = [self._key(topic, queue) for topic, queue in queues]
         if not keys:
             return []
-        ends = self._ends(keys) if len(keys) > 1 else [self._end(keys)]
+        ends = self._ends([*keys, self._ends_key], [f"{t}:{q}" for t, q in queues])
         return [
             self._checked_end(topic, queue, key, int(end))
             for (topic, queue), key, end in zip(queues, keys, ends, strict=True)
@@ -392,9 +395,7 @@ class RedisBroker:
         if end == -1:
             raise self._gone(topic, queue, key, None)
         if end < 0:
-            raise ConfigError(
-                f"stream {key} has entries not written by rstreams (ids other than 0-<n>)"
-            )
+            raise ConfigError(f"{key}: {foreign()}")
         self._reach(topic, queue, end, end=True)
         return end
 
@@ -447,9 +448,12 @@ class RedisBroker:
         """Trim the entries below offset ``before`` (XTRIM MINID) and move the start mark,
         in one atomic step: an empty purged stream still knows where it starts."""
         key = self._key(topic, queue)
-        keys = [key, self._starts_key, self._gaps_key]
-        if int(self._purge(keys, [f"{topic}:{queue}", before])) == -1:
+        keys = [key, self._starts_key, self._gaps_key, self._ends_key]
+        start = int(self._purge(keys, [f"{topic}:{queue}", before]))
+        if start == -1:
             raise self._gone(topic, queue, key, before)
+        if start == -2:
+            raise ConfigError(f"{key}: {foreign()}")
 
     def _scan(self, topic: str, queue: int) -> Iterator[RecordColumns]:
         """The records of a queue from its start on, in chunks."""
@@ -485,7 +489,8 @@ class RedisBroker:
         than its end minus its start once compacted (one script call; after a purge of
         a compacted queue, an upper bound until its next compaction)."""
         key = self._key(topic, queue)
-        held = int(self._held([key, self._starts_key, self._gaps_key], [f"{topic}:{queue}"]))
+        keys = [key, self._starts_key, self._gaps_key, self._ends_key]
+        held = int(self._held(keys, [f"{topic}:{queue}"]))
         if held < 0:
             self._checked_end(topic, queue, key, held)
         return held

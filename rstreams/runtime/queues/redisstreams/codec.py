@@ -67,11 +67,12 @@ def offset_of(entry: bytes | str) -> int:
     return int(seq) - 1
 
 
-def foreign(entry: bytes | str) -> str:
+def foreign(entry: bytes | str | None = None) -> str:
     """What is wrong with an entry rstreams did not write in a stream of the job."""
+    which = "an entry" if entry is None else f"stream entry {entry!r}"
     return (
-        f"stream entry {entry!r} was not written by rstreams (its ids are 0-<n>, with "
-        "fields n and b, or t): another program added entries to a stream of the job"
+        f"{which} was not written by rstreams (its ids are 0-<n>, with fields n and b, "
+        "or t): another program added entries to a stream of the job"
     )
 
 
@@ -126,17 +127,18 @@ def pack_entry(
 
 
 def append_op(
-    key_index: int,
+    where: tuple[int, int, str],
     timestamps: Sequence[int],
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     headers: Sequence[tuple],
     entry_records: int = ENTRY_RECORDS,
 ) -> list[Any]:
-    """The write script's ``"x"`` operation for checked columns: the key's index, the
-    record count, then the count and ``b`` field of each entry."""
+    """The write script's ``"x"`` operation for checked columns: ``where`` (the stream's
+    key index, the ends hash's, the queue's field in it), then the count and ``b``
+    field of each entry."""
     n = len(timestamps)
-    op: list[Any] = ["x", key_index, n]
+    op: list[Any] = ["x", *where]
     for i in range(0, n, entry_records):
         j = min(i + entry_records, n)
         if i == 0 and j == n:

@@ -8,19 +8,44 @@ nothing.
 
 from __future__ import annotations
 
+#: A queue's end offset, as the other scripts find it: the ends hash the write script
+#: keeps (``XINFO STREAM`` would do, but it sends the stream's first and last entries
+#: along: some 60 µs each for an entry of 500 lines), else (a stream never written, or
+#: written before the hash) the sequence of its last generated id. -1 if the stream is
+#: gone; -2 if it holds an entry another program added (an id with a time, above any
+#: of ours: one cheap XRANGE finds it).
+_END_OF = """
+local function end_of(key, ends, field)
+  if redis.call('EXISTS', key) == 0 then return -1 end
+  if #redis.call('XRANGE', key, '1-0', '+', 'COUNT', 1) > 0 then return -2 end
+  local e = redis.call('HGET', ends, field)
+  if e then return tonumber(e) end
+  local info = redis.call('XINFO', 'STREAM', key)
+  for j = 1, #info, 2 do
+    if info[j] == 'last-generated-id' then
+      return tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
+    end
+  end
+  return -2
+end
+"""
+
 #: Appends and commits, all or nothing, optionally fenced.
 #:
 #: KEYS: every key the fences and the operations name. ARGV[1] the number n of fences
 #: (a worker's commit has one per task), then n pairs: the index of a fence key, the
 #: value it must hold; ARGV[2n + 2] the operations as one msgpack array (unpacked here
 #: at C speed), each one of
-#:   {"x", stream key index, records, n1, b1, n2, b2, ...}: one entry per (n, b) pair,
-#:      holding n records, with the id of its last record (see codec)
+#:   {"x", stream key index, ends hash key index, field, n1, b1, n2, b2, ...}: one
+#:      entry per (n, b) pair, holding n records, with the id of its last record (see
+#:      codec); the queue's end in the ends hash
 #:   {"c", hash key index, field, offset, set key index, group}: HSET + SADD
 #: Returns {"ok", first offset of each "x"...}, {"fenced", current value, fence key} (the
-#: first fence that moved), {"lost", key} or {"foreign", key, id} (a stream whose last
-#: id is not 0-<n>: checked first, so nothing is applied).
-WRITE = """
+#: first fence that moved), {"lost", key} or {"foreign", key} (checked first, so nothing
+#: is applied).
+WRITE = (
+    _END_OF
+    + """
 local n = tonumber(ARGV[1])
 for i = 1, n do
   local fence = KEYS[tonumber(ARGV[2 * i])]
@@ -33,14 +58,14 @@ for _, op in ipairs(ops) do
   if op[1] == 'x' then
     local k = KEYS[op[2]]
     if ends[k] == nil then
-      if redis.call('EXISTS', k) == 0 then return {'lost', k} end
-      local info, last = redis.call('XINFO', 'STREAM', k), nil
-      for j = 1, #info, 2 do
-        if info[j] == 'last-generated-id' then last = info[j + 1] end
+      local e = end_of(k, KEYS[op[3]], op[4])
+      if e == -1 then return {'lost', k} end
+      if e < 0 then return {'foreign', k} end
+      -- (an entry above the end: the hash and the stream disagree; XADD would fail)
+      if #redis.call('XRANGE', k, string.format('(0-%d', e), '+', 'COUNT', 1) > 0 then
+        return {'foreign', k}
       end
-      local seq = string.match(last, '^0%-(%d+)$')
-      if not seq then return {'foreign', k, last} end
-      ends[k] = tonumber(seq)
+      ends[k] = e
     end
   end
 end
@@ -50,11 +75,12 @@ for _, op in ipairs(ops) do
     local key = KEYS[op[2]]
     local e = ends[key]
     out[#out + 1] = e
-    for j = 4, #op, 2 do
+    for j = 5, #op, 2 do
       e = e + op[j]
       redis.call('XADD', key, string.format('0-%d', e), 'n', op[j], 'b', op[j + 1])
     end
     ends[key] = e
+    redis.call('HSET', KEYS[op[3]], op[4], string.format('%d', e))
   else
     redis.call('HSET', KEYS[op[2]], op[3], op[4])
     redis.call('SADD', KEYS[op[5]], op[6])
@@ -62,18 +88,21 @@ for _, op in ipairs(ops) do
 end
 return out
 """
+)
 
 #: Read: the start mark checked, then the entries from the one holding an offset on,
 #: until they hold COUNT records from it, returned flat: per batch entry its id, record
 #: count and ``b`` field, per one-record entry (fields t, k, v, h) its id, 0 and the four
 #: fields (false where absent). The client decodes the ``b`` fields at C speed (see
 #: codec): the server handles a few entries, not a field per record.
-#: KEYS: the stream, the starts hash. ARGV: start field, offset, the id of the entry
-#: to start from, count ("" = all), entries per XRANGE to begin with. Returns {"ok",
-#: entries...}, {"empty", the last generated id} (no entry from there on: the caller
-#: checks that the stream really ends there), {"purged", start}, {"lost"} or
-#: {"foreign", id}.
-READ = """
+#: KEYS: the stream, the starts hash, the ends hash. ARGV: the queue's field, offset,
+#: the id of the entry to start from, count ("" = all), entries per XRANGE to begin
+#: with. Returns {"ok", entries...}, {"empty", the end offset} (no entry from there on:
+#: the caller checks that the stream really ends there), {"purged", start}, {"lost"}
+#: or {"foreign", id}.
+READ = (
+    _END_OF
+    + """
 local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local offset = tonumber(ARGV[2])
 if offset < start then return {'purged', start} end
@@ -122,14 +151,10 @@ while true do
   from = '(' .. e[#e][1]
   chunk = chunk * 2
 end
-if #out == 1 then
-  local info = redis.call('XINFO', 'STREAM', KEYS[1])
-  for j = 1, #info, 2 do
-    if info[j] == 'last-generated-id' then return {'empty', info[j + 1]} end
-  end
-end
+if #out == 1 then return {'empty', end_of(KEYS[1], KEYS[3], ARGV[1])} end
 return out
 """
+)
 
 #: Create a topic: its options in the topics hash and an empty stream per queue (made
 #: with a throw-away consumer group: the stream exists, its last id is 0-0), only if
@@ -146,55 +171,28 @@ end
 return false
 """
 
-#: The end offset of a stream: the sequence number of its last generated id (kept by
-#: XDEL and XTRIM), without sending its first and last entries. KEYS: the stream.
-#: Returns -1 when the stream does not exist.
-END = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-for j = 1, #info, 2 do
-  if info[j] == 'last-generated-id' then
-    return tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
-  end
-end
-return -2
-"""
-
-#: END of every stream in KEYS, in one call: a list of the same numbers.
-ENDS = """
+#: The end offset of each queue (see _END_OF). KEYS: the streams, then the ends hash.
+#: ARGV: the queues' fields. Returns a list of the numbers.
+ENDS = (
+    _END_OF
+    + """
 local out = {}
-for i, key in ipairs(KEYS) do
-  local e = -1
-  if redis.call('EXISTS', key) == 1 then
-    e = -2
-    local info = redis.call('XINFO', 'STREAM', key)
-    for j = 1, #info, 2 do
-      if info[j] == 'last-generated-id' then
-        e = tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
-      end
-    end
-  end
-  out[i] = e
-end
+for i = 1, #ARGV do out[i] = end_of(KEYS[i], KEYS[#KEYS], ARGV[i]) end
 return out
 """
+)
 
 #: Purge: trim the entries below an offset and move the queue's start mark, atomically
 #: (an empty purged stream still knows its start). An entry holding records on both
 #: sides stays whole: reads skip what lies below the start. The queue's compaction gaps
 #: are forgotten (they may lie below the start now; see HELD). KEYS: the stream, the
-#: starts hash, the gaps hash. ARGV: the start field, ``before``. Returns the new
-#: start, or -1 if the stream is gone.
-PURGE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local last = -2
-for j = 1, #info, 2 do
-  if info[j] == 'last-generated-id' then
-    last = tonumber(string.match(info[j + 1], '^0%-(%d+)$') or '-2')
-  end
-end
-if last < 0 then return -2 end
+#: starts hash, the gaps hash, the ends hash. ARGV: the queue's field, ``before``.
+#: Returns the new start, -1 if the stream is gone, -2 if it is foreign.
+PURGE = (
+    _END_OF
+    + """
+local last = end_of(KEYS[1], KEYS[4], ARGV[1])
+if last < 0 then return last end
 local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local new = math.min(tonumber(ARGV[2]), last)
 if new <= start then return start end
@@ -203,22 +201,22 @@ redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', new))
 redis.call('HDEL', KEYS[3], ARGV[1])
 return new
 """
+)
 
 #: Records a queue holds: its end minus its start minus the records compaction removed
 #: in between (kept in the gaps hash by COMPACT). KEYS: the stream, the starts hash,
-#: the gaps hash. ARGV: the field. Returns -1 if the stream is gone, -2 if foreign.
-HELD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local info, last = redis.call('XINFO', 'STREAM', KEYS[1]), nil
-for j = 1, #info, 2 do
-  if info[j] == 'last-generated-id' then last = info[j + 1] end
-end
-local e = tonumber(string.match(last, '^0%-(%d+)$') or '-2')
-if e < 0 then return -2 end
+#: the gaps hash, the ends hash. ARGV: the field. Returns -1 if the stream is gone, -2
+#: if foreign.
+HELD = (
+    _END_OF
+    + """
+local e = end_of(KEYS[1], KEYS[4], ARGV[1])
+if e < 0 then return e end
 local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local gaps = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
 return math.max(e - start - gaps, 0)
 """
+)
 
 #: Compact a queue: keep the latest record of each key (and every record without one)
 #: from the start mark on, rewritten into a new stream that takes the queue's key (XDEL

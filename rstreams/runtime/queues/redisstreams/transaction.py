@@ -84,12 +84,10 @@ class Transaction:
         if not check_columns(timestamps, keys, values, headers):
             return
         self._queues[key] = (topic, queue)
+        where = (self._key_index(key), self._key_index(self.broker.key("ends")), f"{topic}:{queue}")
         self.ops.append(
-            append_op(
-                self._key_index(key), timestamps, keys, values, headers,
-                self.broker.entry_records,
-            )
-        )  # fmt: skip
+            append_op(where, timestamps, keys, values, headers, self.broker.entry_records)
+        )
         self._appended.append(((topic, queue), len(timestamps)))
         self.records += len(timestamps)
 
@@ -136,7 +134,7 @@ class Transaction:
                 "(this writer was replaced); nothing of it was applied"
             )
         elif status == b"foreign":
-            raise ConfigError(f"{reply[1].decode()}: {foreign(reply[2])}")
+            raise ConfigError(f"{reply[1].decode()}: {foreign()}")
         else:
             key = reply[1].decode()
             topic, queue = self._queues[key]
