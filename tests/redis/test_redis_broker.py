@@ -59,9 +59,12 @@ def test_records_are_batched_in_stream_entries_with_dense_ids(broker: RedisBroke
         (b"0-2", [b"b", b"n"], b"2"),
         (b"0-3", [b"b", b"n"], b"1"),
     ]
-    ts, keys, values, headers = msgpack.unpackb(raw[0][1][b"b"], raw=True)
+    unpacker = msgpack.Unpacker(raw=True)  # b: keys, offsets, timestamps, values, headers
+    unpacker.feed(raw[0][1][b"b"])
+    keys, offsets, ts, values, headers = unpacker
     assert (keys, values) == ([b"k", False], [b"v", b""])  # False: None
-    assert array("q", ts).tolist() == [5, 6] and headers[0] is False
+    assert array("q", ts).tolist() == [5, 6] and offsets is False
+    assert headers[0] is False and msgpack.unpackb(headers[1]) == [["h", b"1"]]
     got = broker.read("t", 1, 0)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
         (0, 5, b"k", b"v", ()),

@@ -11,16 +11,19 @@ records with the fields ``n`` (how many) and ``b`` (the records as msgpack colum
 Redis's cost is per entry (an ``XADD``, an entry in an ``XRANGE`` reply), not per byte,
 so this is what makes a Redis-backed job nearly as fast as one on the file log; other
 programs read and write streams through external sources and sinks
-(:mod:`rstreams.dsl.external`), whose entries are plain fields. The columns of ``b``::
+(:mod:`rstreams.dsl.external`), whose entries are plain fields. ``b`` is msgpack
+objects one after the other::
 
-    [timestamps, keys, values, headers(, offsets)]
+    keys, offsets, timestamps, values, headers
 
-``timestamps`` is one string of little-endian int64s (exact, and the compaction script
-slices it without reading it); keys and values are strings, ``False`` for None (so
-``b""`` stays distinct); ``headers`` is ``False`` when no record of the entry has any,
-else one msgpack blob (or ``False``) per record; ``offsets`` is there only in an entry
-compaction thinned out. msgpack without the ``bin`` type: the server's cmsgpack
-(compaction) reads it.
+keys (and offsets) first, so that compaction (a script on the server) decodes only them
+to find each key's latest record; ``offsets`` is ``False`` unless compaction thinned
+the entry out (then the offset of each record it kept). Keys and values are strings,
+``False`` for None (so ``b""`` stays distinct); ``timestamps`` is one string of
+little-endian int64s (exact, and the script slices it without reading it);
+``headers`` is ``False`` when no record of the entry has any, else one msgpack blob
+(or ``False``) per record. msgpack without the ``bin`` type: the server's cmsgpack
+reads it.
 
 An entry with the fields ``t`` (decimal timestamp), ``k``, ``v`` and ``h`` is one record
 (streams written by rstreams before batches); reads and compaction still take it.
@@ -52,6 +55,8 @@ ENTRY_RECORDS = 500
 
 _BYTES = {bytes, type(None)}
 _SWAP = sys.byteorder == "big"
+_PACKER = msgpack.Packer(use_bin_type=False)
+_FALSE = _PACKER.pack(False)
 
 
 def entry_id(offset: int) -> str:
@@ -121,8 +126,9 @@ def pack_entry(
 ) -> bytes:
     """The ``b`` field of an entry holding checked columns."""
     hs = list(map(_pack_headers, headers)) if any(headers) else False
-    return msgpack.packb(
-        [_int64s(timestamps), _no_none(keys), _no_none(values), hs], use_bin_type=False
+    pack = _PACKER.pack
+    return b"".join(
+        (pack(_no_none(keys)), _FALSE, pack(_int64s(timestamps)), pack(_no_none(values)), pack(hs))
     )
 
 
@@ -166,6 +172,7 @@ def decode_entries(flat: Sequence[Any], offset: int, limit: int | None = None) -
     """The records from ``offset`` on (at most ``limit``) of the entries the read script
     returns, flat: per batch entry its id, record count and ``b`` field; per one-record
     entry its id, ``0``, and its ``t``, ``k``, ``v`` and ``h`` fields (None if absent)."""
+    unpacker = msgpack.Unpacker(raw=True, max_buffer_size=0)
     offsets: list[int] | range | None = None  # a range while they are dense
     ts: list[int] = []
     keys: list[Any] = []
@@ -182,16 +189,17 @@ def decode_entries(flat: Sequence[Any], offset: int, limit: int | None = None) -
             e_ts, e_keys, e_values = [int(t)], [k], [v]
             e_h: list[tuple] = [_headers(h) if h else ()]
         else:
-            cols = msgpack.unpackb(flat[i + 2], raw=True)
+            unpacker.feed(flat[i + 2])
+            cols = list(unpacker)
             i += 3
             raw = array("q")
-            raw.frombytes(cols[0])
+            raw.frombytes(cols[2])
             if _SWAP:
                 raw.byteswap()
             e_ts = raw.tolist()
-            e_keys, e_values = _none(cols[1]), _none(cols[2])
-            e_h = [()] * n if cols[3] is False else [_headers(x) if x else () for x in cols[3]]
-            offs = cols[4] if len(cols) > 4 else range(last - n + 1, last + 1)
+            e_keys, e_values = _none(cols[0]), _none(cols[3])
+            e_h = [()] * n if cols[4] is False else [_headers(x) if x else () for x in cols[4]]
+            offs = range(last - n + 1, last + 1) if cols[1] is False else cols[1]
         if offs[0] < offset:  # the entry holding ``offset`` starts before it
             skip = offset - offs[0] if isinstance(offs, range) else _index_from(offs, offset)
             offs, e_ts, e_keys = offs[skip:], e_ts[skip:], e_keys[skip:]

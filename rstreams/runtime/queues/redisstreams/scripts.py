@@ -233,67 +233,96 @@ COMPACT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local chunk = tonumber(ARGV[1])
 local start = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-local function each(fn)
-  local from = '-'
-  while true do
-    local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
-    for i = 1, #e do fn(e[i][1], e[i][2]) end
-    if #e < chunk then return end
-    from = '(' .. e[#e][1]
-  end
+local function key_of(f)
+  for j = 1, #f, 2 do if f[j] == 'k' then return f[j + 1] end end
+  return false
 end
--- fn(offset, key or false, index) for each record of an entry; its decoded columns
-local function records(id, f, fn)
-  local last = tonumber(string.sub(id, 3)) - 1
-  if f[1] == 'n' and f[3] == 'b' then
-    local c = cmsgpack.unpack(f[4])
-    local n = tonumber(f[2])
-    for i = 1, n do
-      local off = last - n + i
-      if c[5] then off = c[5][i] end
-      fn(off, c[2][i], i)
+local unpack_one = cmsgpack.unpack_one
+-- Pass 1: the offset of the latest record of each key, decoding only the keys and
+-- offsets of each entry (the first two objects of b; see codec), kept for pass 2 (the
+-- keys are the interned strings of ``latest``: little memory). Loops inline: a Lua
+-- call per record would cost as much as the rest.
+local latest, total, from = {}, 0, '-'
+local entry_keys, entry_offs, rest_at = {}, {}, {}
+while true do
+  local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
+  for i = 1, #e do
+    local id, f = e[i][1], e[i][2]
+    local last = tonumber(string.sub(id, 3)) - 1
+    if f[1] == 'n' and f[3] == 'b' then
+      local at, ks = unpack_one(f[4])
+      local rest, offs = unpack_one(f[4], at)
+      entry_keys[id] = ks
+      entry_offs[id] = offs
+      rest_at[id] = rest
+      local n = tonumber(f[2])
+      total = total + n
+      for r = 1, n do
+        local k = ks[r]
+        if k then
+          local off = offs and offs[r] or last - n + r
+          if off >= start then latest[k] = off end
+        end
+      end
+    else
+      total = total + 1
+      local k = key_of(f)
+      if k and last >= start then latest[k] = last end
     end
-    return c
   end
-  local k = false
-  for j = 1, #f, 2 do if f[j] == 'k' then k = f[j + 1] end end
-  fn(last, k, 1)
-  return nil
+  if #e < chunk then break end
+  from = '(' .. e[#e][1]
 end
-local latest, total = {}, 0
-each(function(id, f)
-  records(id, f, function(off, k)
-    total = total + 1
-    if k and off >= start then latest[k] = off end
-  end)
-end)
+-- Pass 2: what each entry keeps, into the scratch stream.
 local kept = 0
 redis.call('DEL', KEYS[2])
-each(function(id, f)
-  local keep, offs = {}, {}
-  local c = records(id, f, function(off, k, i)
-    if off >= start and (not k or latest[k] == off) then
-      keep[#keep + 1] = i
-      offs[#offs + 1] = off
+from = '-'
+while true do
+  local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
+  for i = 1, #e do
+    local id, f = e[i][1], e[i][2]
+    local last = tonumber(string.sub(id, 3)) - 1
+    if f[1] == 'n' and f[3] == 'b' then
+      local ks, offs, n = entry_keys[id], entry_offs[id], tonumber(f[2])
+      local keep, koffs = {}, {}
+      for r = 1, n do
+        local k = ks[r]
+        local off = offs and offs[r] or last - n + r
+        if off >= start and (not k or latest[k] == off) then
+          keep[#keep + 1] = r
+          koffs[#koffs + 1] = off
+        end
+      end
+      kept = kept + #keep
+      if #keep == n then
+        redis.call('XADD', KEYS[2], id, unpack(f))
+      elseif #keep > 0 then
+        local o1, t = unpack_one(f[4], rest_at[id])
+        local o2, vs = unpack_one(f[4], o1)
+        local _, h = unpack_one(f[4], o2)
+        local ts, nks, nvs, hs = {}, {}, {}, false
+        if h then hs = {} end
+        for j = 1, #keep do
+          local r = keep[j]
+          ts[j] = string.sub(t, 8 * r - 7, 8 * r)
+          nks[j] = ks[r]
+          nvs[j] = vs[r]
+          if h then hs[j] = h[r] end
+        end
+        local nb = cmsgpack.pack(nks, koffs, table.concat(ts), nvs, hs)
+        redis.call('XADD', KEYS[2], string.format('0-%d', koffs[#koffs] + 1), 'n', #keep, 'b', nb)
+      end
+    else
+      local k = key_of(f)
+      if last >= start and (not k or latest[k] == last) then
+        kept = kept + 1
+        redis.call('XADD', KEYS[2], id, unpack(f))
+      end
     end
-  end)
-  if #keep == 0 then return end
-  kept = kept + #keep
-  if c == nil or #keep == tonumber(f[2]) then
-    redis.call('XADD', KEYS[2], id, unpack(f))
-    return
   end
-  local ts, ks, vs, hs = {}, {}, {}, false
-  if c[4] then hs = {} end
-  for j, i in ipairs(keep) do
-    ts[j] = string.sub(c[1], 8 * i - 7, 8 * i)
-    ks[j] = c[2][i]
-    vs[j] = c[3][i]
-    if hs then hs[j] = c[4][i] end
-  end
-  local b = cmsgpack.pack({table.concat(ts), ks, vs, hs, offs})
-  redis.call('XADD', KEYS[2], string.format('0-%d', offs[#offs] + 1), 'n', #keep, 'b', b)
-end)
+  if #e < chunk then break end
+  from = '(' .. e[#e][1]
+end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last, added, deleted
 for j = 1, #info, 2 do
