@@ -266,8 +266,11 @@ class QueuesProbe:
         self.ends: dict[tuple[str, int], int] = {}
         self.ingest: dict[tuple[str, int], int] = {}
 
-    def at_end(self, queue: int, positions: tuple[tuple[str, int], ...]) -> bool:
-        return all(self.ends.get((t, queue), 0) == pos for t, pos in positions)
+    def at_end(self, queries) -> list[bool]:  # type: ignore[no-untyped-def]
+        return [
+            all(self.ends.get((t, queue), 0) == pos for t, pos in positions)
+            for queue, positions in queries
+        ]
 
     def ingest_ended(self, caught_up) -> bool:  # type: ignore[no-untyped-def]
         return all(self.ingest.get((t, q)) == pos for q, ps in caught_up for t, pos in ps)

@@ -808,9 +808,10 @@ class _BrokerProbe:
         self.broker = broker
         self.group = ingest_group(job_id)
 
-    def at_end(self, queue: int, positions: Positions) -> bool:
-        ends = self.broker.end_offsets([(t, queue) for t, _ in positions])
-        return all(end == pos for end, (_, pos) in zip(ends, positions, strict=True))
+    def at_end(self, queries: Sequence[tuple[int, Positions]]) -> list[bool]:
+        queues = [(t, queue) for queue, positions in queries for t, _ in positions]
+        ends = iter(self.broker.end_offsets(queues) if queues else [])
+        return [all(next(ends) == pos for _, pos in positions) for _, positions in queries]
 
     def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
         # Only what the ingest recorded counts: a queue it never recorded is not ended,

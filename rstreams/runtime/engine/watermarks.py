@@ -125,8 +125,9 @@ def decode_control(value: bytes | None) -> Control:
 class SourceProbe(Protocol):
     """What a consumer asks the broker about a caught-up producer's source queues."""
 
-    def at_end(self, queue: int, positions: Positions) -> bool:
-        """Queue ``queue`` of each topic still ends at the position given."""
+    def at_end(self, queries: Sequence[tuple[int, Positions]]) -> list[bool]:
+        """For each (queue, positions): queue ``queue`` of each topic still ends at the
+        position given (all in one question: on a networked broker, one round trip)."""
 
     def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
         """For each (queue, positions): the ingest recorded that it reached the end of
@@ -251,6 +252,10 @@ class InputWatermarks:
         groups: dict[int, list[Producer]] = {}
         for p in self.marks:
             groups.setdefault(p[0], []).append(p)
+        asked = [p for p in self.marks if p not in self.idle and self.caught_up.get(p) is not None]
+        ended = dict(
+            zip(asked, probe.at_end([(p[1], self.caught_up[p]) for p in asked]), strict=True)
+        )
         value = END
         for members in groups.values():
             held: list[int] = []  # the watermarks of members that hold time back
@@ -261,7 +266,7 @@ class InputWatermarks:
                     continue
                 awake += 1
                 positions = self.caught_up.get(p)
-                if positions is not None and probe.at_end(p[1], positions):
+                if positions is not None and ended[p]:
                     at_end.append(p)
                     if len(positions) == 1:
                         continue  # one input, read in order: nothing of it is behind

@@ -238,91 +238,87 @@ local function key_of(f)
   return false
 end
 local unpack_one = cmsgpack.unpack_one
+local function each(fn)  -- fn(id, fields) for every entry, oldest first
+  local from = '-'
+  while true do
+    local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
+    for i = 1, #e do fn(e[i][1], e[i][2]) end
+    if #e < chunk then return end
+    from = '(' .. e[#e][1]
+  end
+end
 -- Pass 1: the offset of the latest record of each key, decoding only the keys and
 -- offsets of each entry (the first two objects of b; see codec), kept for pass 2 (the
 -- keys are the interned strings of ``latest``: little memory). Loops inline: a Lua
 -- call per record would cost as much as the rest.
-local latest, total, from = {}, 0, '-'
+local latest, total = {}, 0
 local entry_keys, entry_offs, rest_at = {}, {}, {}
-while true do
-  local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
-  for i = 1, #e do
-    local id, f = e[i][1], e[i][2]
-    local last = tonumber(string.sub(id, 3)) - 1
-    if f[1] == 'n' and f[3] == 'b' then
-      local at, ks = unpack_one(f[4])
-      local rest, offs = unpack_one(f[4], at)
-      entry_keys[id] = ks
-      entry_offs[id] = offs
-      rest_at[id] = rest
-      local n = tonumber(f[2])
-      total = total + n
-      for r = 1, n do
-        local k = ks[r]
-        if k then
-          local off = offs and offs[r] or last - n + r
-          if off >= start then latest[k] = off end
-        end
+each(function(id, f)
+  local last = tonumber(string.sub(id, 3)) - 1
+  if f[1] == 'n' and f[3] == 'b' then
+    local at, ks = unpack_one(f[4])
+    local rest, offs = unpack_one(f[4], at)
+    entry_keys[id] = ks
+    entry_offs[id] = offs
+    rest_at[id] = rest
+    local n = tonumber(f[2])
+    total = total + n
+    for r = 1, n do
+      local k = ks[r]
+      if k then
+        local off = offs and offs[r] or last - n + r
+        if off >= start then latest[k] = off end
       end
-    else
-      total = total + 1
-      local k = key_of(f)
-      if k and last >= start then latest[k] = last end
     end
+  else
+    total = total + 1
+    local k = key_of(f)
+    if k and last >= start then latest[k] = last end
   end
-  if #e < chunk then break end
-  from = '(' .. e[#e][1]
-end
+end)
 -- Pass 2: what each entry keeps, into the scratch stream.
 local kept = 0
 redis.call('DEL', KEYS[2])
-from = '-'
-while true do
-  local e = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', chunk)
-  for i = 1, #e do
-    local id, f = e[i][1], e[i][2]
-    local last = tonumber(string.sub(id, 3)) - 1
-    if f[1] == 'n' and f[3] == 'b' then
-      local ks, offs, n = entry_keys[id], entry_offs[id], tonumber(f[2])
-      local keep, koffs = {}, {}
-      for r = 1, n do
-        local k = ks[r]
-        local off = offs and offs[r] or last - n + r
-        if off >= start and (not k or latest[k] == off) then
-          keep[#keep + 1] = r
-          koffs[#koffs + 1] = off
-        end
-      end
-      kept = kept + #keep
-      if #keep == n then
-        redis.call('XADD', KEYS[2], id, unpack(f))
-      elseif #keep > 0 then
-        local o1, t = unpack_one(f[4], rest_at[id])
-        local o2, vs = unpack_one(f[4], o1)
-        local _, h = unpack_one(f[4], o2)
-        local ts, nks, nvs, hs = {}, {}, {}, false
-        if h then hs = {} end
-        for j = 1, #keep do
-          local r = keep[j]
-          ts[j] = string.sub(t, 8 * r - 7, 8 * r)
-          nks[j] = ks[r]
-          nvs[j] = vs[r]
-          if h then hs[j] = h[r] end
-        end
-        local nb = cmsgpack.pack(nks, koffs, table.concat(ts), nvs, hs)
-        redis.call('XADD', KEYS[2], string.format('0-%d', koffs[#koffs] + 1), 'n', #keep, 'b', nb)
-      end
-    else
-      local k = key_of(f)
-      if last >= start and (not k or latest[k] == last) then
-        kept = kept + 1
-        redis.call('XADD', KEYS[2], id, unpack(f))
+each(function(id, f)
+  local last = tonumber(string.sub(id, 3)) - 1
+  if f[1] == 'n' and f[3] == 'b' then
+    local ks, offs, n = entry_keys[id], entry_offs[id], tonumber(f[2])
+    local keep, koffs = {}, {}
+    for r = 1, n do
+      local k = ks[r]
+      local off = offs and offs[r] or last - n + r
+      if off >= start and (not k or latest[k] == off) then
+        keep[#keep + 1] = r
+        koffs[#koffs + 1] = off
       end
     end
+    kept = kept + #keep
+    if #keep == n then
+      redis.call('XADD', KEYS[2], id, unpack(f))
+    elseif #keep > 0 then
+      local o1, t = unpack_one(f[4], rest_at[id])
+      local o2, vs = unpack_one(f[4], o1)
+      local _, h = unpack_one(f[4], o2)
+      local ts, nks, nvs, hs = {}, {}, {}, false
+      if h then hs = {} end
+      for j = 1, #keep do
+        local r = keep[j]
+        ts[j] = string.sub(t, 8 * r - 7, 8 * r)
+        nks[j] = ks[r]
+        nvs[j] = vs[r]
+        if h then hs[j] = h[r] end
+      end
+      local nb = cmsgpack.pack(nks, koffs, table.concat(ts), nvs, hs)
+      redis.call('XADD', KEYS[2], string.format('0-%d', koffs[#koffs] + 1), 'n', #keep, 'b', nb)
+    end
+  else
+    local k = key_of(f)
+    if last >= start and (not k or latest[k] == last) then
+      kept = kept + 1
+      redis.call('XADD', KEYS[2], id, unpack(f))
+    end
   end
-  if #e < chunk then break end
-  from = '(' .. e[#e][1]
-end
+end)
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last, added, deleted
 for j = 1, #info, 2 do
