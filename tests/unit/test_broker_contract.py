@@ -278,6 +278,18 @@ def test_committed_offsets_per_group_topic_and_queue(t: Broker) -> None:
     assert t.committed("g", "t", 0) == 3
 
 
+def test_commit_many_commits_each_in_order_and_checks_all_first(t: Broker) -> None:
+    t.create_topic("u", 2)
+    t.commit_many([])
+    assert t.groups() == []
+    t.commit_many([("g", "u", 0, 4), ("g", "u", 1, 2), ("a", "u", 0, 1), ("g", "u", 0, 5)])
+    assert t.group_offsets("g") == {("u", 0): 5, ("u", 1): 2}  # the last of a queue wins
+    assert t.group_offsets("a") == {("u", 0): 1}
+    with pytest.raises(ConfigError, match="cannot commit offset -1"):
+        t.commit_many([("g", "u", 0, 9), ("g", "u", 1, -1)])
+    assert t.group_offsets("g") == {("u", 0): 5, ("u", 1): 2}  # nothing of it recorded
+
+
 # -- lifetime -----------------------------------------------------------------------------------
 
 

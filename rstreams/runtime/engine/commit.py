@@ -294,19 +294,5 @@ class Committer:
             pos = records[-1].offset + 1
 
     def _commit_offsets(self, offsets: dict[str, int]) -> None:
-        commit_offsets(
-            self.broker, [(self.group, t, self.queue, pos) for t, pos in offsets.items()]
-        )
+        self.broker.commit_many([(self.group, t, self.queue, pos) for t, pos in offsets.items()])
         self.committed = dict(offsets)
-
-
-def commit_offsets(broker: Broker, commits: Sequence[tuple[str, str, int, int]]) -> None:
-    """Commit each (group, topic, queue, offset): on the file log together (their files
-    synced at once), elsewhere one by one."""
-    commit_many = getattr(broker, "commit_many", None)
-    if commit_many is not None:
-        if commits:
-            commit_many(commits)
-        return
-    for group, topic, queue, offset in commits:
-        broker.commit(group, topic, queue, offset)

@@ -63,7 +63,7 @@ from typing import Any
 
 from rstreams.errors import ConfigError, IllegalStateError, RStreamsError, StateStoreError
 from rstreams.planner.topology import SubTopology, Topology
-from rstreams.runtime.engine.commit import Commit, Committer, commit_offsets
+from rstreams.runtime.engine.commit import Commit, Committer
 from rstreams.runtime.engine.context import EngineConfig, StreamContext
 from rstreams.runtime.engine.faults import maybe_crash
 from rstreams.runtime.engine.lifecycle import Lifecycle, TaskState
@@ -152,7 +152,7 @@ def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int
             broker.flush()
         # Every task's offsets at once (on the file log, their files synced together).
         offsets = [o for t, c in begun for o in t.committer.offset_commits(c, t.positions)]
-        commit_offsets(broker, offsets)
+        broker.commit_many(offsets)
         for t, c in begun:
             t._commit_end(c)
     except BaseException:

@@ -195,6 +195,14 @@ class Broker(Protocol):
         """
         ...
 
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        """:meth:`commit` of each ``(group, topic, queue, offset)``, in order (a queue
+        given twice ends at its last offset), in one step where the broker can (the file
+        log syncs the files together; Redis makes one script call). Every commit is
+        checked before any is recorded; an empty sequence does nothing (not even a flush).
+        """
+        ...
+
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` last committed for the queue; 0 if none."""
         ...

@@ -304,6 +304,9 @@ class MemoryBroker:
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         self._offsets.commit(group, topic, queue, offset)
 
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        self._offsets.commit_many(commits)
+
     def committed(self, group: str, topic: str, queue: int) -> int:
         return self._offsets.committed(group, topic, queue)
 

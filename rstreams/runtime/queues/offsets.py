@@ -68,8 +68,13 @@ class MemoryGroupOffsets:
         self._offsets: dict[tuple[str, str, int], int] = {}
 
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
-        check_commit(group, topic, queue, offset)
-        self._offsets[(group, topic, queue)] = offset
+        self.commit_many([(group, topic, queue, offset)])
+
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        for commit in commits:  # (all checked before any is recorded)
+            check_commit(*commit)
+        for group, topic, queue, offset in commits:
+            self._offsets[(group, topic, queue)] = offset
 
     def committed(self, group: str, topic: str, queue: int) -> int:
         return self._offsets.get((group, topic, queue), 0)

@@ -329,6 +329,8 @@ class FileBroker:
         """:meth:`commit` of each (group, topic, queue, offset), the files synced
         together; every one is durable when this returns."""
         self._check_open()
+        if not commits:
+            return
         self.flush()
         self._offsets.commit_many(commits)
 

@@ -551,8 +551,14 @@ class RedisBroker:
     def commit(self, group: str, topic: str, queue: int, offset: int) -> None:
         """Record ``group``'s position in a queue. Appends before it are already on the
         server (every append is acknowledged after it is applied)."""
+        self.commit_many([(group, topic, queue, offset)])
+
+    def commit_many(self, commits: Sequence[tuple[str, str, int, int]]) -> None:
+        """:meth:`commit` of each (group, topic, queue, offset), in one script call
+        (all or nothing)."""
         tx = Transaction(self)
-        tx.commit(group, topic, queue, offset)
+        for commit in commits:
+            tx.commit(*commit)
         tx.execute()
 
     @_read_only
