@@ -7,6 +7,7 @@ Real servers (redisserver.py), restarted by pid; every wait is on a condition.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ import pytest
 import redis
 from redisserver import RedisServer
 from test_run_redis import big_corpus, expected_counts, read_table, run_cmd
+from test_runtime_redis import _chaos
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +89,7 @@ def _lost_run(tmp_path: Path, fault) -> tuple[int, str]:
         client = redis.Redis(port=server.port)
         proc = _start(tmp_path, server, corpus)
         _wait_for(lambda: _committed(client) > 0, "a first commit", proc)
-        fault(server, client)
+        fault(server, client, proc)
         return _finish(proc)
     finally:
         server.stop()
@@ -101,18 +103,47 @@ def _assert_lost(code: int, err: str) -> None:
 
 
 def test_redis_restarted_without_its_data_stops_the_run(tmp_path):
-    _assert_lost(*_lost_run(tmp_path, lambda server, client: server.restart()))
+    _assert_lost(*_lost_run(tmp_path, lambda server, client, proc: server.restart()))
 
 
 def test_a_stream_deleted_under_the_job_stops_the_run(tmp_path):
-    def delete(server, client):
+    def delete(server, client, proc):
         client.delete("rs:{wordcount}:q:sentences:0")
 
     _assert_lost(*_lost_run(tmp_path, delete))
 
 
+#: XTRIM of a source queue, in one step with the check that the job still needs some of
+#: it (its committed offset below its end): KEYS the stream, the offsets and ends hashes;
+#: ARGV the queue's field. 1 if trimmed.
+_TRIM_IF_NEEDED = """
+local committed = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local e = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+if committed >= e then return 0 end
+redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+return 1
+"""
+
+
 def test_a_stream_trimmed_under_the_job_stops_the_run(tmp_path):
-    def trim(server, client):
-        client.xtrim("rs:{wordcount}:q:sentences:0", maxlen=0, approximate=False)
+    """Records the job still needs trimmed away. Its workers are killed first, so their
+    replacements read every source queue again from its committed offset (a worker that
+    had already read a whole queue into its cache would otherwise finish it exactly and
+    rightly exit 0, as when trimmed records were committed: test_faults_redis.py)."""
+
+    def trim(server, client, proc):
+        killed = _chaos.worker_pids(proc.pid)
+        assert killed, "no worker to kill"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        keys = ["rs:{wordcount}:offsets:wordcount", "rs:{wordcount}:ends"]
+        trimmed = [
+            q
+            for q in range(8)
+            if client.eval(
+                _TRIM_IF_NEEDED, 3, f"rs:{{wordcount}}:q:sentences:{q}", *keys, f"sentences:{q}"
+            )
+        ]
+        assert trimmed, "every source queue was committed up to its end at the first commit"
 
     _assert_lost(*_lost_run(tmp_path, trim))
