@@ -39,6 +39,12 @@ from rstreams.runtime.gctune import tuned
 from rstreams.runtime.inputs import check_inputs as check_inputs
 from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
+from rstreams.runtime.positions import (
+    line_headers,
+    source_order,
+    temporal_join_topics,
+    topic_base,
+)
 from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.results import Progress as Progress
 from rstreams.runtime.results import RunResult as RunResult
@@ -141,6 +147,8 @@ def _run_embedded(
     start = time.monotonic()
     iters = {t: line_chunks(f, chunk_lines) for t, (f, _) in opened.items()}
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
+    start_at = dict(consumed)  # where each input's next chunk starts
+    bases = {t: topic_base(source_order(topology), t) for t in temporal_join_topics(topology)}
     rounds = 0
     next_commit = start + COMMIT_INTERVAL
     try:
@@ -151,7 +159,10 @@ def _run_embedded(
                     del iters[topic]
                     continue
                 lines, consumed[topic] = nxt
-                columns = _chunk_columns(lines, inputs[topic], consumed[topic])
+                columns = _chunk_columns(
+                    lines, inputs[topic], consumed[topic], bases.get(topic), start_at[topic]
+                )
+                start_at[topic] = consumed[topic]
                 producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
                 records_in += len(lines)
             rounds += 1
@@ -194,16 +205,20 @@ def _run_embedded(
 
 
 def _chunk_columns(
-    lines: list[bytes], path: str, consumed: int
+    lines: list[bytes], path: str, consumed: int, base: int | None = None, start: int = 0
 ) -> tuple[list[int], list[bytes | None], list[bytes | None], list[Headers]]:
     """A chunk of ``path``'s lines as the columns of its records (timestamps, keys,
     values, headers); the last one is marked with what was read of the file
     (``consumed`` bytes), as the durable ingest does (see InputLocator). Columns, not a
     tuple per line: the lines are the value column as they are."""
     n = len(lines)
-    headers: list[Headers] = [()] * n
-    if path != "-":
-        headers[-1] = ingest_mark(path, consumed)
+    mark = ingest_mark(path, consumed) if path != "-" else ()
+    if base is not None:  # each line's position (a temporal join's tie rule)
+        headers = line_headers(base, start, lines, mark)
+    else:
+        headers = [()] * n
+        if mark:
+            headers[-1] = mark
     return [wall_clock_ms()] * n, [None] * n, cast("list[bytes | None]", lines), headers
 
 

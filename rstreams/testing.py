@@ -54,6 +54,7 @@ from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.lifecycle import TaskState
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.positions import position_header, temporal_join_topics
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker, MemoryQueue
@@ -312,6 +313,9 @@ class TopologyTestDriver:
         self._route = self._engine.config.queue_mapper.route
         self._read: dict[str, int] = {}
         self._round_robin = itertools.count()
+        # A topology with a temporal join orders records of equal timestamps by their
+        # position: here, the pipe() call's number (rstreams.runtime.positions).
+        self._pipe_number = itertools.count() if temporal_join_topics(topology) else None
         self._uncommitted: dict[Any, None] = {}
         # Tasks whose commit is prepared and not yet written, and the pipes since the
         # last commit (see _commit_later).
@@ -363,6 +367,8 @@ class TopologyTestDriver:
         q = self._route([kb], nq, next(self._round_robin) % nq)  # an int, for one record
         assert isinstance(q, int)
         ts = self._time if timestamp is None else timestamp
+        if self._pipe_number is not None:
+            headers = (*headers, position_header(next(self._pipe_number)))
         self._producer.send(topic, q, kb, vb, ts, headers)
         try:
             self._drain()

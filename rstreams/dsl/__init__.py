@@ -7,6 +7,7 @@ from rstreams.dsl.stream import (
     RStream,
     RTable,
     StreamBuilder,
+    StreamTable,
     WindowStream,
 )
 from rstreams.dsl.windows import (
@@ -30,6 +31,7 @@ __all__ = [
     "SessionWindow",
     "SlidingWindow",
     "StreamBuilder",
+    "StreamTable",
     "TumblingWindow",
     "Window",
     "WindowStream",

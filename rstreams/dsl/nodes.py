@@ -195,10 +195,14 @@ class LateNode(Node):
 
 @attrs.frozen(kw_only=True, eq=False, repr=False)
 class JoinNode(Node):
-    """A stream-stream join of its two parents (left, right) on key functions.
+    """A join of its two parents (left, right) on key functions.
 
-    With a ``window`` (JoinWindow) records join within a time range; without, the join
-    keeps the latest value per key per side for ``ttl`` ms of stream time.
+    With a ``window`` (JoinWindow) records join within a time range; without, a temporal
+    join on event time (:mod:`rstreams.semantics.temporal`): each side is versioned by
+    timestamp, a record meets the other side's version as of its own time (valid for
+    ``ttl`` ms), and is answered once stream time passes its timestamp + ``grace``.
+    ``emits`` names the sides whose records produce results ("LR"; "L" or "R" when the
+    other side is a table).
     """
 
     stateful: ClassVar[bool] = True
@@ -211,6 +215,16 @@ class JoinNode(Node):
     window: Any = None
     ttl: int | None = None
     queues: int | None = None
+    grace: int = 0
+    emits: str = "LR"
+
+    @property
+    def join_kind(self) -> str:
+        """``windowed``, ``temporal`` (both sides versioned and emitting) or
+        ``stream-table`` (one side a table)."""
+        if self.window is not None:
+            return "windowed"
+        return "temporal" if self.emits == "LR" else "stream-table"
 
 
 @attrs.define

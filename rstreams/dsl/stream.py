@@ -50,6 +50,7 @@ __all__ = [
     "RStream",
     "RTable",
     "StreamBuilder",
+    "StreamTable",
     "WindowStream",
 ]
 
@@ -298,16 +299,47 @@ class RStream(_Stream):
             external=external,
         )
 
-    def _joined(self, other: RStream, join_type: str) -> JoinedStream:
+    def _joined(self, other: RStream | StreamTable, join_type: str,
+                emits: str = "LR") -> JoinedStream:  # fmt: skip
+        if isinstance(other, StreamTable):
+            other, emits = other._stream, emits.replace("R", "")
         if not isinstance(other, RStream):
-            raise TopologyError(f"join() expects an RStream; got {type(other).__name__} instead")
+            raise TopologyError(
+                f"join() expects an RStream or a StreamTable (stream.toTable()); "
+                f"got {type(other).__name__} instead"
+            )
         if other._builder is not self._builder:
             raise TopologyError("join() can only join streams of the same StreamBuilder")
         if other._node is self._node:
             raise TopologyError("join() was given the same stream on both sides")
-        return JoinedStream(self, other, join_type)
+        if not emits:
+            raise TopologyError(
+                "join() of two tables: a join of two streams without window already is "
+                "the join of their versioned tables (drop the .toTable() calls)"
+            )
+        return JoinedStream(self, other, join_type, emits=emits)
 
-    def join(self, other: RStream) -> JoinedStream:
+    def toTable(self) -> StreamTable:
+        """This stream read as a table, for the side of a join: its records are the
+        versions of their keys (by event time); they are stored, and only the other
+        side's records produce results (a stream-table join, as Kafka Streams'
+        ``KStream.join(KTable)``): an order meets its customer's version as of the
+        order's time, and a later customer update emits nothing.
+
+        >>> b = StreamBuilder("enrich")
+        >>> orders, customers = b.source("orders", "json"), b.source("customers", "json")
+        >>> (orders.leftJoin(customers.toTable())
+        ...     .where(lambda o: o["customer"]).equalTo(lambda c: c["id"])
+        ...     .apply(lambda o, c: {**o, "tier": c and c["tier"]})
+        ...     .sink("enriched"))
+        >>> for line in b.build().describe().splitlines():
+        ...     if "[join]" in line:
+        ...         print(line.split("] (")[1].split(")")[0])
+        left stream-table join, right side a table, grace=0 ms, ttl=86400000 ms
+        """
+        return StreamTable(self)
+
+    def join(self, other: RStream | StreamTable) -> JoinedStream:
         """Inner join with ``other``: ``.where(left_key).equalTo(right_key)``, optionally
         ``.window(JoinWindow(before, after))``, then ``.apply(joiner)``.
 
@@ -319,15 +351,21 @@ class RStream(_Stream):
         ...     .window(JoinWindow(before=0, after=60_000))
         ...     .apply(lambda o, p: {"order": o["id"], "amount": p["amount"]}))
         >>> paid.sink("paid-orders")
+
+        Without a window, a temporal join on event time: each record meets the other
+        side's latest version of its key as of its own timestamp (ties by position in
+        the input), answered once stream time passes its timestamp + ``grace``; see
+        :meth:`JoinedStream.apply` and ``docs/windows.md``. ``other.toTable()`` makes
+        the other side a table that only stores (:meth:`toTable`).
         """
         return self._joined(other, "inner")
 
-    def leftJoin(self, other: RStream) -> JoinedStream:
+    def leftJoin(self, other: RStream | StreamTable) -> JoinedStream:
         """Like :meth:`join`, and left records without a match are emitted as
         ``joiner(left, None)`` once their window closes."""
         return self._joined(other, "left")
 
-    def outerJoin(self, other: RStream) -> JoinedStream:
+    def outerJoin(self, other: RStream | StreamTable) -> JoinedStream:
         """Like :meth:`leftJoin`, and right records without a match are emitted as
         ``joiner(None, right)`` once their window closes."""
         return self._joined(other, "outer")
@@ -685,15 +723,45 @@ class RTable(_Sinkable):
         return f"RTable({self._node.name!r})"
 
 
-#: How long a join without a window keeps a side's latest value per key (stream time).
+#: How long a version of a join without window stays valid (event time).
 DEFAULT_JOIN_TTL = 24 * 3600 * 1000
+
+
+class StreamTable:
+    """A stream read as a versioned table (:meth:`RStream.toTable`): the side of a join
+    whose records are only stored. Joined on the left (``table.join(stream)``), the
+    right side's records are the ones that produce results."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: RStream) -> None:
+        self._stream = stream
+
+    def join(self, other: RStream) -> JoinedStream:
+        """Inner stream-table join, the table on the left: see :meth:`RStream.join`."""
+        return self._stream._joined(other, "inner", emits="R")
+
+    def leftJoin(self, other: RStream) -> JoinedStream:
+        """Left join, the table on the left: a table version with no match emits nothing
+        (only the right side emits), so this is an inner join; use
+        ``stream.leftJoin(table)`` for the stream's unmatched records."""
+        return self._stream._joined(other, "left", emits="R")
+
+    def toRStream(self) -> RStream:
+        """The stream this table was made of."""
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"StreamTable({self._stream._node.name!r})"
 
 
 class JoinedStream:
     """A join being described: ``.where(fn).equalTo(fn)[.window(JoinWindow)].apply(fn)``.
     Immutable like the streams: every call returns a new JoinedStream."""
 
-    __slots__ = ("_join_type", "_left", "_left_key", "_right", "_right_key", "_window")
+    __slots__ = (
+        "_emits", "_join_type", "_left", "_left_key", "_right", "_right_key", "_window",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -703,13 +771,16 @@ class JoinedStream:
         left_key: Any = None,
         right_key: Any = None,
         window: Any = None,
+        emits: str = "LR",
     ) -> None:
         self._left, self._right, self._join_type = left, right, join_type
         self._left_key, self._right_key, self._window = left_key, right_key, window
+        self._emits = emits
 
     def _with(self, **changes: Any) -> JoinedStream:
         fields = {
             "left_key": self._left_key, "right_key": self._right_key, "window": self._window,
+            "emits": self._emits,
         }  # fmt: skip
         fields.update(changes)
         return JoinedStream(self._left, self._right, self._join_type, **fields)
@@ -726,6 +797,8 @@ class JoinedStream:
         """Join records whose timestamps are close (see JoinWindow)."""
         if not isinstance(spec, JoinWindow):
             raise TopologyError(f"a join window must be a JoinWindow; got {type(spec).__name__}")
+        if self._emits != "LR":
+            raise TopologyError("a windowed join joins two streams; drop .toTable() or the window")
         return self._with(window=spec)
 
     def apply(
@@ -734,11 +807,38 @@ class JoinedStream:
         *,
         name: str | None = None,
         ttl: int | datetime.timedelta | None = None,
+        grace: int | datetime.timedelta | None = None,
         queues: int | None = None,
     ) -> RStream:
         """The joined stream: ``joiner(left_value, right_value)`` per match (one side
-        None for unmatched records of left/outer joins). ``ttl`` bounds the state of a
-        join without window (default 24 h of stream time)."""
+        None for unmatched records of left/outer joins).
+
+        Without a window (a temporal join): ``ttl`` is how long a version stays valid
+        in event time (default 24 h): a record meets a version at most that much older
+        than itself. ``grace`` (default 0) is how far out of order the input may be: a
+        record is answered once stream time passes its timestamp + grace, and a record
+        later than that is late (joined at once with what is retained, not stored).
+        Results come out in (timestamp, position) order, each with its record's
+        timestamp. Without ``toTable()`` both sides emit: the gold record would also
+        give ``(1, 'gold')``, the latest order as of its time with the new tier (a join
+        of two versioned tables).
+
+        >>> from rstreams.testing import TopologyTestDriver
+        >>> b = StreamBuilder("tiers")
+        >>> orders, tiers = b.source("orders", "json"), b.source("tiers", "json")
+        >>> (orders.leftJoin(tiers.toTable())
+        ...     .where(lambda o: o["user"]).equalTo(lambda t: t["user"])
+        ...     .apply(lambda o, t: (o["id"], t and t["tier"]))
+        ...     .sink("out"))
+        >>> with TopologyTestDriver(b.build()) as driver:
+        ...     driver.pipe("tiers", {"user": "ann", "tier": "silver"}, timestamp=10)
+        ...     driver.pipe("orders", {"id": 1, "user": "ann"}, timestamp=15)
+        ...     driver.pipe("tiers", {"user": "ann", "tier": "gold"}, timestamp=20)
+        ...     driver.pipe("orders", {"id": 2, "user": "ann"}, timestamp=20)
+        ...     driver.end_of_input()
+        ...     print(driver.read_values("out"))
+        [[1, 'silver'], [2, 'gold']]
+        """
         if self._left_key is None or self._right_key is None:
             missing = "where(fn)" if self._left_key is None else "equalTo(fn)"
             raise TopologyError(
@@ -748,6 +848,12 @@ class JoinedStream:
             raise TopologyError(
                 "ttl= is for joins without window; a windowed join expires by its window"
             )
+        if grace is not None and self._window is not None:
+            raise TopologyError(
+                "grace= is for joins without window; give a windowed join's grace to its "
+                "JoinWindow(..., grace=...)"
+            )
+        grace_ms = 0 if grace is None else to_ms(grace, "grace")
         left = self._left
         node = left._builder.pipeline.add(
             n.JoinNode,
@@ -762,5 +868,7 @@ class JoinedStream:
             if self._window is None
             else None,
             queues=_check_queues(queues, "join"),
+            grace=grace_ms,
+            emits=self._emits,
         )
         return RStream(left._builder, node, False)

@@ -226,7 +226,10 @@ def _join(node: n.JoinNode, build: _Build) -> None:
     tags = []
     for side, parent in (("left", left), ("right", right)):
         tag = f"{node.name}-{side}-tag"
-        build.add(ProcessorFactory(tag, "join-tag", node, options={"side": side}), [parent])
+        # ``sources``: the source topics in declaration order (a temporal join's tie rule
+        # orders records of equal timestamps by topic, then place in it).
+        options = {"side": side, "sources": tuple(build.pipeline.sources)}
+        build.add(ProcessorFactory(tag, "join-tag", node, options=options), [parent])
         tags.append(tag)
     parents, topic, queues = _keyed_input(node, build, tags, repartition=True)
     store = _store(node, build, topic, queues, None)

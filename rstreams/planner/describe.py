@@ -16,10 +16,23 @@ def window_text(f: ProcessorFactory) -> str | None:
     """The window of a windowed aggregation or windowed join step, with its units
     (e.g. ``tumbling size=60000 ms, grace=0 ms``); None for other steps and for the
     shuffle parts of the step."""
-    window = getattr(f.node, "window", None)
-    if window is None or f.role != "processor" or f.name != f.node.name:
+    if f.role != "processor" or f.name != f.node.name:
         return None
-    return str(window)
+    window = getattr(f.node, "window", None)
+    if f.kind == "join":
+        node = f.node
+        kind = getattr(node, "join_kind", "windowed")
+        if kind == "windowed":
+            return f"{node.join_type} windowed join, {window}"  # type: ignore[attr-defined]
+        table = {"L": ", right side a table", "R": ", left side a table"}.get(
+            node.emits,
+            "",  # type: ignore[attr-defined]
+        )
+        return (
+            f"{node.join_type} {kind} join{table}, grace={node.grace} ms, "  # type: ignore[attr-defined]
+            f"ttl={node.ttl} ms"  # type: ignore[attr-defined]
+        )
+    return None if window is None else str(window)
 
 
 def _line(f: ProcessorFactory) -> str:
@@ -30,7 +43,11 @@ def _line(f: ProcessorFactory) -> str:
     if f.role == "sink":
         return f"Sink: {f.name} (topic: {f.topic}{stream})"
     window = window_text(f)
-    shown = f" (window: {window})" if window else ""
+    shown = (
+        f" ({window})"
+        if f.kind == "join" and window
+        else (f" (window: {window})" if window else "")
+    )
     stores = f" (stores: [{', '.join(f.stores)}])" if f.stores else ""
     return f"Processor: {f.name} [{f.label}]{shown}{stores}"
 

@@ -294,8 +294,13 @@ def read_marks(broker: Broker, inputs: dict[str, str]) -> dict[str, ReadMark | N
 class Input:
     """One input file being appended to its source topic."""
 
-    def __init__(self, topic: str, path: str, queues: int, read: ReadMark | None) -> None:
+    def __init__(
+        self, topic: str, path: str, queues: int, read: ReadMark | None, base: int | None = None
+    ) -> None:
         self.topic = topic
+        #: Each line's position goes in a header (``base | byte``; see
+        #: ``rstreams.runtime.positions``) when not None: the topic feeds a temporal join.
+        self.base = base
         self.path = path
         self.id = os.path.realpath(path)
         self.queues = queues
@@ -451,8 +456,15 @@ class Ingest:
 
         n = len(lines)
         # Columns, not a tuple per line: the lines are the value column as they are.
-        headers: list[tuple[tuple[str, bytes], ...]] = [()] * n
-        headers[-1] = ((INGEST_HEADER, read.encode()),)
+        mark = ((INGEST_HEADER, read.encode()),)
+        headers: list[tuple[tuple[str, bytes], ...]]
+        if inp.base is None:
+            headers = [()] * n
+            headers[-1] = mark
+        else:
+            from rstreams.runtime.positions import line_headers
+
+            headers = line_headers(inp.base, inp.position, lines, mark)
         # Chunks go round-robin over the queues, so the newest mark is the largest one
         # among the queues' last records (what resume looks for).
         q = self._rr % inp.queues

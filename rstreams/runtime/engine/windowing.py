@@ -20,10 +20,13 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor
+from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END
+from rstreams.runtime.positions import record_positions, topic_base
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.joins import JoinCore
 from rstreams.semantics.nullkeys import NULL_KEYS
+from rstreams.semantics.temporal import TemporalJoinCore
 from rstreams.semantics.timing import NO_TIME, TimedCore
 from rstreams.semantics.windows import WindowCore
 from rstreams.state.stores import STREAM_TIME_KEY as _STREAM_TIME
@@ -203,21 +206,33 @@ class JoinTagProcessor(FnProcessor):
         assert isinstance(node, n.JoinNode)
         self.side = "L" if factory.options["side"] == "left" else "R"
         self.fn = node.left_key if self.side == "L" else node.right_key
+        #: A temporal join's records carry their input position: (side, value, position).
+        self.temporal = node.window is None
+        self._bases: dict[str, int] = {}
+        self.sources: tuple[str, ...] = factory.options.get("sources", ())
 
     def process(self, batch: Batch) -> None:
         keys, batch = self.apply(batch)
         side = self.side
-        self.forward(Batch(batch.topic, batch.queue, keys, [(side, v) for v in batch.values],
-                           batch.timestamps, batch.offsets, batch.headers))  # fmt: skip
+        if self.temporal:
+            base = self._bases.get(batch.topic)
+            if base is None:
+                base = self._bases[batch.topic] = topic_base(self.sources, batch.topic)
+            pos = record_positions(batch.headers, base, batch.queue, batch.offsets)
+            values = [(side, v, p) for v, p in zip(batch.values, pos)]
+        else:
+            values = [(side, v) for v in batch.values]
+        self.forward(Batch(batch.topic, batch.queue, keys, values, batch.timestamps,
+                           batch.offsets, batch.headers))  # fmt: skip
 
 
 @register_processor("join", BUILDERS)
 class JoinProcessor(_TimedProcessor):
-    """Windowed join (buffers both sides within the window) or table join (latest value
-    per key and side, expired after ``ttl`` of stream time):
-    :class:`~rstreams.semantics.joins.JoinCore`."""
+    """Windowed join (buffers both sides within the window,
+    :class:`~rstreams.semantics.joins.JoinCore`) or temporal join (both sides versioned
+    by event time, :class:`~rstreams.semantics.temporal.TemporalJoinCore`)."""
 
-    core: JoinCore
+    core: JoinCore | TemporalJoinCore
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -226,29 +241,68 @@ class JoinProcessor(_TimedProcessor):
         self.node = node
         self.store_name = factory.stores[0]
         self.joiner = node.joiner
+        self.factory_topic = ""  # (the join's input topic, once a batch came)
 
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
         node = self.node
-        self.core = JoinCore(
-            node.join_type, node.joiner, node.window, node.ttl, self.store, _Out().add,
-            self._saved_time,
-        )  # fmt: skip
+        if node.window is None:
+            self.core = TemporalJoinCore(
+                node.join_type, node.joiner, node.ttl, node.grace, self.store, _Out().add,
+                self._saved_time, node.emits, self._failed_waiting,
+            )  # fmt: skip
+        else:
+            self.core = JoinCore(
+                node.join_type, node.joiner, node.window, node.ttl, self.store, _Out().add,
+                self._saved_time,
+            )  # fmt: skip
         self.core.restore()
+
+    def _failed_waiting(self, e: Exception, k: Any, v: Any, ts: int, off: int) -> None:
+        """A waiting record's joiner raised when stream time let it be answered: the
+        on_error policy, for that record (its offset in the join's input queue)."""
+        topic = self.factory_topic
+        self.ctx.handle_error(
+            self.name, Record(k, v, ts, (), topic, self.ctx.queue, off), e, self.joiner
+        )
 
     def process(self, batch: Batch) -> None:
         out = self.collect()
         late: list[int] = []
         record, wm = self.core.record, self.watermark()
+        self.factory_topic = batch.topic
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
-        for i, (k, tagged, ts, off) in enumerate(rows):
-            if k is None:
-                self.ctx.metrics[NULL_KEYS] += 1
-            try:
-                if not record(tagged[0], k, tagged[1], ts, off, wm):
-                    late.append(i)
-            except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
+        if isinstance(self.core, TemporalJoinCore):
+            for i, (k, tagged, ts, off) in enumerate(rows):
+                if k is None:
+                    self.ctx.metrics[NULL_KEYS] += 1
+                try:
+                    if not record(tagged[0], k, tagged[1], ts, off, wm, tagged[2]):
+                        late.append(i)
+                except Exception as e:
+                    self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
+            self._sizes()
+        else:
+            for i, (k, tagged, ts, off) in enumerate(rows):
+                if k is None:
+                    self.ctx.metrics[NULL_KEYS] += 1
+                try:
+                    if not record(tagged[0], k, tagged[1], ts, off, wm):
+                        late.append(i)
+                except Exception as e:
+                    self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
         self.save_time()
         self.emit(out, batch)
         self.emit_late(batch, late)
+
+    def on_watermark(self) -> None:
+        super().on_watermark()
+        if isinstance(self.core, TemporalJoinCore):
+            self._sizes()
+
+    def _sizes(self) -> None:
+        """The temporal join's state size, in the task's metrics (gauges, per task)."""
+        sizes = self.core.sizes()  # type: ignore[union-attr]
+        metrics = self.ctx.metrics
+        metrics["join_versions"] = sizes["versions"]
+        metrics["join_waiting"] = sizes["waiting"]

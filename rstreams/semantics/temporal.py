@@ -1,0 +1,355 @@
+"""Joins without window: a temporal join on event time, one answer for any split.
+
+Each side of the join is a **versioned table** (Kafka Streams' versioned stores, KIP-889
+and KIP-914; Flink's event-time temporal join): every record is a version of its key,
+stamped with its timestamp and its *position* in its input. A record meets the other
+side's version **as of its own time**: the version with the greatest ``(timestamp,
+position)`` at or before its own ``(timestamp, position)``, provided that version is
+still valid (``timestamp + ttl`` not before the record's timestamp)::
+
+    right (customers)   silver@10      gold@20                 platinum@40
+    time  ──────────────────┼─────────────┼──────────┼─────────────┼──────────▶
+    left  (orders)                  o1@15        o2@30        o3@40 (after platinum
+                                      │            │          in the input: sees it)
+                              meets silver    meets gold
+
+**Ties.** Records of equal timestamps are ordered by their position: for lines of files,
+the source topic's declaration order, then the file (in path order), then the byte at
+which the line starts; for the test driver, the order of ``pipe()`` calls; for records
+of a topic no rstreams ingest wrote, the topic's declaration order, then queue, then
+offset. None of these depends on how a run split its input into queues, how many workers
+ran it, or when they were killed. Records derived from one input record (a flatMap's
+outputs) share its position and keep their order.
+
+**When results leave.** A record can only be answered once every version that could
+precede it has arrived: once the step's stream time (its watermark) has passed the
+record's ``timestamp + grace``. Until then the record waits in the state; at the end of a
+bounded input everything waiting is answered. Results leave in ``(timestamp, position)``
+order, so the result of a key that changes over time is, last, the one of its latest
+record, on every backend. Records later than that (``timestamp + grace`` behind stream
+time when they arrive) are joined at once with what is retained, are not stored as a
+version, and count as late, as the windowed join's late records.
+
+**Sides.** Both sides are versioned and, by default, both emit: a record of either side
+meets the other side's version as of its time (a table-table join over versioned
+tables). A side marked as a *table* (``emits`` names only the other side) only stores its
+versions; only the other side's records produce results (a stream-table join). Inner
+joins emit only matches; a left join also emits a left record that meets no version as
+``joiner(left, None)``; an outer join does so on both sides.
+
+**State.** Per side and key, the versions in ``(timestamp, position)`` order; versions
+that no future lookup can reach are purged: every version but the latest one older than
+``stream time - grace`` (future lookups are at least that late), and the latest too once
+it is older than ``ttl`` at that time. Entries: ``("v", side, key) -> [[ts, pos, value],
+...]``, ``("p", ts, pos, side, n) -> [key, value, offset]`` for a record waiting to be
+answered (``n`` a counter that keeps equal positions apart), ``("c",) -> n``. A null key
+follows :func:`rstreams.semantics.nullkeys.null_key_pair`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from rstreams.semantics.nullkeys import null_key_pair
+from rstreams.semantics.timing import NO_TIME, Emit, HeapKey, State, TimedCore
+
+__all__ = ["BOTH", "TemporalJoinCore", "VersionedTable", "as_of"]
+
+#: ``emits`` when both sides' records produce results.
+BOTH = "LR"
+_INF = 2**63
+
+
+def as_of(versions: list[list[Any]], ts: int, pos: Any) -> int:
+    """Index of the version with the greatest ``(ts, pos)`` at or before ``(ts, pos)``
+    in ``versions`` (sorted ``[ts, pos, value]`` rows), or -1.
+
+    >>> rows = [[10, 1, "silver"], [20, 5, "gold"], [20, 9, "platinum"]]
+    >>> [as_of(rows, t, p) for t, p in [(5, 0), (15, 0), (20, 5), (20, 8), (99, 0)]]
+    [-1, 0, 1, 1, 2]
+    """
+    lo, hi = 0, len(versions)
+    while lo < hi:  # bisect_right on (ts, pos), without building key tuples
+        mid = (lo + hi) // 2
+        row = versions[mid]
+        if ts < row[0] or (ts == row[0] and pos < row[1]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
+class VersionedTable:
+    """One side's versions per key over a :class:`State` (Kafka's
+    ``VersionedKeyValueStore``: ``put(key, value, ts)``, ``get(key, as_of)``), with
+    the purge rule of the module docstring.
+
+    >>> from rstreams.semantics.timing import DictState
+    >>> t = VersionedTable("R", DictState(), ttl=100)
+    >>> t.put("c1", "silver", 10, 1), t.put("c1", "gold", 20, 2)  # (a new key?)
+    (True, False)
+    >>> t.get("c1", 15, 0), t.get("c1", 25, 0), t.get("c1", 5, 0), t.get("c1", 121, 0)
+    ('silver', 'gold', None, None)
+    >>> t.purge("c1", horizon=30)  # silver is out of every lookup; gold valid until 120
+    121
+    >>> t.versions("c1")
+    [[20, 2, 'gold']]
+    """
+
+    __slots__ = ("keys", "side", "state", "ttl", "versions_held")
+
+    def __init__(self, side: str, state: State, ttl: int) -> None:
+        self.side = side
+        self.state = state
+        self.ttl = ttl
+        #: keys and versions held (for metrics; kept as versions come and go)
+        self.keys = 0
+        self.versions_held = 0
+
+    def versions(self, key: Any) -> list[list[Any]]:
+        """The key's versions, oldest first (a copy the caller may change)."""
+        stored = self.state.get(("v", self.side, key))
+        return [] if stored is None else [list(r) for r in stored]
+
+    def count(self, rows: list[list[Any]]) -> None:
+        """Count a key's restored versions in :meth:`sizes`."""
+        self.keys += 1
+        self.versions_held += len(rows)
+
+    def put(self, key: Any, value: Any, ts: int, pos: Any, horizon: int = NO_TIME) -> bool:
+        """Add a version; True if the key had none before. Versions no lookup at or
+        after ``horizon`` can reach go at the same time."""
+        rows = self.versions(key)
+        new = not rows
+        before = len(rows)
+        if not rows or (ts, pos) >= (rows[-1][0], rows[-1][1]):
+            rows.append([ts, pos, value])  # the usual case: in order
+        else:
+            rows.insert(as_of(rows, ts, pos) + 1, [ts, pos, value])
+        self._trim(rows, horizon)
+        self.keys += new
+        self.versions_held += len(rows) - before
+        self.state.put(("v", self.side, key), rows)
+        return new
+
+    def get(self, key: Any, ts: int, pos: Any) -> Any:
+        """The value as of ``(ts, pos)``, or None (none yet, or older than ``ttl``)."""
+        rows = self.versions(key)
+        i = as_of(rows, ts, pos)
+        if i < 0 or rows[i][0] + self.ttl < ts:
+            return None
+        return rows[i][2]
+
+    def find(self, key: Any, ts: int, pos: Any) -> list[Any] | None:
+        """The version row as of ``(ts, pos)`` (see :meth:`get`), or None."""
+        rows = self.versions(key)
+        i = as_of(rows, ts, pos)
+        if i < 0 or rows[i][0] + self.ttl < ts:
+            return None
+        return rows[i]
+
+    def _trim(self, rows: list[list[Any]], horizon: int) -> None:
+        # Lookups to come are at or after ``horizon``: of the versions before it only
+        # the latest can answer them, and only while it is valid there.
+        k = 0
+        while k + 1 < len(rows) and rows[k + 1][0] < horizon:
+            k += 1
+        if k:
+            del rows[:k]
+        if rows and rows[0][0] < horizon and rows[0][0] + self.ttl < horizon:
+            del rows[0]
+
+    def purge(self, key: Any, horizon: int) -> int | None:
+        """Drop what no lookup at or after ``horizon`` can reach; the time the key
+        next needs a look (its latest version's expiry), None once it has none."""
+        rows = self.versions(key)
+        before = len(rows)
+        if not before:
+            return None
+        self._trim(rows, horizon)
+        self.versions_held -= before - len(rows)
+        if not rows:
+            self.keys -= 1
+            self.state.delete(("v", self.side, key))
+            return None
+        if len(rows) != before:
+            self.state.put(("v", self.side, key), rows)
+        return int(rows[-1][0] + self.ttl + 1)
+
+    def sizes(self) -> tuple[int, int]:
+        """(keys, versions) held now."""
+        return self.keys, self.versions_held
+
+
+#: ``on_error(exc, key, value, ts, offset)``: a deferred answer's joiner raised; the
+#: adapter applies its error policy (raise to fail: the record then stays waiting).
+OnError = Callable[[Exception, Any, Any, int, int], None]
+
+
+class TemporalJoinCore(TimedCore):
+    """The state of one task/queue of a join without window (see the module docstring).
+
+    ``record(side, key, value, ts, offset, watermark, pos)`` takes one record; results
+    go to ``emit(key, joiner(left, right), ts, offset)`` once stream time allows.
+    ``offset`` is the record's offset in the join's input queue: it names the record
+    in errors and keeps records of equal ``(ts, pos)`` (a flatMap's outputs) in their
+    order of arrival.
+
+    >>> from rstreams.semantics.timing import DictState
+    >>> out = []
+    >>> core = TemporalJoinCore("left", lambda o, c: (o, c), None, 15, DictState(),
+    ...                         lambda k, v, ts, off: out.append(v))  # grace 15
+    >>> core.record("L", "c1", "o1", 30, 0, pos=3)   # an order arrives first ...
+    True
+    >>> core.record("R", "c1", "gold", 20, 1, pos=2)  # ... its customer's version later
+    True
+    >>> out  # nothing yet: stream time (30) has not passed the order's time + grace
+    []
+    >>> core.end_of_input(); out
+    [('o1', 'gold')]
+    """
+
+    def __init__(
+        self,
+        join_type: str,
+        joiner: Callable[[Any, Any], Any],
+        ttl: int | None,
+        grace: int,
+        state: State,
+        emit: Emit,
+        time: int = NO_TIME,
+        emits: str = BOTH,
+        on_error: OnError | None = None,
+    ) -> None:
+        super().__init__(state, emit, time)
+        self.join_type = join_type
+        self.joiner = joiner
+        self.ttl = _INF if not ttl else int(ttl)
+        self.grace = int(grace)
+        self.emits = emits
+        self.on_error = on_error
+        self.outer = {"L": join_type in ("left", "outer"), "R": join_type == "outer"}
+        self.sides = {"L": VersionedTable("L", state, self.ttl),
+                      "R": VersionedTable("R", state, self.ttl)}  # fmt: skip
+        #: records waiting to be answered: (ts, pos, side, offset)
+        self.waiting: list[tuple[int, Any, str, int]] = []
+        #: (due, side, key): when a key's versions need a look (expiry of its latest)
+        self.expiry: list[tuple[int, str, HeapKey]] = []
+
+    # -- restore ---------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Rebuild the waiting and expiry heaps from the state (after a restart)."""
+        old = []
+        for skey, value in self.state.items():
+            tag = skey[0]
+            if tag == "p":
+                _, ts, pos, side, off = skey
+                self.waiting.append((ts, pos, side, off))
+            elif tag == "v":
+                _, side, key = skey
+                self.sides[side].count(value)
+                self.expiry.append((int(value[-1][0] + self.ttl + 1), side, HeapKey(key)))
+            elif tag == "j" and len(skey) == 3:
+                old.append((skey, value))
+        for skey, value in old:
+            # A table join's entry from before joins were temporal (its latest value):
+            # a version of unknown position, before any other of its time.
+            _, side, key = skey
+            if self.sides[side].put(key, value[0], value[1], -1, self.horizon):
+                self.expiry.append((int(value[1] + self.ttl + 1), side, HeapKey(key)))
+            self.state.delete(skey)
+        heapq.heapify(self.waiting)
+        heapq.heapify(self.expiry)
+
+    # -- records ---------------------------------------------------------------------------
+
+    @property
+    def horizon(self) -> int:
+        """Lookups to come are at or after this time (stream time - grace)."""
+        return self.time - self.grace if self.time != NO_TIME else NO_TIME
+
+    def record(
+        self,
+        side: str,
+        k: Any,
+        v: Any,
+        ts: int,
+        off: int,
+        watermark: int | None = None,
+        pos: Any = 0,
+    ) -> bool:
+        """One record of ``side`` ("L"/"R") at ``(ts, pos)``. False if it was late
+        (answered at once, not stored). Raises what the joiner raises for this record
+        (late, or a null key); what it raises for a waiting record goes to
+        ``on_error`` (without one: raised, and that record stays waiting)."""
+        if ts > self.max_time:
+            self.max_time = ts
+            self.advance_time(watermark)
+        late = False
+        if k is None:
+            if side in self.emits:
+                pair = null_key_pair(self.join_type, side, v)
+                if pair is not None:
+                    self.emit(None, self.joiner(*pair), ts, off)
+        elif ts + self.grace < self.time:
+            late = True
+            if side in self.emits:
+                self._answer(side, k, v, ts, pos, off)
+        else:
+            if self.sides[side].put(k, v, ts, pos, self.horizon):
+                heapq.heappush(self.expiry, (int(ts + self.ttl + 1), side, HeapKey(k)))
+            if side in self.emits:
+                self.state.put(("p", ts, pos, side, off), [k, v])
+                heapq.heappush(self.waiting, (ts, pos, side, off))
+        self.expire(off)
+        return not late
+
+    def _answer(self, side: str, k: Any, v: Any, ts: int, pos: Any, off: int) -> None:
+        other = "R" if side == "L" else "L"
+        found = self.sides[other].find(k, ts, pos)
+        if found is None and not self.outer[side]:
+            return
+        ov = None if found is None else found[2]
+        left, right = (v, ov) if side == "L" else (ov, v)
+        self.emit(k, self.joiner(left, right), ts, off)
+
+    def expire(self, off: int, everything: bool = False) -> None:
+        """Answer the records stream time allows (all of them: ``everything``), in
+        ``(ts, pos)`` order, then purge versions no lookup can reach any more."""
+        waiting = self.waiting
+        limit = self.time - self.grace  # answered once ts + grace < stream time
+        state = self.state
+        while waiting and (everything or waiting[0][0] < limit):
+            ts, pos, side, roff = waiting[0]
+            skey = ("p", ts, pos, side, roff)
+            entry = state.get(skey)
+            if entry is not None:
+                k, v = entry
+                try:
+                    self._answer(side, k, v, ts, pos, roff)
+                except Exception as e:
+                    if self.on_error is None:
+                        raise  # (it stays waiting)
+                    self.on_error(e, k, v, ts, roff)  # (raises: it stays waiting)
+                state.delete(skey)
+            heapq.heappop(waiting)
+        expiry, horizon = self.expiry, self.horizon
+        while expiry and expiry[0][0] <= horizon:
+            _, side, hk = heapq.heappop(expiry)
+            due = self.sides[side].purge(hk.key, horizon)
+            if due is not None:
+                heapq.heappush(expiry, (max(due, horizon + 1), side, hk))
+
+    def end_of_input(self) -> None:
+        """Bounded input ended: every waiting record is answered (versions stay, for a
+        later run that goes on with more input)."""
+        self.expire(-1, everything=True)
+
+    def sizes(self) -> dict[str, int]:
+        """What the state holds now: keys and versions (both sides), waiting records."""
+        lk, lv = self.sides["L"].sizes()
+        rk, rv = self.sides["R"].sizes()
+        return {"keys": lk + rk, "versions": lv + rv, "waiting": len(self.waiting)}
