@@ -147,8 +147,7 @@ def _run_embedded(
     start = time.monotonic()
     iters = {t: line_chunks(f, chunk_lines) for t, (f, _) in opened.items()}
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
-    start_at = dict(consumed)  # where each input's next chunk starts
-    bases = {t: topic_base(source_order(topology), t) for t in temporal_join_topics(topology)}
+    columns_of = _ChunkColumns(topology, inputs)
     rounds = 0
     next_commit = start + COMMIT_INTERVAL
     try:
@@ -159,10 +158,7 @@ def _run_embedded(
                     del iters[topic]
                     continue
                 lines, consumed[topic] = nxt
-                columns = _chunk_columns(
-                    lines, inputs[topic], consumed[topic], bases.get(topic), start_at[topic]
-                )
-                start_at[topic] = consumed[topic]
+                columns = columns_of(topic, lines, consumed[topic])
                 producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
                 records_in += len(lines)
             rounds += 1
@@ -202,6 +198,23 @@ def _run_embedded(
         engine.metrics(),
         dead_letters=dead_letters,
     )
+
+
+class _ChunkColumns:
+    """The columns of each input's chunks (:func:`_chunk_columns`), with each line's
+    position where the topology has a temporal join (``rstreams.runtime.positions``)."""
+
+    def __init__(self, topology: Topology, inputs: dict[str, str]) -> None:
+        self.inputs = inputs
+        order = source_order(topology)
+        self.bases = {t: topic_base(order, t) for t in temporal_join_topics(topology)}
+        self.start = dict.fromkeys(inputs, 0)  # where each input's next chunk starts
+
+    def __call__(
+        self, topic: str, lines: list[bytes], consumed: int
+    ) -> tuple[list[int], list[bytes | None], list[bytes | None], list[Headers]]:
+        start, self.start[topic] = self.start[topic], consumed
+        return _chunk_columns(lines, self.inputs[topic], consumed, self.bases.get(topic), start)
 
 
 def _chunk_columns(

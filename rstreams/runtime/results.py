@@ -156,7 +156,8 @@ def row_json(row: dict[str, Any]) -> str:
 
 
 def table_lines(table: dict[Any, Any]) -> list[str]:
-    """The JSON lines of a final table, one :func:`~rstreams.windowed.result_row` each:
+    """The JSON lines of a final table, one :func:`~rstreams.windowed.result_row` each,
+    sorted (byte-identical files for equal tables):
     ``{"key": ..., "value": ...}``, and for windowed keys
     ``{"key": ..., "window": {"start": ..., "end": ...}, ["closed": ...,] "value": ...}``.
 
@@ -166,11 +167,13 @@ def table_lines(table: dict[Any, Any]) -> list[str]:
     >>> table_lines({Windowed("gus", 0, 60000): 2})
     ['{"key": "gus", "window": {"start": 0, "end": 60000}, "value": 2}\\n']
     """
+    # Sorted (by the key's JSON, then the window): the same table gives the same bytes
+    # whatever order its keys were folded in (queues, workers, backends).
     if any(type(k) is Windowed for k in table):
-        return [row_json(result_row(k, v)) + "\n" for k, v in table.items()]
+        return sorted(row_json(result_row(k, v)) + "\n" for k, v in table.items())
     keys = json_texts(list(table), _table_json)
     values = json_texts(list(table.values()), _table_json)
-    return [f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values)]
+    return sorted(f'{{"key": {k}, "value": {v}}}\n' for k, v in zip(keys, values))
 
 
 def check_data_dir(path: str, option: str = "--data-dir", *, write: bool = True) -> None:

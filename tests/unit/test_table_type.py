@@ -187,7 +187,7 @@ def test_joins_take_the_stream_of_a_table_not_the_table() -> None:
     table, other = keyed.count(), b.source("other")
     with pytest.raises(AttributeError, match=r"toRStream\(\)\.join"):
         table.join(other)  # type: ignore[attr-defined]
-    with pytest.raises(TopologyError, match="expects an RStream; got RTable"):
+    with pytest.raises(TopologyError, match=r"expects an RStream or a StreamTable .*; got RTable"):
         other.join(table)  # type: ignore[arg-type]
     assert isinstance(table.toRStream().join(other), rstreams.JoinedStream)
 

@@ -112,14 +112,18 @@ def test_describe_shows_each_window_with_its_unit() -> None:
         "(window: tumbling size=60000 ms, grace=5000 ms) (stores: [clicks-per-user-store])"
     ) in lines
     assert (
-        "    Processor: bought [join] (window: join before=0 ms, after=30000 ms, grace=0 ms) "
+        "    Processor: bought [join] (inner windowed join, join before=0 ms, after=30000 ms, "
+        "grace=0 ms) "
         "(stores: [clicks-bought-store])"
     ) in lines
     # Only the step itself, not its shuffle parts, shows the window.
-    assert sum("(window: " in line for line in lines) == 2
+    assert sum("(window: " in line or "windowed join, " in line for line in lines) == 2
 
 
 def test_dot_labels_show_each_window_with_its_unit() -> None:
     dot = _windowed_topology().to_dot()
     assert '[label="per-user\\n[window-aggregate]\\ntumbling size=60000 ms, grace=5000 ms"' in dot
-    assert '[label="bought\\n[join]\\njoin before=0 ms, after=30000 ms, grace=0 ms"' in dot
+    assert (
+        '[label="bought\\n[join]\\ninner windowed join, join before=0 ms, after=30000 ms, '
+        'grace=0 ms"'
+    ) in dot

@@ -223,7 +223,7 @@ def test_late_join_records_are_counted_not_joined() -> None:
         assert d.metrics["late"] == 1
 
 
-def test_table_join_without_window_keeps_latest_per_key_with_ttl() -> None:
+def test_join_without_window_meets_the_version_as_of_its_time_valid_for_ttl() -> None:
     b = StreamBuilder("t")
     left, right = b.source("l", queues=1), b.source("r", queues=1)
     (
@@ -237,11 +237,15 @@ def test_table_join_without_window_keeps_latest_per_key_with_ttl() -> None:
         d.pipe("l", "a1", timestamp=0)
         d.pipe("r", "a2", timestamp=10)
         d.pipe("l", "a3", timestamp=20)
-        d.pipe("r", "b1", timestamp=100)  # stream time 100: a3 (20 + 50 < 100) expired
+        d.pipe("r", "b1", timestamp=100)
         d.pipe("l", "a4", timestamp=101)
-        out = [r.value for r in d.read("out")]
-    # left join: a1 unmatched -> (a1, None); a2 joins the latest left a1; a3 joins a2;
-    # b1 alone on the right emits nothing; a4 finds no right any more (a2 expired).
+        before_end = [r.value for r in d.read("out")]
+        d.end_of_input()
+        out = before_end + [r.value for r in d.read("out")]
+    # left join: a1 meets no version -> (a1, None); a2 meets the left version as of 10
+    # (a1); a3 meets a2; b1 alone on the right emits nothing; a4 (at 101) finds a2 no
+    # longer valid (10 + ttl 50 < 101). a4 waits for stream time to pass 101: the end.
+    assert before_end == [["a1", None], ["a1", "a2"], ["a3", "a2"]]
     assert out == [["a1", None], ["a1", "a2"], ["a3", "a2"], ["a4", None]]
 
 
