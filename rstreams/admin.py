@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -522,9 +522,30 @@ def _state(args: argparse.Namespace, data_dir: str, job: str, broker: Broker | N
             return 1
         print(json.dumps(table[key], ensure_ascii=False))
         return 0
-    for q, k, v in inspect.iter_store(data_dir, job, args.store, queue=args.queue, broker=broker):
+    rows = inspect.iter_store(data_dir, job, args.store, queue=args.queue, broker=broker)
+    if args.action == "sizes":
+        for q, counts in sorted(_store_sizes(rows).items()):
+            print(f"queue={q}\t" + "\t".join(f"{k}={v}" for k, v in counts.items()))
+        return 0
+    for q, k, v in rows:
         print(json.dumps({"queue": q, "key": k, "value": v}, ensure_ascii=False))
     return 0
+
+
+def _store_sizes(rows: Iterable[tuple[int, Any, Any]]) -> dict[int, dict[str, int]]:
+    """Per queue: entries; for a temporal join's store (rstreams.semantics.temporal)
+    also its keys, their versions and the records waiting to be answered."""
+    out: dict[int, dict[str, int]] = {}
+    for q, k, v in rows:
+        counts = out.setdefault(q, {"entries": 0})
+        counts["entries"] += 1
+        tag = k[0] if isinstance(k, (list, tuple)) and k else None
+        if tag == "v" and len(k) == 3:
+            counts["join_keys"] = counts.get("join_keys", 0) + 1
+            counts["join_versions"] = counts.get("join_versions", 0) + len(v)
+        elif tag == "p" and len(k) == 5:
+            counts["join_waiting"] = counts.get("join_waiting", 0) + 1
+    return out
 
 
 def _on_data_dir(
@@ -602,10 +623,12 @@ def add_parsers(sub: Any, common: Any) -> None:
     p = sub.add_parser("state", help="list, read or dump a job's state stores")
     p.add_argument(
         "action",
-        choices=("list", "get", "dump"),
-        help="list the stores, get one key's value, or dump a store",
+        choices=("list", "get", "dump", "sizes"),
+        help="list the stores, get one key's value, dump a store, or count what a store "
+        "holds per queue (a join without window: keys, versions of its history, records "
+        "waiting for stream time)",
     )
-    p.add_argument("store", nargs="?", help="for get and dump: the state store")
+    p.add_argument("store", nargs="?", help="for get, dump and sizes: the state store")
     p.add_argument("key", nargs="?", help="for get: the key (JSON, or plain text)")
     p.add_argument("--queue", type=int, help="only this queue")
     base(p)

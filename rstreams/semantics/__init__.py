@@ -8,7 +8,8 @@ they import nothing of the runtime, only the DSL's node and window classes.
 
 - :mod:`.aggregations`: count, sum, min, max, reduce, aggregate as objects.
 - :mod:`.windows`: window assignment, closing, emit modes, sessions, lateness.
-- :mod:`.joins`: windowed and table joins, inner/left/outer, expiry.
+- :mod:`.joins`: windowed joins, inner/left/outer, expiry.
+- :mod:`.temporal`: joins without window: versioned sides, as-of lookups on event time.
 - :mod:`.nullkeys`: the null-key rule of joins and aggregations.
 - :mod:`.timing`: stream time, the heap key and the state interface they share.
 """
