@@ -9,6 +9,8 @@ its input over queues or workers. A position is one int:
   where the line starts in the file (each line's start is the chunk's start plus the
   lines before it, so a resumed run, which chunks differently, gives the same order);
 - a record piped into the test driver: its ``pipe()`` call's number;
+- an entry of a Redis stream copied into a source topic (``RedisStream``): ``ordinal
+  << 56 | ms << 15 | seq`` of its entry id ``ms-seq``;
 - any other record (a topic written by another program): ``ordinal << 56 | queue << 40
   | offset``, its place in the topic as given.
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POSITION_HEADER",
+    "entry_position",
     "line_headers",
     "position_header",
     "positions_of_lines",
@@ -72,6 +75,17 @@ def topic_base(sources: Sequence[str], topic: str) -> int:
     topic that is not a source)."""
     ordinal = list(sources).index(topic) if topic in sources else 127
     return min(ordinal, 127) << _BITS
+
+
+def entry_position(base: int, entry_id: bytes | str) -> int:
+    """The position of a Redis stream entry (``b"<ms>-<seq>"``).
+
+    >>> entry_position(0, b"1700000000000-3") == (1700000000000 << 15) | 3
+    True
+    """
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return base | min(int(ms), (1 << 41) - 1) << 15 | min(int(seq or 0), (1 << 15) - 1)
 
 
 def position_header(position: int) -> tuple[str, bytes]:

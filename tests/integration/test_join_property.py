@@ -122,3 +122,22 @@ def build():
         .keyBy(lambda r: r["order"]).sink("enriched"))
     return b
 """
+
+
+def test_two_runs_of_a_join_write_byte_identical_output_files(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    case = Case(2, records=1500)  # a temporal outer join, 16-way splits at random
+    pipeline, data = write_case(tmp_path, case)
+    outputs = []
+    for i, mode in enumerate((["--workers", "2"], ["--workers", "2"], ["--in-memory"])):
+        out = tmp_path / f"out{i}.jsonl"
+        args = [sys.executable, "-m", "rstreams", "run", str(pipeline), "--input", str(data)]
+        args += ["--output", str(out), "--data-dir", str(tmp_path / f"d{i}"), "-q", *mode]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2]
+    table = {json.loads(line)["key"]: json.loads(line)["value"] for line in outputs[0].splitlines()}
+    assert table == case.expected()

@@ -40,6 +40,13 @@ import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.ingest import last_headers, record_input_end
+from rstreams.runtime.positions import (
+    entry_position,
+    position_header,
+    source_order,
+    temporal_join_topics,
+    topic_base,
+)
 from rstreams.runtime.streamentries import entry_fields, entry_record
 from rstreams.runtime.streamentries import entry_id as _id
 
@@ -161,6 +168,9 @@ class ExternalIngest:
             for topic, spec in topology.external_sources.items()
         ]
         self._rr = 0
+        # A temporal join's tie rule: each entry's position, from its entry id.
+        order, positioned = source_order(topology), temporal_join_topics(topology)
+        self.bases = {t: topic_base(order, t) for t in positioned}
         for src in self.sources if not follow else ():
             info = self._info(src)
             if info is None:
@@ -227,8 +237,14 @@ class ExternalIngest:
             return False
         end = StreamPosition(pos.stream, entries[-1][0].decode(), added + len(entries))
         rows = [entry_record(src.spec, eid, fields) for eid, fields in entries]
-        ts, key, value, _ = rows[-1]
-        rows[-1] = (ts, key, value, ((EXTERNAL_HEADER, end.encode()),))
+        base = self.bases.get(src.topic)
+        if base is not None:
+            rows = [
+                (ts, k, v, (*h, position_header(entry_position(base, eid))))
+                for (ts, k, v, h), (eid, _) in zip(rows, entries)
+            ]
+        ts, key, value, heads = rows[-1]
+        rows[-1] = (ts, key, value, (*heads, (EXTERNAL_HEADER, end.encode())))
         # One append: the entries and the position they take the copy to (see above).
         self.broker.append(src.topic, self._rr % src.queues, rows)
         self.broker.flush()
