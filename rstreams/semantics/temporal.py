@@ -23,10 +23,11 @@ outputs) share its position and keep their order.
 
 **When results leave.** A record can only be answered once every version that could
 precede it has arrived: once the step's stream time has passed the record's ``timestamp
-+ grace``. Stream time is the input's watermark where it has one (several producers),
-else the smaller of the two sides' largest timestamps (:meth:`TemporalJoinCore.
-advance_time`). Until then the record waits in the state; at the end of a
-bounded input everything waiting is answered. Results leave in ``(timestamp, position)``
++ grace``. Stream time is the input's watermark where it has one (the durable
+engine's joins always do: their producers send it after each batch, since a batch
+reaches the join one side after the other), else the largest timestamp seen (records
+arrive in their input's order: the test driver, Spark's replay). Until then the
+record waits in the state; at the end of a bounded input everything waiting is answered. Results leave in ``(timestamp, position)``
 order, so the result of a key that changes over time is, last, the one of its latest
 record, on every backend. Records later than that (``timestamp + grace`` behind stream
 time when they arrive) are joined at once with what is retained, are not stored as a
@@ -239,20 +240,6 @@ class TemporalJoinCore(TimedCore):
         self.waiting: list[tuple[int, Any, str, int]] = []
         #: (due, side, key): when a key's versions need a look (expiry of its latest)
         self.expiry: list[tuple[int, str, HeapKey]] = []
-        #: The largest timestamp seen per side (see :meth:`advance_time`).
-        self.side_time = {"L": time, "R": time}
-
-    def advance_time(self, watermark: int | None) -> bool:
-        """Stream time = the input's watermark where it carries one; else the smaller
-        of the two sides' largest timestamps (each side is taken to be in order within
-        grace, as a queue is). Not one time over both: a batch of input reaches the join
-        one side after the other, and the first side's time must not make the other
-        side's records late. Never backwards."""
-        t = min(self.side_time["L"], self.side_time["R"]) if watermark is None else watermark
-        if t > self.time:
-            self.time = t
-            return True
-        return False
 
     # -- restore ---------------------------------------------------------------------------
 
@@ -301,10 +288,8 @@ class TemporalJoinCore(TimedCore):
         (answered at once, not stored). Raises what the joiner raises for this record
         (late, or a null key); what it raises for a waiting record goes to
         ``on_error`` (without one: raised, and that record stays waiting)."""
-        if ts > self.side_time[side]:
-            self.side_time[side] = ts
-            if ts > self.max_time:
-                self.max_time = ts
+        if ts > self.max_time:
+            self.max_time = ts
         if self.advance_time(watermark):
             # Answer what the new time allows before this record's version trims the
             # history they may need (their times are before this record's).

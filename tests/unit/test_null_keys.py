@@ -69,13 +69,13 @@ def test_null_join_keys_never_match(kind: str, window: JoinWindow | None) -> Non
         assert d.metrics["null_keys"] == 3
     expected = [list(out) for out in JOIN_OUTPUT[kind]]
     if window is None:
-        # A temporal join answers o1 once stream time passes 100 (at :o2, after the
+        # A temporal join answers o1 once stream time passes 100 (at :o2, before the
         # null key's own result) and p2 once it passes 104 (at :o3): p2 meets the left
         # version as of 104, o1.
         if kind != "join":
-            expected[1].append(("1", "1:o1|None", 100))
+            expected[1].insert(0, ("1", "1:o1|None", 100))
         expected[3] = []
-        expected[4].append(PAID)
+        expected[4].insert(0, PAID)
     assert outputs == expected
     # Never buffered: only key "1" (and stream time) is in the join's state.
     assert all(None not in k for k in state), state

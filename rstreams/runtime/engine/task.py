@@ -89,6 +89,7 @@ from rstreams.runtime.engine.watermarks import (
     ingest_group,
     producer_time_group,
     producers_of,
+    watermarked,
 )
 from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.layout import store_dir
@@ -215,10 +216,9 @@ def _marked_inputs(
     producers: list[tuple[int, int]] = []
     for topic in sources:
         if topology.topics[topic].role == "shuffle":
-            ps = producers_of(topology, topic, count)
-            if len(ps) > 1:
+            if watermarked(topology, topic, count):
                 marked.add(topic)
-                producers += ps
+                producers += producers_of(topology, topic, count)
             elif carries_time(topology, topic, count):
                 told.add(topic)
     return marked, told, producers
@@ -423,7 +423,7 @@ class Task:
             if f.kind != "shuffle-sink" or f.topic is None or not self.config.watermarks:
                 continue
             entry = (f.topic, count(f.topic) or 0)
-            if len(producers_of(topology, f.topic, count)) > 1 and entry not in self.marked_outputs:
+            if watermarked(topology, f.topic, count) and entry not in self.marked_outputs:
                 self.marked_outputs.append(entry)
             # What this task sends bounds its watermark (it reads no watermarks): it
             # tells a queue its time before a record behind it (see the watermarks
@@ -433,7 +433,7 @@ class Task:
             if (
                 self.config.watermarks
                 and not self.marked_inputs
-                and len(producers_of(topology, f.topic, count)) == 1
+                and not watermarked(topology, f.topic, count)
                 and carries_time(topology, f.topic, count)
             ):
                 self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
