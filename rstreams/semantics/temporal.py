@@ -234,6 +234,7 @@ class TemporalJoinCore(TimedCore):
         self.emits = emits
         self.on_error = on_error
         self.outer = {"L": join_type in ("left", "outer"), "R": join_type == "outer"}
+        self.looked_up = {"L": "R" in emits, "R": "L" in emits}
         self.sides = {"L": VersionedTable("L", state, self.ttl),
                       "R": VersionedTable("R", state, self.ttl)}  # fmt: skip
         #: records waiting to be answered: (ts, pos, side, offset)
@@ -305,7 +306,9 @@ class TemporalJoinCore(TimedCore):
             if side in self.emits:
                 self._answer(side, k, v, ts, pos, off)
         else:
-            if self.sides[side].put(k, v, ts, pos, self.horizon):
+            # A side's versions are looked up only by the other side's records: none
+            # to keep when that side only stores (a table).
+            if self.looked_up[side] and self.sides[side].put(k, v, ts, pos, self.horizon):
                 heapq.heappush(self.expiry, (int(ts + self.ttl + 1), side, HeapKey(k)))
             if side in self.emits:
                 self.state.put(("p", ts, pos, side, off), [k, v])
