@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rstreams.planner.topology import ProcessorFactory, Topology
@@ -20,19 +20,19 @@ def window_text(f: ProcessorFactory) -> str | None:
         return None
     window = getattr(f.node, "window", None)
     if f.kind == "join":
-        node = f.node
-        kind = getattr(node, "join_kind", "windowed")
-        if kind == "windowed":
-            return f"{node.join_type} windowed join, {window}"  # type: ignore[attr-defined]
-        table = {"L": ", right side a table", "R": ", left side a table"}.get(
-            node.emits,
-            "",  # type: ignore[attr-defined]
-        )
-        return (
-            f"{node.join_type} {kind} join{table}, grace={node.grace} ms, "  # type: ignore[attr-defined]
-            f"ttl={node.ttl} ms"  # type: ignore[attr-defined]
-        )
+        return _join_text(f.node)
     return None if window is None else str(window)
+
+
+def _join_text(node: Any) -> str:
+    """A join step's kind, window or grace and ttl (e.g. ``left temporal join, grace=0
+    ms, ttl=86400000 ms``)."""
+    if node.join_kind == "windowed":
+        return f"{node.join_type} windowed join, {node.window}"
+    table = {"L": ", right side a table", "R": ", left side a table"}.get(node.emits, "")
+    return (
+        f"{node.join_type} {node.join_kind} join{table}, grace={node.grace} ms, ttl={node.ttl} ms"
+    )
 
 
 def _line(f: ProcessorFactory) -> str:

@@ -27,11 +27,12 @@ precede it has arrived: once the step's stream time has passed the record's ``ti
 engine's joins always do: their producers send it after each batch, since a batch
 reaches the join one side after the other), else the largest timestamp seen (records
 arrive in their input's order: the test driver, Spark's replay). Until then the
-record waits in the state; at the end of a bounded input everything waiting is answered. Results leave in ``(timestamp, position)``
-order, so the result of a key that changes over time is, last, the one of its latest
-record, on every backend. Records later than that (``timestamp + grace`` behind stream
-time when they arrive) are joined at once with what is retained, are not stored as a
-version, and count as late, as the windowed join's late records.
+record waits in the state; at the end of a bounded input everything waiting is
+answered. Results leave in ``(timestamp, position)`` order, so the result of a key that
+changes over time is, last, the one of its latest record, on every backend. Records
+later than that (``timestamp + grace`` behind stream time when they arrive) are joined
+at once with what is retained, are not stored as a version, and count as late, as the
+windowed join's late records.
 
 **Sides.** Both sides are versioned and, by default, both emit: a record of either side
 meets the other side's version as of its time (a table-table join over versioned

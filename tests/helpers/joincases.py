@@ -42,8 +42,10 @@ class Case:
     def lines(self) -> list[str]:
         return [json.dumps(e) for e in self.events]
 
-    def pipeline(self) -> str:
-        """The pipeline file of this case (two branches of one source topic)."""
+    def pipeline(self, counted: bool = True) -> str:
+        """The pipeline file of this case (two branches of one source topic): each
+        result pair counted, or (``counted=False``: no aggregation after the join, for
+        Spark Structured Streaming) each pair keyed by itself."""
         if self.form == "windowed":
             how = f".window(JoinWindow(before={self.before}, after={self.after}, "
             how += f"grace={self.grace}))"
@@ -55,6 +57,7 @@ class Case:
                 f"ttl={self.ttl})"
             )
         right = "right.toTable()" if self.form == "table" else "right"
+        tail = '.count(name="n").toRStream()' if counted else ""
         return textwrap.dedent(f"""\
             import json
             from rstreams import JoinWindow, StreamBuilder
@@ -71,7 +74,7 @@ class Case:
                 (left.{METHOD[self.kind]}({right})
                     .where(lambda e: e["k"]).equalTo(lambda e: e["k"]){how}
                     {apply}
-                    .keyBy(json.dumps).count(name="n").toRStream().sink("out"))
+                    .keyBy(json.dumps){tail}.sink("out"))
                 return b
             """)
 

@@ -219,7 +219,7 @@ class JoinTagProcessor(FnProcessor):
             if base is None:
                 base = self._bases[batch.topic] = topic_base(self.sources, batch.topic)
             pos = record_positions(batch.headers, base, batch.queue, batch.offsets)
-            values = [(side, v, p) for v, p in zip(batch.values, pos)]
+            values: list[tuple[Any, ...]] = [(side, v, p) for v, p in zip(batch.values, pos)]
         else:
             values = [(side, v) for v in batch.values]
         self.forward(Batch(batch.topic, batch.queue, keys, values, batch.timestamps,
@@ -269,10 +269,11 @@ class JoinProcessor(_TimedProcessor):
     def process(self, batch: Batch) -> None:
         out = self.collect()
         late: list[int] = []
-        record, wm = self.core.record, self.watermark()
+        wm = self.watermark()
         self.factory_topic = batch.topic
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
         if isinstance(self.core, TemporalJoinCore):
+            record = self.core.record
             for i, (k, tagged, ts, off) in enumerate(rows):
                 if k is None:
                     self.ctx.metrics[NULL_KEYS] += 1
@@ -283,11 +284,12 @@ class JoinProcessor(_TimedProcessor):
                     self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
             self._sizes()
         else:
+            windowed = self.core.record
             for i, (k, tagged, ts, off) in enumerate(rows):
                 if k is None:
                     self.ctx.metrics[NULL_KEYS] += 1
                 try:
-                    if not record(tagged[0], k, tagged[1], ts, off, wm):
+                    if not windowed(tagged[0], k, tagged[1], ts, off, wm):
                         late.append(i)
                 except Exception as e:
                     self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)

@@ -68,9 +68,10 @@ from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.compiler import Compiler, Stream
 from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.runtime.spark.tables import is_local, local_path, write_bytes_atomically
-from rstreams.runtime.spark.timed import timed_frame
+from rstreams.runtime.spark.timed import join_side_frame, timed_frame
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.joins import JoinCore
+from rstreams.semantics.temporal import TemporalJoinCore
 from rstreams.semantics.timing import NO_TIME, DictState, Emit
 from rstreams.semantics.windows import WindowCore
 
@@ -132,10 +133,14 @@ def late(node: n.LateNode, comp: Compiler) -> Stream:
 
 
 def join(node: n.JoinNode, comp: Compiler) -> Stream:
-    """Windowed and table joins, inner/left/outer."""
+    """Windowed and temporal joins, inner/left/outer."""
     queues = queue_count(comp, node)
-    left = timed_frame(comp, node.parents[0], node, True, enc.PACKED, node.left_key)
-    right = timed_frame(comp, node.parents[1], node, True, enc.PACKED, node.right_key)
+    if node.window is None:  # (a temporal join needs no selectTimestamp)
+        left = join_side_frame(comp, node.parents[0], node, node.left_key)
+        right = join_side_frame(comp, node.parents[1], node, node.right_key)
+    else:
+        left = timed_frame(comp, node.parents[0], node, True, enc.PACKED, node.left_key)
+        right = timed_frame(comp, node.parents[1], node, True, enc.PACKED, node.right_key)
     for s in (left, right):
         _check_single_stateful(node, s)
     rows = _route(left.df, queues, LEFT).unionByName(_route(right.df, queues, RIGHT))
@@ -295,10 +300,15 @@ class JoinSpec:
     joiner: Any
     window: Any = None
     ttl: int | None = None
+    grace: int = 0
+    emits: str = "LR"
 
     @classmethod
     def of(cls, node: n.JoinNode) -> JoinSpec:
-        return cls(node.name, node.join_type, node.joiner, node.window, node.ttl)
+        return cls(
+            node.name, node.join_type, node.joiner, node.window, node.ttl, node.grace,
+            node.emits,
+        )  # fmt: skip
 
 
 class WindowQueue:
@@ -335,7 +345,7 @@ class WindowQueue:
         return {"t": self.core.time, "w": rows, "h": self.core.saved_heap()}
 
     def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit,
-               watermark: int | None = None) -> bool | None:  # fmt: skip
+               watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
         """Replay one record: True if it counted, False if it was late; raises if the
         update failed (then nothing expires, as on the engine)."""
         self.core.emit = emit
@@ -348,50 +358,68 @@ class WindowQueue:
 
 
 class JoinQueue:
-    """One queue of a join step: :class:`~rstreams.semantics.joins.JoinCore` over a
-    dict. A record's sequence number is its offset in the queue (a counter kept in the
-    state, as the shuffle topic's offsets are). Saved as ``{"t": stream time, "n":
-    counter, "j": [[side, key, ts, seq, value, matched]], "h": the heap}``."""
+    """One queue of a join step: :class:`~rstreams.semantics.joins.JoinCore` (windowed)
+    or :class:`~rstreams.semantics.temporal.TemporalJoinCore` (no window, a record's
+    position its ``_o``) over a dict. A record's sequence number is its offset in the
+    queue (a counter kept in the state, as the shuffle topic's offsets are). Saved as
+    ``{"t": stream time, "n": counter, "j": [[side, key, ts, seq, value, matched]], "h":
+    the heap}`` (windowed) or ``{"t", "n", "s": [[state key, value]]}`` (temporal: the
+    core's own entries; an older table join's ``"j"`` rows are read as its old entries)."""
 
     def __init__(self, spec: JoinSpec, saved: dict[str, Any] | None) -> None:
         self.state = DictState()
         self.window = spec.window
-        self.core = JoinCore(
-            spec.join_type, spec.joiner, spec.window, spec.ttl, self.state, _ignore
-        )
+        self.core: JoinCore | TemporalJoinCore
+        if spec.window is None:
+            self.core = TemporalJoinCore(
+                spec.join_type, spec.joiner, spec.ttl, spec.grace, self.state, _ignore,
+                emits=spec.emits,
+            )  # fmt: skip
+        else:
+            self.core = JoinCore(
+                spec.join_type, spec.joiner, spec.window, spec.ttl, self.state, _ignore
+            )
         self.offset = 0
-        if saved is not None:
-            self.core.time = self.core.max_time = saved["t"]
-            self.offset = saved["n"]
-            for side, k, ts, seq, v, matched in saved["j"]:
-                if self.window is not None:
-                    self.state.put(("j", side, k, ts, seq), (v, matched))
-                else:
-                    self.state.put(("j", side, k), (v, ts))
-            self.core.restore(saved["h"])
+        if saved is None:
+            return
+        self.core.time = self.core.max_time = saved["t"]
+        self.offset = saved["n"]
+        if isinstance(self.core, TemporalJoinCore):
+            for skey, value in saved.get("s", ()):
+                self.state.put(tuple(skey), value)
+            for side, k, ts, _, v, _ in saved.get("j", ()):
+                self.state.put(("j", side, k), (v, ts))
+            self.core.restore()
+            return
+        for side, k, ts, seq, v, matched in saved["j"]:
+            self.state.put(("j", side, k, ts, seq), (v, matched))
+        self.core.restore(saved["h"])
 
     @property
     def time(self) -> int:
         return self.core.time
 
     def save(self) -> dict[str, Any]:
+        if isinstance(self.core, TemporalJoinCore):
+            entries = [[skey, value] for skey, value in self.state.items()]
+            return {"t": self.core.time, "n": self.offset, "s": entries}
         rows: list[list[Any]] = []
         for skey, value in self.state.items():
-            if self.window is not None:
-                _, side, k, ts, seq = skey
-                rows.append([side, k, ts, seq, value[0], value[1]])
-            else:
-                _, side, k = skey
-                rows.append([side, k, value[1], 0, value[0], False])
+            _, side, k, ts, seq = skey
+            rows.append([side, k, ts, seq, value[0], value[1]])
         return {"t": self.core.time, "n": self.offset, "j": rows, "h": self.core.saved_heap()}
 
     def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit,
-               watermark: int | None = None) -> bool | None:  # fmt: skip
-        """Replay one record of side ``side_no``: False if it was late."""
+               watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
+        """Replay one record of side ``side_no`` (``order``: its ``_o``, a temporal
+        join's position): False if it was late."""
         off = self.offset
         self.offset += 1
         self.core.emit = emit
-        return self.core.record("L" if side_no == LEFT else "R", k, v, ts, off, watermark)
+        side = "L" if side_no == LEFT else "R"
+        if isinstance(self.core, TemporalJoinCore):
+            return self.core.record(side, k, v, ts, off, watermark, order)
+        return self.core.record(side, k, v, ts, off, watermark)
 
     def end_of_input(self, emit: Emit) -> None:
         """Nothing can match any more: emit the unmatched, empty the buffers."""
@@ -462,7 +490,7 @@ class Replay:
             else:
                 k, v = unpack(km), unpack(vm)
                 try:
-                    ok = q.record(side, k, v, ts, emit)
+                    ok = q.record(side, k, v, ts, emit, order=o)
                 except Exception as e:
                     self.policy.failed(spec.name, e, key=k, value=v, fn=fn, order=o)
                     ok = None  # (its earlier results stand, as on the engine)

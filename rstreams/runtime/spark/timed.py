@@ -24,7 +24,7 @@ from rstreams.runtime.spark.segments import ErrorPolicy, PyStep
 from rstreams.userfn import as_timestamp
 from rstreams.windowed import Windowed
 
-__all__ = ["timed_frame"]
+__all__ = ["join_side_frame", "timed_frame"]
 
 _TIME = "_t"
 
@@ -202,3 +202,33 @@ def timed_frame(
     u = _Untime(enc.PACKED, value_kind, ordered, comp.policy(s), target.name, partial, windows)
     df = s.df.mapInArrow(u, u.schema())
     return attrs.evolve(s, df=df, value=value_kind, aligned=False)
+
+
+def _stamped_upstream(node: n.Node) -> bool:
+    """Is there a ``selectTimestamp`` anywhere upstream of (or at) ``node``?"""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, n.SelectTimestampNode):
+            return True
+        if id(x) not in seen:
+            seen.add(id(x))
+            todo.extend(x.parents)
+    return False
+
+
+def join_side_frame(comp: Compiler, node: n.Node, target: n.Node, key_fn: Any) -> Stream:
+    """One side of a temporal join (``target``, no window): packed keys ``k_m``, ``_t``,
+    packed values ``v_m`` and ``_o``. With no ``selectTimestamp`` upstream every ``_t``
+    is 0, so records are ordered by position alone: the order of the engine's ingestion
+    timestamps within one input file."""
+    if _stamped_upstream(node):
+        return timed_frame(comp, node, target, True, enc.PACKED, key_fn)
+    from pyspark.sql import functions as F
+
+    s = comp.get(node, True)
+    s = comp.add_step(s, PyStep("keyBy", target.name, key_fn, key_fn), unique=False)
+    s = comp.flush(s, as_key=enc.PACKED, as_value=enc.PACKED, encode_step=target.name)
+    df = s.df.select("k_m", F.lit(0).cast("bigint").alias(_TIME), "v_m", enc.ORDER)
+    return attrs.evolve(s, df=df, aligned=False)

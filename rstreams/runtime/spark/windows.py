@@ -20,12 +20,14 @@ window or join only map, flatMap, filter, keyBy and peek may appear.
   merged-away sessions.
 - Windowed joins: an equi-join on the packed join key plus the JoinWindow time range
   (both bounds inclusive), ``inner``/``left``/``full``; the joiner runs in Python.
-- Joins without window (batch): each record meets the other side's latest value of its
-  key before it in source order, a running ``last(..., ignorenulls)`` per key.
+- Joins without window (batch): temporal joins, an as-of join: each record meets the
+  other side's latest version of its key at or before its (event time, position), a
+  running ``last(..., ignorenulls)`` per key in that order, valid for ``ttl``.
 
 Batch mode sees the whole input at once: there is no stream time, so nothing is late
 (``.late()`` is empty), every window is final, no session closes before the end of the
-input and no table-join value expires (``ttl`` plays no part, like grace). On Structured
+input and grace plays no part (a temporal join's ``ttl`` does: it is a rule on
+timestamps). On Structured
 Streaming, windows, ``.late()`` and joins replay the embedded engine per queue instead
 (:mod:`.stateful`).
 """
@@ -47,8 +49,8 @@ from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
 from rstreams.runtime.spark.compiled import table_stream
 from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key, translate
-from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy, PyStep
-from rstreams.runtime.spark.timed import _TIME, timed_frame
+from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy
+from rstreams.runtime.spark.timed import _TIME, join_side_frame, timed_frame
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.timing import NO_TIME, DictState
 from rstreams.semantics.windows import WindowCore
@@ -393,63 +395,78 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
 
 
 def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
-    """A join without window (table semantics), batch: each record joins the latest
-    value of the other side's records of its key that came before it in source order
-    (left/outer joins emit with None where there is none), as the embedded engine does
-    per key. A running ``last(..., ignorenulls)`` over the key's records in source
-    order gives each record that latest value, natively.
+    """A temporal join (no window), batch: an as-of join. Each record of an emitting
+    side meets the other side's latest version of its key at or before its own (event
+    time, ``_o``), if that version is at most ``ttl`` older
+    (:mod:`rstreams.semantics.temporal`), natively: a running ``last(...,
+    ignorenulls)`` of the other side's value and time over the key's records in
+    (``_t``, ``_o``) order (the default RANGE frame, so records of equal time and
+    position see each other, as the engine's ``<=``).
 
-    Batch mode has no stream time, so no value expires: ``ttl`` plays no part (like
-    grace for windows). The embedded engine deletes a value once the stream time of its
-    queue passes its timestamp + ttl; the results are equal while that never happens
-    before the other side's last record of the key (the default ttl is 24 h).
+    Batch mode has no stream time: nothing is late and grace plays no part (equal to the
+    engine when grace covers the input's disorder). Results are ordered by (time,
+    position), the order the engine answers them in.
     """
-    sides = []
+    frames = []
     for i, (parent, key_fn) in enumerate(
         ((node.parents[0], node.left_key), (node.parents[1], node.right_key))
     ):
-        s = comp.get(parent, True)
-        s = comp.add_step(s, PyStep("keyBy", node.name, key_fn, key_fn), unique=False)
-        s = comp.flush(s, as_key=enc.PACKED, as_value=enc.PACKED, encode_step=node.name)
-        mine, other = F.col("v_m"), F.lit(None).cast("binary")
-        lv, rv = (mine, other) if i == 0 else (other, mine)
-        sides.append(
-            (
-                s,
-                s.df.select(
-                    "k_m",
-                    lv.alias("lv"),
-                    rv.alias("rv"),
-                    F.col(enc.ORDER),
-                    F.lit(i).alias("_side"),
-                ),
-            )
-        )
-    (ls, left), (_, right) = sides
+        s = join_side_frame(comp, parent, node, key_fn)
+        frames.append((s, s.df.select("k_m", _TIME, "v_m", enc.ORDER, F.lit(i).alias("_side"))))
+    (ls, left), (_, right) = frames
     both = left.unionByName(right)
+    emits = {0: "L" in node.emits, 1: "R" in node.emits}
+    outer = {0: node.join_type in ("left", "outer"), 1: node.join_type == "outer"}
+    side = F.col("_side")
     # A record with a None key meets nothing: unmatched on a left/outer side, else gone.
-    outer_left = node.join_type in ("left", "outer")
-    outer_right = node.join_type == "outer"
     alone = both.where(null_key(enc.PACKED)).where(
-        F.when(F.col("_side") == 0, F.lit(outer_left)).otherwise(F.lit(outer_right))
+        F.when(side == 0, F.lit(emits[0] and outer[0])).otherwise(F.lit(emits[1] and outer[1]))
     )
-    # Left before right for the same source record (a self-join), as the tags run.
-    w = (
-        Window.partitionBy("k_m")
-        .orderBy(enc.ORDER, "_side")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    latest = both.where(~null_key(enc.PACKED)).select(
+    alone = alone.select(
         "k_m",
-        F.last("lv", ignorenulls=True).over(w).alias("lv"),
-        F.last("rv", ignorenulls=True).over(w).alias("rv"),
-        enc.ORDER,
+        F.when(side == 0, F.col("v_m")).alias("lv"),
+        F.when(side == 1, F.col("v_m")).alias("rv"),
+        _time_order(F.col(_TIME), F.col(enc.ORDER), side).alias(enc.ORDER),
+    )
+    w = Window.partitionBy("k_m").orderBy(_TIME, enc.ORDER)  # RANGE: peers included
+
+    def latest(of: int, column: str) -> Column:
+        return F.last(F.when(side == of, F.col(column)), ignorenulls=True).over(w)
+
+    keyed = both.where(~null_key(enc.PACKED)).select(
+        "k_m", _TIME, "v_m", enc.ORDER, "_side",
+        latest(0, "v_m").alias("l_v"), latest(0, _TIME).alias("l_t"),
+        latest(1, "v_m").alias("r_v"), latest(1, _TIME).alias("r_t"),
+    )  # fmt: skip
+    ttl = node.ttl or 0
+
+    def valid(value: str, at: str) -> Column:
+        found = F.col(at).isNotNull()
+        if ttl:
+            found = found & (F.col(at) + F.lit(ttl) >= F.col(_TIME))
+        return F.when(found, F.col(value))
+
+    rows = keyed.select(
+        "k_m",
+        F.when(side == 0, F.col("v_m")).otherwise(valid("l_v", "l_t")).alias("lv"),
+        F.when(side == 1, F.col("v_m")).otherwise(valid("r_v", "r_t")).alias("rv"),
+        _time_order(F.col(_TIME), F.col(enc.ORDER), side).alias(enc.ORDER),
         "_side",
     )
-    emits = F.when(F.col("_side") == 0, F.col("rv").isNotNull() | F.lit(outer_left)).otherwise(
-        F.col("lv").isNotNull() | F.lit(outer_right)
-    )
-    df = latest.where(emits).select("k_m", "lv", "rv", enc.ORDER)
-    df = df.unionByName(alone.select("k_m", "lv", "rv", enc.ORDER))
+    answered = F.when(
+        side == 0, F.lit(emits[0]) & (F.col("rv").isNotNull() | F.lit(outer[0]))
+    ).otherwise(F.lit(emits[1]) & (F.col("lv").isNotNull() | F.lit(outer[1])))
+    df = rows.where(answered).select("k_m", "lv", "rv", enc.ORDER)
+    df = df.unionByName(alone)
     j = _Join(node.joiner, node.name, comp.policy(ls))
     return Stream(df.mapInArrow(j, j.schema()), enc.PACKED, enc.ANY, ordered=True, python=True)
+
+
+def _time_order(t: Column, order: Column, side: Column) -> Column:
+    """A result's ordering key: its record's time (8 bytes, big-endian, sign flipped so
+    bytes compare as the numbers do), position (``_o``) and side: the order the engine
+    answers a temporal join's records in."""
+    flipped = t.bitwiseXOR(F.lit(-(2**63)).cast("bigint"))
+    return F.concat(
+        F.unhex(F.lpad(F.hex(flipped), 16, "0")), order, F.unhex(F.lpad(F.hex(side), 2, "0"))
+    )
