@@ -1,4 +1,4 @@
-"""Stream-stream joins (Kafka Streams semantics) as one state machine.
+"""Windowed stream-stream joins (Kafka Streams semantics) as one state machine.
 
 **Windowed** (a JoinWindow): each side's records are buffered for ``before + after +
 grace`` of stream time; a record joins the other side's buffered records of its key
@@ -9,14 +9,12 @@ what the other side retains but is not buffered; unmatched on a left/outer side 
 out at once. A buffered record that expires unmatched comes out on a left/outer side
 (``joiner(value, None)``/``joiner(None, value)``), at its own timestamp.
 
-**Table join** (no window): the latest value per key and side, deleted ``ttl`` ms of
-stream time after it arrived; a record joins the other side's latest value of its key.
+Joins without window are temporal joins: :mod:`rstreams.semantics.temporal`.
 
 A record with a None key follows :func:`rstreams.semantics.nullkeys.null_key_pair`.
 
-State entries: windowed ``("j", side, key, ts, seq) -> (value, matched)``, table
-``("j", side, key) -> (value, ts)``; sides are "L" and "R", ``seq`` tells records of
-equal timestamps apart (the caller's offset of the record).
+State entries: ``("j", side, key, ts, seq) -> (value, matched)``; sides are "L" and
+"R", ``seq`` tells records of equal timestamps apart (the caller's offset of the record).
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ class JoinCore(TimedCore):
         join_type: str,
         joiner: Callable[[Any, Any], Any],
         window: Any,
-        ttl: int | None,
         state: State,
         emit: Emit,
         time: int = NO_TIME,
@@ -48,7 +45,6 @@ class JoinCore(TimedCore):
         self.join_type = join_type
         self.joiner = joiner
         self.window = window
-        self.ttl = ttl or 0
         self.outer_left = join_type in ("left", "outer")
         self.outer_right = join_type == "outer"
         self.heap: list[tuple[int, str, HeapKey, int, int]] = []
@@ -61,13 +57,9 @@ class JoinCore(TimedCore):
         for skey, value in self.state.items():
             if skey[0] != "j":
                 continue  # another entry of the store (its stream time)
-            if self.window is not None:
-                _, side, key, ts, seq = skey
-                self.buffers.setdefault((side, key), {})[(ts, seq)] = list(value)
-                entry = (self._expiry(ts), side, HeapKey(key), ts, seq)
-            else:
-                _, side, key = skey
-                entry = (value[1] + self.ttl, side, HeapKey(key), value[1], 0)
+            _, side, key, ts, seq = skey
+            self.buffers.setdefault((side, key), {})[(ts, seq)] = list(value)
+            entry = (self._expiry(ts), side, HeapKey(key), ts, seq)
             if heap is None:
                 heapq.heappush(self.heap, entry)
         if heap is not None:
@@ -106,8 +98,6 @@ class JoinCore(TimedCore):
             pair = null_key_pair(self.join_type, side, v)
             if pair is not None:
                 self.emit(None, self.joiner(*pair), ts, seq)
-        elif self.window is None:
-            self._table(side, k, v, ts, seq)
         else:
             ok = self._windowed(side, k, v, ts, seq)
         self.expire(seq)
@@ -139,16 +129,6 @@ class JoinCore(TimedCore):
         heapq.heappush(self.heap, (self._expiry(ts), side, HeapKey(k), ts, seq))
         return True
 
-    def _table(self, side: str, k: Any, v: Any, ts: int, seq: int) -> None:
-        other = "R" if side == "L" else "L"
-        self.state.put(("j", side, k), (v, ts))
-        heapq.heappush(self.heap, (ts + self.ttl, side, HeapKey(k), ts, 0))
-        found = self.state.get(("j", other, k))
-        ov = None if found is None else found[0]
-        left, right = (v, ov) if side == "L" else (ov, v)
-        if found is not None or self._outer(side):
-            self.emit(k, self.joiner(left, right), ts, seq)
-
     def end_of_input(self) -> None:
         """Bounded input ended: nothing can match any more; emit the unmatched."""
         self.expire(-1, everything=True)
@@ -158,11 +138,6 @@ class JoinCore(TimedCore):
         while heap and (everything or heap[0][0] <= self.time):
             _, side, hk, ts, seq = heapq.heappop(heap)
             k = hk.key
-            if self.window is None:
-                found = self.state.get(("j", side, k))
-                if found is not None and found[1] == ts:  # not overwritten since
-                    self.state.delete(("j", side, k))
-                continue
             entries = self.buffers.get((side, k), {})
             entry = entries.pop((ts, seq), None)
             if entry is None:

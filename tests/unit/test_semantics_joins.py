@@ -1,4 +1,5 @@
-"""The join state machine of the semantics core, driven with a dict state."""
+"""The windowed join state machine of the semantics core, driven with a dict state
+(joins without window: test_semantics_temporal.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from rstreams.semantics.timing import DictState
 
 
 class Run:
-    def __init__(self, join_type: str, window: Any = None, ttl: int | None = None) -> None:
+    def __init__(self, join_type: str, window: Any) -> None:
         self.out: list[tuple[Any, Any, int]] = []
         self.state = DictState()
-        self.core = JoinCore(join_type, lambda a, b: (a, b), window, ttl, self.state, self._emit)
+        self.core = JoinCore(join_type, lambda a, b: (a, b), window, self.state, self._emit)
         self.seq = 0
 
     def _emit(self, key: Any, value: Any, ts: int, off: int) -> None:
@@ -52,15 +53,6 @@ def test_a_late_record_joins_what_is_retained_but_is_not_buffered() -> None:
     assert not any(key[1] == "R" and key[2] == "k" for key in r.state.data)
 
 
-def test_table_join_keeps_the_latest_value_until_ttl() -> None:
-    r = Run("left", ttl=10)
-    r.feed("R", "k", "r1", 0)
-    r.feed("L", "k", "l1", 5)
-    r.feed("L", "z", "lz", 20)  # expires r1 (0 + 10) and l1 (5 + 10)
-    r.feed("L", "k", "l2", 21)
-    assert [v for _, v, _ in r.out] == [("l1", "r1"), ("lz", None), ("l2", None)]
-
-
 def test_null_keys_never_match() -> None:
     r = Run("outer", JoinWindow(10, 10))
     r.feed("L", None, "l", 1)
@@ -73,7 +65,7 @@ def test_null_keys_never_match() -> None:
 def test_restore_rebuilds_buffers_and_heap() -> None:
     r = Run("left", JoinWindow(5, 5))
     r.feed("L", "a", "l1", 0)
-    again = JoinCore("left", lambda a, b: (a, b), r.core.window, None, r.state, r._emit)
+    again = JoinCore("left", lambda a, b: (a, b), r.core.window, r.state, r._emit)
     again.restore(r.core.saved_heap())
     assert again.buffers == r.core.buffers
     again.end_of_input()

@@ -253,7 +253,7 @@ class JoinProcessor(_TimedProcessor):
             )  # fmt: skip
         else:
             self.core = JoinCore(
-                node.join_type, node.joiner, node.window, node.ttl, self.store, _Out().add,
+                node.join_type, node.joiner, node.window, self.store, _Out().add,
                 self._saved_time,
             )  # fmt: skip
         self.core.restore()

@@ -376,9 +376,7 @@ class JoinQueue:
                 emits=spec.emits,
             )  # fmt: skip
         else:
-            self.core = JoinCore(
-                spec.join_type, spec.joiner, spec.window, spec.ttl, self.state, _ignore
-            )
+            self.core = JoinCore(spec.join_type, spec.joiner, spec.window, self.state, _ignore)
         self.offset = 0
         if saved is None:
             return
