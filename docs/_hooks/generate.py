@@ -37,6 +37,7 @@ EXAMPLE_INPUTS: dict[str, dict[str, str]] = {
     "sessions": {"clicks": "clicks.jsonl"},
     "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
     "access_log": {"access-log": "access.log"},
+    "enrichment": {"shop": "shop.jsonl"},
 }
 
 ROWS = 8

@@ -29,6 +29,7 @@ CASES = {
     "sessions": {"clicks": DATA / "clicks.jsonl"},
     "order_payment_join": {"orders": DATA / "orders.jsonl", "payments": DATA / "payments.jsonl"},
     "access_log": {"access-log": DATA / "access.log"},
+    "enrichment": {"shop": DATA / "shop.jsonl"},
 }
 
 

@@ -29,6 +29,7 @@ BATCH_EXAMPLES = {
     "sessions": {"clicks": "clicks.jsonl"},
     "order_payment_join": {"orders": "orders.jsonl", "payments": "payments.jsonl"},
     "access_log": {"access-log": "access.log"},
+    "enrichment": {"shop": "shop.jsonl"},
 }
 
 

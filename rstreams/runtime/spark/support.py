@@ -78,11 +78,12 @@ SUPPORTED: Mapping[type[n.Node], Support] = {
         True,
         True,
         "batch: windowed joins: equi-join on the join key plus the JoinWindow time range; "
-        "joins without window: each record meets the other side's latest value of its "
-        "key in source order (running last() per key), nothing expires in batch (ttl "
-        "unused); inner/left/outer; key functions and joiner in Python; streaming: "
-        "windowed and table joins replayed per queue (buffers, ttl, unmatched results, "
-        "end of input) as on the embedded engine",
+        "joins without window (temporal): an as-of join, each record meets the other "
+        "side's latest version of its key at or before its (event time, position), "
+        "running last() per key in that order, valid for ttl; inner/left/outer; key "
+        "functions and joiner in Python; streaming: windowed and temporal joins replayed "
+        "per queue (buffers, versions, unmatched results, end of input) as on the "
+        "embedded engine",
     ),
 }
 
