@@ -354,9 +354,17 @@ class TemporalJoinCore(TimedCore):
                 heapq.heappush(expiry, (max(due, horizon + 1), side, hk))
 
     def end_of_input(self) -> None:
-        """Bounded input ended: every waiting record is answered (versions stay, for a
-        later run that goes on with more input)."""
+        """Bounded input ended: every waiting record is answered; of the versions, what
+        a later run that goes on with more input could still meet stays (the latest of
+        each key and side, and those within grace of stream time)."""
         self.expire(-1, everything=True)
+        horizon, keep = self.horizon, []
+        for due, side, hk in self.expiry:
+            nxt = self.sides[side].purge(hk.key, horizon)
+            if nxt is not None:
+                keep.append((max(due, nxt), side, hk))
+        heapq.heapify(keep)
+        self.expiry = keep
 
     def sizes(self) -> dict[str, int]:
         """What the state holds now: keys and versions (both sides), waiting records."""

@@ -141,3 +141,20 @@ def test_two_runs_of_a_join_write_byte_identical_output_files(tmp_path) -> None:
     assert outputs[0] == outputs[1] == outputs[2]
     table = {json.loads(line)["key"]: json.loads(line)["value"] for line in outputs[0].splitlines()}
     assert table == case.expected()
+    # What the join holds at the end, by `rstreams state sizes`: versions bounded by
+    # the keys (the latest per key and side, plus those within grace of the end).
+    where = ["--data-dir", str(tmp_path / "d0"), "--job", f"jp{case.seed}"]
+    state = [sys.executable, "-m", "rstreams", "state"]
+    listed = subprocess.run([*state, "list", *where], capture_output=True, text=True)
+    (store,) = [line.split("\t")[0] for line in listed.stdout.splitlines() if "-j-" in line]
+    sizes = subprocess.run([*state, "sizes", store, *where], capture_output=True, text=True)
+    assert sizes.returncode == 0, sizes.stderr
+    counts: dict[str, int] = {}
+    for line in sizes.stdout.splitlines():
+        for field in line.split("\t")[1:]:
+            name, _, value = field.partition("=")
+            counts[name] = counts.get(name, 0) + int(value)
+    keys = len({e["k"] for e in case.events if e["k"] is not None})
+    assert 0 < counts["join_keys"] <= 2 * keys
+    assert counts["join_versions"] <= 2 * keys + 40
+    assert "join_waiting" not in counts  # the end of input answered every record
