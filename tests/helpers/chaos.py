@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 #: The kills are spread over this share of the input: the rest leaves time for kills
@@ -44,3 +45,30 @@ class RandomKills:
             sup.kill_worker(self.rng.choice(live), signal.SIGKILL)
             self.kills += 1
             self.next_kill = now + self.rng.uniform(*self.gap)
+
+
+def run_with_kills(
+    pipeline: Path, inputs: dict[str, str], sink: str, data_dir: Path, *, kills: int,
+    records: int, seed: int = 1, broker: str | None = None, ingest_rate: int = 2_000,
+) -> dict[Any, Any]:  # fmt: skip
+    """A durable run of ``pipeline`` with two workers SIGKILLed ``kills`` times at
+    random (:class:`RandomKills`, over ``records`` input records): the final table of
+    ``sink``. Asserts that every kill happened."""
+    from rstreams.loader import load_topology
+    from rstreams.runtime.engine.supervisor import Supervisor
+
+    chaos = RandomKills(seed=seed, limit=kills, records=records, gap=(0.1, 0.5))
+    sup = Supervisor(
+        str(pipeline), load_topology(str(pipeline)), inputs, data_dir=data_dir, workers=2,
+        chunk_lines=100, progress=chaos, broker=broker, max_restarts=10_000,
+        max_ingest_rate=ingest_rate,
+        worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
+    )  # fmt: skip
+    chaos.supervisor = sup
+    try:
+        sup.run()
+        table = sup.tables()[sink]
+    finally:
+        sup.close()
+    assert chaos.kills == kills
+    return table

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Case", "write_case"]
+__all__ = ["ENRICH", "Case", "enrich_lines", "write_case"]
 
 KINDS = ("inner", "left", "outer")
 FORMS = ("temporal", "table", "windowed")
@@ -126,3 +126,30 @@ def write_case(tmp: Path, case: Case) -> tuple[Path, Path]:
     data = tmp / f"events{case.seed}.jsonl"
     data.write_text("\n".join(case.lines) + "\n")
     return pipeline, data
+
+
+#: The case of the joins issue: a join without window of two branches of one file, no
+#: timestamps (ingestion time); the latest result per order.
+ENRICH = """\
+import json
+from rstreams import StreamBuilder
+
+def build():
+    b = StreamBuilder("enrich")
+    events = b.source("events", queues=8).map(json.loads)
+    orders = events.filter(lambda e: e["type"] == "o")
+    customers = events.filter(lambda e: e["type"] == "c")
+    (orders.leftJoin(customers).where(lambda o: o["c"]).equalTo(lambda c: c["id"])
+        .apply(lambda o, c: {"order": o["id"], "tier": c and c["tier"]})
+        .keyBy(lambda r: r["order"]).sink("enriched"))
+    return b
+"""
+
+
+def enrich_lines(customers: int, orders: int) -> list[str]:
+    """Each customer first silver, then gold, and only then the orders: every order
+    must meet gold."""
+    lines = [json.dumps({"type": "c", "id": c, "tier": "silver"}) for c in range(customers)]
+    lines += [json.dumps({"type": "c", "id": c, "tier": "gold"}) for c in range(customers)]
+    lines += [json.dumps({"type": "o", "id": i, "c": i % customers}) for i in range(orders)]
+    return lines

@@ -20,10 +20,9 @@ import pytest
 
 from rstreams.loader import load_topology
 from rstreams.runner import run
-from rstreams.runtime.engine.supervisor import Supervisor
 from rstreams.testing import TopologyTestDriver
-from tests.helpers.chaos import RandomKills
-from tests.helpers.joincases import Case, write_case
+from tests.helpers.chaos import run_with_kills
+from tests.helpers.joincases import ENRICH, Case, enrich_lines, write_case
 
 
 def _driver_table(pipeline: Path, case: Case) -> dict[str, int]:
@@ -65,30 +64,15 @@ def test_durable_runs_with_one_or_two_workers_equal_the_reference(tmp_path, seed
 def test_workers_killed_at_random_give_the_reference_table(tmp_path, seed) -> None:
     case = Case(seed, records=2400)
     pipeline, data = write_case(tmp_path, case)
-    chaos = RandomKills(seed=seed, limit=4, records=len(case.events), gap=(0.1, 0.4))
-    sup = Supervisor(
-        str(pipeline), load_topology(str(pipeline)), {"events": str(data)},
-        data_dir=tmp_path / "data", workers=2, chunk_lines=100, progress=chaos,
-        max_restarts=10_000, max_ingest_rate=2_000,
-        worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
+    got = run_with_kills(
+        pipeline, {"events": str(data)}, "out", tmp_path / "data", kills=4,
+        records=len(case.events), seed=seed,
     )  # fmt: skip
-    chaos.supervisor = sup
-    try:
-        sup.run()
-        got = sup.tables()["out"]
-    finally:
-        sup.close()
-    assert chaos.kills == 4
     assert got == case.expected(), case.pipeline()
 
 
 def test_the_issue_case_every_order_meets_the_latest_customer(tmp_path) -> None:
-    # Customers first silver, then gold, then orders: a join without window of two
-    # branches of one file, no timestamps (ingestion time): every order says gold.
-    lines = [json.dumps({"type": "c", "id": c, "tier": "silver"}) for c in range(50)]
-    lines += [json.dumps({"type": "c", "id": c, "tier": "gold"}) for c in range(50)]
-    lines += [json.dumps({"type": "o", "id": i, "c": i % 50}) for i in range(3000)]
-    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "in.jsonl").write_text("\n".join(enrich_lines(50, 3000)) + "\n")
     (tmp_path / "enrich.py").write_text(ENRICH)
     topology = load_topology(str(tmp_path / "enrich.py"))
     inputs = {"events": str(tmp_path / "in.jsonl")}
@@ -106,22 +90,6 @@ def test_the_issue_case_every_order_meets_the_latest_customer(tmp_path) -> None:
     for table in tables:
         assert len(table) == 3000
         assert {v["tier"] for v in table.values()} == {"gold"}
-
-
-ENRICH = """\
-import json
-from rstreams import StreamBuilder
-
-def build():
-    b = StreamBuilder("enrich")
-    events = b.source("events", queues=8).map(json.loads)
-    orders = events.filter(lambda e: e["type"] == "o")
-    customers = events.filter(lambda e: e["type"] == "c")
-    (orders.leftJoin(customers).where(lambda o: o["c"]).equalTo(lambda c: c["id"])
-        .apply(lambda o, c: {"order": o["id"], "tier": c and c["tier"]})
-        .keyBy(lambda r: r["order"]).sink("enriched"))
-    return b
-"""
 
 
 def test_two_runs_of_a_join_write_byte_identical_output_files(tmp_path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from rstreams.loader import load_topology
 from rstreams.runtime.spark import run_spark
-from tests.helpers.joincases import Case, write_case
+from tests.helpers.joincases import ENRICH, Case, enrich_lines, write_case
 
 
 @pytest.fixture(autouse=True)
@@ -49,27 +49,9 @@ def test_batch_and_streaming_joins_give_the_reference_table(tmp_path: Path, spar
         assert all(json.loads(k) == v for k, v in streamed.items())
 
 
-ENRICH = """\
-import json
-from rstreams import StreamBuilder
-
-def build():
-    b = StreamBuilder("enrich")
-    events = b.source("events").map(json.loads)
-    orders = events.filter(lambda e: e["type"] == "o")
-    customers = events.filter(lambda e: e["type"] == "c")
-    (orders.leftJoin(customers).where(lambda o: o["c"]).equalTo(lambda c: c["id"])
-        .apply(lambda o, c: {"order": o["id"], "tier": c and c["tier"]})
-        .keyBy(lambda r: r["order"]).sink("enriched"))
-    return b
-"""
-
-
 @pytest.mark.slow
 def test_the_issue_case_on_spark_batch_and_streaming(tmp_path: Path, spark: Any) -> None:
-    lines = [json.dumps({"type": "c", "id": c, "tier": "silver"}) for c in range(20)]
-    lines += [json.dumps({"type": "c", "id": c, "tier": "gold"}) for c in range(20)]
-    lines += [json.dumps({"type": "o", "id": i, "c": i % 20}) for i in range(400)]
+    lines = enrich_lines(20, 400)
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     (inbox / "events.jsonl").write_text("\n".join(lines) + "\n")
