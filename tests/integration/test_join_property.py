@@ -87,6 +87,11 @@ def test_the_issue_case_every_order_meets_the_latest_customer(tmp_path) -> None:
             pipeline=str(tmp_path / "enrich.py"),
         ).tables["enriched"],
     ]
+    with TopologyTestDriver(topology) as driver:
+        for line in enrich_lines(50, 3000):
+            driver.pipe("events", line)
+        driver.end_of_input()
+        tables.append(driver.read_table("enriched"))
     for table in tables:
         assert len(table) == 3000
         assert {v["tier"] for v in table.values()} == {"gold"}
