@@ -20,9 +20,12 @@ queue's records in source order (``_o``) through :class:`WindowQueue` or
 and ``JoinProcessor`` run too, here over a dict. Window
 assignment, session merging, both emit modes (``Windowed.closed`` included), lateness
 and ``.late()``, join buffering within the JoinWindow (a late join record is joined
-but not buffered), table joins with ``ttl`` and the unmatched results of left/outer
-joins are therefore the embedded engine's, record for record. Every result carries the
-``_o`` of the record that caused it (plus its position among that record's results), so
+but not buffered), temporal joins (:mod:`rstreams.semantics.temporal`: each side's
+versions, a record's position its ``_o``, answered once stream time passes its time +
+grace, ``ttl``) and the unmatched results of left/outer joins are therefore the
+embedded engine's, record for record. Every result carries the ``_o`` of the record
+that caused it, i.e. released it (a time row's results come after its record's, the
+end of input's after every record), plus its position among that record's results, so
 "last value per key" and downstream order are too. Results carry no event time on this
 backend (see ``windows.py``), so the embedded results' timestamps (a window's largest
 record timestamp, a join's later one) are not replayed.

@@ -344,7 +344,7 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
         return stateful.join(node, comp)
     w = node.window
     if w is None:
-        return _table_join(node, comp)
+        return _temporal_join(node, comp)
     how = {"inner": "inner", "left": "left", "outer": "full"}.get(node.join_type)
     if how is None:
         raise UnsupportedOperation(
@@ -394,7 +394,7 @@ def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     return Stream(out, enc.PACKED, enc.ANY, ordered=True, python=True)
 
 
-def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
+def _temporal_join(node: n.JoinNode, comp: Compiler) -> Stream:
     """A temporal join (no window), batch: an as-of join. Each record of an emitting
     side meets the other side's latest version of its key at or before its own (event
     time, ``_o``), if that version is at most ``ttl`` older
@@ -403,9 +403,10 @@ def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
     (``_t``, ``_o``) order (the default RANGE frame, so records of equal time and
     position see each other, as the engine's ``<=``).
 
-    Batch mode has no stream time: nothing is late and grace plays no part (equal to the
-    engine when grace covers the input's disorder). Results are ordered by (time,
-    position), the order the engine answers them in.
+    Batch mode has no stream time: nothing is late and grace plays no part in what
+    records meet (equal to the engine when grace covers the input's disorder). Results
+    are ordered by (time, position, side), the order the engine answers them in; those
+    of None keys, which the engine answers at once, keep the input's order.
     """
     frames = []
     for i, (parent, key_fn) in enumerate(
@@ -422,11 +423,21 @@ def _table_join(node: n.JoinNode, comp: Compiler) -> Stream:
     alone = both.where(null_key(enc.PACKED)).where(
         F.when(side == 0, F.lit(emits[0] and outer[0])).otherwise(F.lit(emits[1] and outer[1]))
     )
+    # The engine answers those at once, in input order, after what stream time (the
+    # largest time so far) has released: after every record older than it - grace.
+    # Here the largest time among these records stands in for stream time (the true
+    # one needs a running max over the whole input in one partition): their order
+    # among themselves is the engine's, their place among other keys' results close.
+    so_far = F.max(_TIME).over(
+        Window.orderBy(enc.ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     alone = alone.select(
         "k_m",
         F.when(side == 0, F.col("v_m")).alias("lv"),
         F.when(side == 1, F.col("v_m")).alias("rv"),
-        _time_order(F.col(_TIME), F.col(enc.ORDER), side).alias(enc.ORDER),
+        _time_order(
+            so_far - F.lit(node.grace + 1), F.concat(F.lit(_AT_END), F.col(enc.ORDER)), side
+        ).alias(enc.ORDER),
     )
     w = Window.partitionBy("k_m").orderBy(_TIME, enc.ORDER)  # RANGE: peers included
 
