@@ -216,6 +216,21 @@ def check_version(version: str, where: str) -> None:
         )
 
 
+#: What to run when the Redis client is missing.
+INSTALL_HINT = "pip install 'rstreams[redis]'"
+
+
+def require_client() -> None:
+    """Refuse, in one line (exit 2), a Redis broker without the Redis client installed
+    (the optional ``redis`` extra), before anything imports it."""
+    try:
+        import redis  # noqa: F401
+    except ImportError as e:
+        raise RedisConfigError(
+            f"--broker redis://... needs the Redis client: {INSTALL_HINT} ({e.name} missing)"
+        ) from None
+
+
 def connect(target: RedisTarget, *, patience: float = 0.0, **options: Any) -> redis.Redis:
     """A client of ``target``, checked: reachable, authenticated, the database exists and
     the server is Redis >= 7.0. Each failure is one clear line (a
@@ -229,6 +244,7 @@ def connect(target: RedisTarget, *, patience: float = 0.0, **options: Any) -> re
     write whose reply was lost may or may not have been applied, and only the caller can
     tell (by what it committed) whether to send it again without duplicating it.
     """
+    require_client()
     deadline = time.monotonic() + patience
     delay = 0.05
     while True:
