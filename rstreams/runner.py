@@ -39,12 +39,7 @@ from rstreams.runtime.gctune import tuned
 from rstreams.runtime.inputs import check_inputs as check_inputs
 from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
-from rstreams.runtime.positions import (
-    line_headers,
-    source_order,
-    temporal_join_topics,
-    topic_base,
-)
+from rstreams.runtime.positions import line_headers, position_bases
 from rstreams.runtime.queues.base import Headers
 from rstreams.runtime.results import Progress as Progress
 from rstreams.runtime.results import RunResult as RunResult
@@ -206,8 +201,7 @@ class _ChunkColumns:
 
     def __init__(self, topology: Topology, inputs: dict[str, str]) -> None:
         self.inputs = inputs
-        order = source_order(topology)
-        self.bases = {t: topic_base(order, t) for t in temporal_join_topics(topology)}
+        self.bases = position_bases(topology)
         self.start = dict.fromkeys(inputs, 0)  # where each input's next chunk starts
 
     def __call__(

@@ -54,7 +54,7 @@ from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
 from rstreams.runtime.engine.lifecycle import TaskState
 from rstreams.runtime.engine.local import LocalEngine
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.positions import position_header, temporal_join_topics
+from rstreams.runtime.positions import position_bases, position_header
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker, MemoryQueue
@@ -315,7 +315,7 @@ class TopologyTestDriver:
         self._round_robin = itertools.count()
         # A topology with a temporal join orders records of equal timestamps by their
         # position: here, the pipe() call's number (rstreams.runtime.positions).
-        self._pipe_number = itertools.count() if temporal_join_topics(topology) else None
+        self._pipe_number = itertools.count() if position_bases(topology) else None
         self._uncommitted: dict[Any, None] = {}
         # Tasks whose commit is prepared and not yet written, and the pipes since the
         # last commit (see _commit_later).

@@ -43,11 +43,8 @@ def _line(f: ProcessorFactory) -> str:
     if f.role == "sink":
         return f"Sink: {f.name} (topic: {f.topic}{stream})"
     window = window_text(f)
-    shown = (
-        f" ({window})"
-        if f.kind == "join" and window
-        else (f" (window: {window})" if window else "")
-    )
+    label = "" if f.kind == "join" else "window: "  # (a join's text names its kind)
+    shown = f" ({label}{window})" if window else ""
     stores = f" (stores: [{', '.join(f.stores)}])" if f.stores else ""
     return f"Processor: {f.name} [{f.label}]{shown}{stores}"
 

@@ -37,11 +37,11 @@ __all__ = [
     "POSITION_HEADER",
     "entry_position",
     "line_headers",
+    "position_bases",
     "position_header",
     "positions_of_lines",
     "record_positions",
     "source_order",
-    "temporal_join_topics",
     "topic_base",
 ]
 
@@ -51,16 +51,17 @@ _BITS = 56
 _QUEUE_BITS = 40
 
 
-def temporal_join_topics(topology: Topology) -> set[str]:
-    """The source topics whose records need positions: all of them when the topology
-    has a join without window (one rule for every topic keeps ties across topics in
-    declaration order), else none."""
+def position_bases(topology: Topology) -> dict[str, int]:
+    """The source topics whose records need positions, each with its base (see
+    :func:`topic_base`): all of them when the topology has a join without window (one
+    rule for every topic keeps ties across topics in declaration order), else none."""
     from rstreams.dsl import nodes as n
 
     nodes = topology.pipeline.nodes if topology.pipeline is not None else ()
-    if any(isinstance(x, n.JoinNode) and x.window is None for x in nodes):
-        return set(topology.source_topics)
-    return set()
+    if not any(isinstance(x, n.JoinNode) and x.window is None for x in nodes):
+        return {}
+    order = source_order(topology)
+    return {t: topic_base(order, t) for t in topology.source_topics}
 
 
 def source_order(topology: Topology) -> list[str]:

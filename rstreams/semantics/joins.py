@@ -84,10 +84,12 @@ class JoinCore(TimedCore):
         return bool(ts + (w.after if side == "L" else w.before) + w.grace < self.time)
 
     def record(self, side: str, k: Any, v: Any, ts: int, seq: int,
-               watermark: int | None = None) -> bool:  # fmt: skip
+               watermark: int | None = None, pos: Any = None) -> bool:  # fmt: skip
         """One record of ``side`` ("L"/"R") with sequence number ``seq`` (its offset):
         False if it was late (joined all the same, not buffered). Raises what the
-        joiner raises (then nothing expires)."""
+        joiner raises (then nothing expires). ``pos``, the record's input position, is
+        the temporal join's tie rule (:mod:`.temporal`); a windowed join has no use for
+        it: it joins every record within the window."""
         if ts > self.max_time:
             self.max_time = ts
             self.advance_time(watermark)

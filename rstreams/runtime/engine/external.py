@@ -40,13 +40,7 @@ import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.ingest import last_headers, record_input_end
-from rstreams.runtime.positions import (
-    entry_position,
-    position_header,
-    source_order,
-    temporal_join_topics,
-    topic_base,
-)
+from rstreams.runtime.positions import entry_position, position_bases, position_header
 from rstreams.runtime.streamentries import entry_fields, entry_record
 from rstreams.runtime.streamentries import entry_id as _id
 
@@ -169,8 +163,7 @@ class ExternalIngest:
         ]
         self._rr = 0
         # A temporal join's tie rule: each entry's position, from its entry id.
-        order, positioned = source_order(topology), temporal_join_topics(topology)
-        self.bases = {t: topic_base(order, t) for t in positioned}
+        self.bases = position_bases(topology)
         for src in self.sources if not follow else ():
             info = self._info(src)
             if info is None:

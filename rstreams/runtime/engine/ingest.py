@@ -57,6 +57,7 @@ from rstreams.runtime.inputs import (  # a chunk's last record: its ReadMark
     INGEST_HEADER,
     ingest_position,
 )
+from rstreams.runtime.positions import line_headers
 
 if TYPE_CHECKING:
     from rstreams.runtime.queues.broker import Broker
@@ -462,8 +463,6 @@ class Ingest:
             headers = [()] * n
             headers[-1] = mark
         else:
-            from rstreams.runtime.positions import line_headers
-
             headers = line_headers(inp.base, inp.position, lines, mark)
         # Chunks go round-robin over the queues, so the newest mark is the largest one
         # among the queues' last records (what resume looks for).

@@ -69,7 +69,7 @@ from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
-from rstreams.runtime.positions import source_order, temporal_join_topics, topic_base
+from rstreams.runtime.positions import position_bases
 from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
@@ -183,15 +183,9 @@ class Supervisor:
             self.broker, topology, self.queue_counts, group, open_eoi_flags(group, job, config)
         )
         self.collector = Collector(self.broker, topology, self.queue_counts, group)
-        positioned = temporal_join_topics(topology)
+        bases = position_bases(topology)
         self.inputs = [
-            Input(
-                topic,
-                path,
-                self.queue_counts[topic],
-                read[topic],
-                topic_base(source_order(topology), topic) if topic in positioned else None,
-            )
+            Input(topic, path, self.queue_counts[topic], read[topic], bases.get(topic))
             for topic, path in inputs.items()
         ]
         self.ingest = Ingest(

@@ -271,28 +271,19 @@ class JoinProcessor(_TimedProcessor):
         late: list[int] = []
         wm = self.watermark()
         self.factory_topic = batch.topic
+        record = self.core.record
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
+        # A temporal join's tag carries the record's position: (side, value, position).
+        for i, (k, tagged, ts, off) in enumerate(rows):
+            if k is None:
+                self.ctx.metrics[NULL_KEYS] += 1
+            try:
+                if not record(tagged[0], k, tagged[1], ts, off, wm, *tagged[2:]):
+                    late.append(i)
+            except Exception as e:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
         if isinstance(self.core, TemporalJoinCore):
-            record = self.core.record
-            for i, (k, tagged, ts, off) in enumerate(rows):
-                if k is None:
-                    self.ctx.metrics[NULL_KEYS] += 1
-                try:
-                    if not record(tagged[0], k, tagged[1], ts, off, wm, tagged[2]):
-                        late.append(i)
-                except Exception as e:
-                    self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
             self._sizes()
-        else:
-            windowed = self.core.record
-            for i, (k, tagged, ts, off) in enumerate(rows):
-                if k is None:
-                    self.ctx.metrics[NULL_KEYS] += 1
-                try:
-                    if not windowed(tagged[0], k, tagged[1], ts, off, wm):
-                        late.append(i)
-                except Exception as e:
-                    self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
         self.save_time()
         self.emit(out, batch)
         self.emit_late(batch, late)

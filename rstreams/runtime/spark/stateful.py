@@ -418,9 +418,7 @@ class JoinQueue:
         self.offset += 1
         self.core.emit = emit
         side = "L" if side_no == LEFT else "R"
-        if isinstance(self.core, TemporalJoinCore):
-            return self.core.record(side, k, v, ts, off, watermark, order)
-        return self.core.record(side, k, v, ts, off, watermark)
+        return self.core.record(side, k, v, ts, off, watermark, order)
 
     def end_of_input(self, emit: Emit) -> None:
         """Nothing can match any more: emit the unmatched, empty the buffers."""
