@@ -101,6 +101,11 @@ class JobRunningError(ConfigError):
     """Another run of the same job is using its data directory (``rstreams run`` exits 2)."""
 
 
+class JobLockLostError(RStreamsError, RuntimeError):
+    """Another run took the job lock from this one (it paused past its lease): this run
+    stopped writing and wrote no table (``rstreams run`` exits 1)."""
+
+
 class StateStoreError(RStreamsError, RuntimeError):
     """A state store's local files cannot be opened or read (checksum mismatch, missing
     or damaged SST, bad manifest).

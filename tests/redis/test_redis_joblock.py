@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -90,3 +92,166 @@ def test_a_killed_owner_s_lock_expires(redis_url: str) -> None:
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+# -- a run that loses its lock: fenced, stopped, non-zero ------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "examples" / "data" / "corpus.txt"
+WORDCOUNT = ROOT / "examples" / "wordcount.py"
+
+#: Run A: the word count over Redis with its ingest throttled (so that it is mid-ingest
+#: when paused); writes its table to argv[4] only if the run ends well.
+_OWNER = textwrap.dedent(
+    """
+    import json, sys
+    from rstreams.loader import load_topology
+    from rstreams.runtime.engine.supervisor import Supervisor
+    pipeline, corpus, url, out, data = sys.argv[1:6]
+    sup = Supervisor(
+        pipeline, load_topology(pipeline), {"sentences": corpus}, data_dir=data,
+        workers=1, chunk_lines=100, broker=url, max_ingest_rate=2_000,
+        worker_args=["--commit-interval", "0.2"],
+    )
+    try:
+        sup.run()
+        table = sup.tables()["word-counts"]
+    finally:
+        sup.close()
+    with open(out, "w") as f:
+        json.dump(table, f)
+    """
+)
+
+
+def _counts(path: Path) -> dict[str, int]:
+    import collections
+    import re
+
+    with path.open(encoding="utf-8") as f:
+        return dict(collections.Counter(w for line in f for w in re.findall(r"\w+", line.lower())))
+
+
+def _corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text(CORPUS.read_text(encoding="utf-8") * 5, encoding="utf-8")
+    return path  # (31,085 lines: about 15 s of ingest for run A)
+
+
+def _start_owner(tmp_path: Path, corpus: Path, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(WORDCOUNT), str(corpus), url,
+         str(tmp_path / "a.json"), str(tmp_path / "a")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _wait_ingesting(url: str, job: str, owner: subprocess.Popen[str]) -> None:
+    """Until run A appended a few chunks to its source topic."""
+    r = client(url)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert owner.poll() is None, owner.communicate()
+        ends = [int(v) for v in r.hvals(f"rs:{{{job}}}:ends")]
+        if sum(ends) >= 1_000:
+            return
+        time.sleep(0.1)
+    raise AssertionError("run A never ingested")
+
+
+def _run_b(tmp_path: Path, corpus: Path, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "run", str(WORDCOUNT), "--input", str(corpus),
+         "--broker", url, "--workers", "1", "--data-dir", str(tmp_path / "b"),
+         "--output", str(tmp_path / "b.jsonl"), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _table(path: Path) -> dict[str, int]:
+    import json
+
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return {r["key"]: r["value"] for r in rows}
+
+
+@pytest.mark.slow
+def test_a_paused_owner_whose_lock_was_taken_stops_writing_and_fails(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The issue's run: A paused (SIGSTOP) past its lease, B of the same job started with
+    another data directory, A resumed. Before the fix both exited 0 with every key
+    over-counted (A went on appending the input B had appended too)."""
+    import signal
+
+    corpus = _corpus(tmp_path)
+    a = _start_owner(tmp_path, corpus, redis_url)
+    b = None
+    try:
+        _wait_ingesting(redis_url, "wordcount", a)
+        os.kill(a.pid, signal.SIGSTOP)
+        lock = RedisJobLock(client(redis_url), "wordcount")
+        deadline = time.monotonic() + 60
+        while lock.holder() is not None:  # (A's lease runs out: at most 10 s)
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        b = _run_b(tmp_path, corpus, redis_url)
+        while (lock.holder() or {}).get("pid") != b.pid:  # B owns the job now
+            assert b.poll() is None, b.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(a.pid, signal.SIGCONT)
+        _, a_err = a.communicate(timeout=300)
+        _, b_err = b.communicate(timeout=300)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
+    assert a.returncode != 0, a_err
+    assert "another run took the job lock" in a_err and "wrote no table" in a_err, a_err
+    assert not (tmp_path / "a.json").exists()
+    assert b.returncode == 0, b_err
+    assert _table(tmp_path / "b.jsonl") == _counts(corpus)
+
+
+@pytest.mark.slow
+def test_a_redis_pause_past_the_lease_never_gives_two_exact_looking_runs(
+    tmp_path: Path, own_redis: Any
+) -> None:
+    """redis-server paused past the lease while A runs, B started as it resumes: A's
+    lock lapsed during the pause. Whoever gets it after the pause owns the job; the other
+    one does not exit 0 (A: lock lost, exit 1; B: refused, exit 2), and the table of the
+    run that does is exact."""
+    import signal
+
+    url = own_redis.url
+    corpus = _corpus(tmp_path)
+    a = _start_owner(tmp_path, corpus, url)
+    b = None
+    try:
+        _wait_ingesting(url, "wordcount", a)
+        os.kill(own_redis.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(12)  # (past A's 10 s lease)
+        finally:
+            os.kill(own_redis.proc.pid, signal.SIGCONT)
+        b = _run_b(tmp_path, corpus, url)
+        _, a_err = a.communicate(timeout=300)
+        _, b_err = b.communicate(timeout=300)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [a.returncode, b.returncode].count(0) == 1, (a_err, b_err)
+    if a.returncode == 0:
+        assert b.returncode == 2 and "already running" in b_err, b_err
+        assert "Traceback" not in b_err
+        import json
+
+        assert json.loads((tmp_path / "a.json").read_text()) == _counts(corpus)
+    else:
+        assert "another run took the job lock" in a_err, a_err
+        assert _table(tmp_path / "b.jsonl") == _counts(corpus)

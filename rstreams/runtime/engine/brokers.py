@@ -167,12 +167,14 @@ def open_eoi_flags(group: GroupLayout, job: str, config: RunConfig | None) -> Eo
 
 def drop_job(config: RunConfig, job: str) -> int:
     """Delete what job ``job`` keeps in the broker (``--fresh``): its streams, offsets,
-    group and flags, all under its hash tag; not its job lock (held by the caller).
-    Returns the keys deleted."""
+    group and flags, all under its hash tag; not its job lock (held by the caller) nor
+    the lock's generation (which fences the caller's writes). Returns the keys deleted."""
+    from rstreams.runtime.engine.redis_joblock import lock_keys
+
     client = redis_client(config)
-    lock = f"rs:{{{job}}}:lock"
+    kept = set(lock_keys(job))
     keys = list(client.scan_iter(match=f"rs:{{{job}}}:*", count=1000))
-    keys = [k for k in keys if (k.decode() if isinstance(k, bytes) else k) != lock]
+    keys = [k for k in keys if (k.decode() if isinstance(k, bytes) else k) not in kept]
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
     return len(keys)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rstreams.errors import ConfigError
+from rstreams.errors import ConfigError, FencedError
 from rstreams.runtime.engine.ingest import last_headers, record_input_end
 from rstreams.runtime.positions import entry_position, position_bases, position_header
 from rstreams.runtime.streamentries import entry_fields, entry_record
@@ -305,11 +305,14 @@ class Egress:
 
     def __init__(
         self, client: Any, broker: Broker, topology: Topology, queue_counts: dict[str, int],
-        *, chunk: int = 1000,
+        *, chunk: int = 1000, fence: tuple[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.client = client
         self.broker = broker
         self.chunk = chunk
+        #: ``(key, value)`` a copy checks in its transaction: the job lock's generation
+        #: (a run that lost the lock copies nothing more).
+        self.fence = fence
         self.sinks = [
             (topic, spec, topology.topics[topic], egress_key(topology.job_id, topic), q)
             for topic, spec in topology.external_sinks.items()
@@ -327,7 +330,16 @@ class Egress:
             if self.broker.end_offset(topic, q) <= self._position(key, q):
                 continue
             with self.client.pipeline(transaction=True) as pipe:
-                pipe.watch(key)  # another egress moving it first voids this copy
+                # Another egress moving it first, or the lock changing hands, voids this copy.
+                pipe.watch(key, *(self.fence[:1] if self.fence else ()))
+                if self.fence is not None:
+                    held = pipe.get(self.fence[0])
+                    if (held.decode() if held is not None else None) != self.fence[1]:
+                        raise FencedError(
+                            f"copy to the Redis stream {spec.stream!r} refused: "
+                            f"{self.fence[0]} no longer holds {self.fence[1]!r} (another run "
+                            "took the job lock); nothing of it was applied"
+                        )
                 pos = int(pipe.hget(key, str(q)) or 0)
                 start = self.broker.start_offset(topic, q)
                 if pos < start:
@@ -374,14 +386,14 @@ class Externals:
 
     def __init__(
         self, client: Any, broker: Broker, topology: Topology, queue_counts: dict[str, int],
-        *, chunk: int, follow: bool,
+        *, chunk: int, follow: bool, fence: tuple[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.client = client  # (closed with this)
         try:
             self.ingest = ExternalIngest(
                 self.client, broker, topology, queue_counts, chunk=chunk, follow=follow
             )
-            self.egress = Egress(self.client, broker, topology, queue_counts)
+            self.egress = Egress(self.client, broker, topology, queue_counts, fence=fence)
         except BaseException:
             self.client.close()
             raise

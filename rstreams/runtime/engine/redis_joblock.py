@@ -9,10 +9,20 @@ supervisor started with ``--join`` does not take the lock but checks with
 :meth:`RedisJobLock.holder` that a run is there to join.
 
 A dead owner (``kill -9``, a lost host) leaves its key until the lease runs out (at most
-``ttl`` seconds); the refusal says so. An owner that paused longer than its lease may
-find the lock taken: the refresh then stops, :attr:`RedisJobLock.lost` is set and
-``on_lost`` is called. The lock only refuses a second owner; what keeps two owners from
-writing twice is the fencing of every commit (see redis_membership).
+``ttl`` seconds); the refusal says so.
+
+**Generation.** Every acquisition increments ``rs:{<job>}:lock:gen`` in the same script
+that takes the lock, and the owner's writes are fenced by it (:attr:`RedisJobLock.fence`,
+checked on the server in the same step as the write): the supervisor's appends to the
+source topics, its end-of-input records and its copies to external streams. An owner
+that paused longer than its lease (SIGSTOP, a clock step on the Redis host, a paused
+redis-server) either finds the lock free with the generation unchanged, and takes it back
+(nobody owned the job meanwhile), or finds that another run took it: then the refresh
+stops, :attr:`RedisJobLock.lost` is set, ``on_lost`` is called, and every fenced write
+of this owner is refused (:class:`~rstreams.errors.FencedError`), so nothing it appends
+after the other run started can count twice. The supervisor then stops with
+:class:`~rstreams.errors.JobLockLostError` (exit 1). Workers' commits are fenced per task
+(see redis_membership).
 """
 
 from __future__ import annotations
@@ -27,18 +37,43 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rstreams.errors import JobRunningError
-from rstreams.runtime.rebalance.redis_membership import (
-    DELETE_IF_HELD,
-    RENEW_IF_HELD,
-    job_prefix,
-    text,
-)
+from rstreams.errors import JobLockLostError, JobRunningError
+from rstreams.runtime.rebalance.redis_membership import DELETE_IF_HELD, job_prefix, text
 
 if TYPE_CHECKING:
     import redis
 
 log = logging.getLogger(__name__)
+
+#: Lua: take the lock KEYS[1] (value ARGV[1], lease ARGV[2] ms) if free, and increment
+#: the generation KEYS[2] in the same step; the new generation, or 0 if taken.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
+"""
+
+#: Lua: renew the lease of KEYS[1] if it holds ARGV[1] (1); if it lapsed and nobody took
+#: the lock since (the generation KEYS[2] is still ARGV[3]), take it back (2); else 0.
+_RENEW = """
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not v and redis.call('GET', KEYS[2]) == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0
+"""
+
+
+def lock_keys(job_id: str) -> tuple[str, str]:
+    """The keys of job ``job_id``'s lock: the lock and its generation."""
+    key = f"{job_prefix(job_id)}:lock"
+    return key, f"{key}:gen"
 
 
 class RedisJobLock:
@@ -55,16 +90,52 @@ class RedisJobLock:
     ) -> None:
         self.client = client
         self.job_id = job_id
-        self.key = f"{job_prefix(job_id)}:lock"
+        self.key, self.gen_key = lock_keys(job_id)
         self.ttl_ms = max(1, int(ttl * 1000))
         self.on_lost = on_lost
         #: Set when the lock was found taken by another run while this one held it.
         self.lost = False
         self._value: str | None = None
+        #: The generation this owner took the lock with (see the module docstring).
+        self.generation: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(DELETE_IF_HELD)
-        self._renew = client.register_script(RENEW_IF_HELD)
+        self._renew = client.register_script(_RENEW)
+
+    @property
+    def fence(self) -> tuple[str, str] | None:
+        """``(key, value)`` that the owner's writes check (the broker's ``fence``): they
+        apply only while no other run took the lock since this one did."""
+        if self.generation is None:
+            return None
+        return self.gen_key, str(self.generation)
+
+    def check(self) -> None:
+        """Raise :class:`JobLockLostError` if another run took the lock from this one."""
+        if self.lost:
+            raise self.lost_error()
+
+    def lost_error(self) -> JobLockLostError:
+        holder = self.holder() if self._reachable() else None
+        who = (
+            f" (now host {holder.get('host', '?')}, pid {holder.get('pid', '?')})" if holder else ""
+        )
+        return JobLockLostError(
+            f"job {self.job_id!r}: another run took the job lock{who} while this one was "
+            f"paused past its {self.ttl_ms / 1000:g} s lease (a stopped process, a clock "
+            "step or a paused Redis); this run stopped writing at once and wrote no "
+            "table. Its committed work is safe: let the other run finish, or stop it "
+            "and run the same command again"
+        )
+
+    def _reachable(self) -> bool:
+        try:
+            self.client.ping()
+        except Exception:
+            return False
+        return True
 
     def acquire(self, refresh: bool = True) -> RedisJobLock:
         """Take the lock, or raise JobRunningError naming the run that holds it (its
@@ -78,9 +149,10 @@ class RedisJobLock:
                 "token": uuid.uuid4().hex,
             }
         )
-        if not self.client.set(self.key, value, nx=True, px=self.ttl_ms):
+        generation = int(self._acquire(keys=[self.key, self.gen_key], args=[value, self.ttl_ms]))
+        if not generation:
             raise self._running_error()
-        self._value, self.lost = value, False
+        self._value, self.generation, self.lost = value, generation, False
         if refresh:
             self._stop.clear()
             self._thread = threading.Thread(
@@ -120,9 +192,19 @@ class RedisJobLock:
 
     def refresh(self) -> bool:
         """Renew the lease; False (and :attr:`lost` set) if the lock is no longer ours."""
-        if self._value is None:
+        if self._value is None or self.lost:
             return False
-        if self._renew(keys=[self.key], args=[self._value, self.ttl_ms]):
+        renewed = int(
+            self._renew(
+                keys=[self.key, self.gen_key], args=[self._value, self.ttl_ms, self.generation or 0]
+            )
+        )
+        if renewed == 2:
+            log.warning(
+                "job lock of %r: its lease ran out (a pause?); nobody took it since: taken back",
+                self.job_id,
+            )
+        if renewed:
             return True
         self.lost = True
         return False

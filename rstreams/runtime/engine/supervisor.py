@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
-from rstreams.errors import ConfigError
+from rstreams.errors import ConfigError, FencedError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
@@ -156,6 +156,11 @@ class Supervisor:
         self.root.mkdir(parents=True, exist_ok=True)
         claim_local_state(self.layout, config)
         self.broker = open_broker(self.root, config)
+        # On Redis, every write of this run checks that no other run took the job lock
+        # since (a pause past the lease): see redis_joblock.
+        owner_fence = getattr(self.lock, "fence", None)
+        if owner_fence is not None:
+            self.broker.owner_fence = owner_fence  # type: ignore[attr-defined]
         # Refuse an input that no longer holds what the job read of it, before any work
         # (recording the topology is some).
         read = read_marks(self.broker, inputs)
@@ -198,7 +203,7 @@ class Supervisor:
 
             self.externals = Externals(
                 connect(broker_target(config)), self.broker, topology, self.queue_counts,
-                chunk=config.chunk_lines, follow=config.follow,
+                chunk=config.chunk_lines, follow=config.follow, fence=owner_fence,
             )  # fmt: skip
         if self.stale is not None:
             paths = [i.path for i in self.inputs]
@@ -309,6 +314,8 @@ class Supervisor:
                     if resync:  # the broker is back: is its data, and where did we stop?
                         self._resync()
                     final = self._step(start)
+                except FencedError as e:  # (only this run's job lock fences its writes)
+                    raise self.lock.lost_error() from e
                 except Exception as e:
                     if not outage.ride_out(e):
                         raise
@@ -316,6 +323,8 @@ class Supervisor:
                     continue
                 resync = False
                 outage.over()
+            if getattr(self.lock, "lost", False):
+                raise self.lock.lost_error()
             state = "done"
         except KeyboardInterrupt:
             if not self.follow:
@@ -334,6 +343,8 @@ class Supervisor:
 
     def _step(self, start: float) -> dict[str, Any] | None:
         """One turn of the loop; the run's counts once a bounded run is over."""
+        if getattr(self.lock, "lost", False):
+            raise self.lock.lost_error()  # (another run owns the job now: stop at once)
         self.ingest.look_again()  # (following input: Ctrl-C ends the run)
         self.pool.check()
         ingested = self.ingest.step()

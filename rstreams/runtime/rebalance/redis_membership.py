@@ -116,13 +116,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-#: Renew KEYS[1] for ARGV[2] ms only if it still holds ARGV[1]; 1 if renewed.
-RENEW_IF_HELD = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-
-
 #: Seconds between reads of the generation by a waiter that got no message.
 RECHECK_S = 1.0
 

@@ -130,6 +130,10 @@ class RedisBroker:
         #: a committed offset): a stream's end never goes down, so one below is a loss.
         self._reached: dict[str, tuple[str, int, int]] = {}
         self._closed = False
+        #: ``(key, value)`` that every write of this broker checks, in the same atomic
+        #: step, besides its own fences: the job lock's generation, for the run that owns
+        #: the job (see redis_joblock). None: no such fence.
+        self.owner_fence: tuple[str, str] | None = None
 
     @classmethod
     def open(cls, target: RedisTarget, job: str) -> RedisBroker:

@@ -118,6 +118,9 @@ class Transaction:
         unless there is a fence: then it is still checked), in one round trip."""
         if not self.ops and not self.fences:
             return
+        owner = self.broker.owner_fence
+        if owner is not None and owner[0] not in self.fences:
+            self.add_fence(*owner)
         self.broker._check_open()
         fences = [str(len(self.fences))]
         for key, expected in self.fences.items():
