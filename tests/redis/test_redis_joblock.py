@@ -255,3 +255,117 @@ def test_a_redis_pause_past_the_lease_never_gives_two_exact_looking_runs(
     else:
         assert "another run took the job lock" in a_err, a_err
         assert _table(tmp_path / "b.jsonl") == _counts(corpus)
+
+
+# -- hosts joining a run: the same pipeline, or refused; stopped early, no table ----------
+
+
+def _variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    source = WORDCOUNT.read_text(encoding="utf-8")
+    assert old in source
+    path = tmp_path / f"{name}.py"
+    path.write_text(source.replace(old, new), encoding="utf-8")
+    return path
+
+
+def _join_cmd(pipeline: Path, url: str, data: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "rstreams", "run", str(pipeline), "--join", "--broker", url,
+            "--workers", "1", "--data-dir", str(data), "--output", str(out)]  # fmt: skip
+
+
+def _wait_recorded(url: str, owner: subprocess.Popen[str]) -> None:
+    """Until run A holds the lock and recorded its topology for joiners."""
+    r = client(url)
+    deadline = time.monotonic() + 120
+    while not r.exists("rs:{wordcount}:topology"):
+        assert owner.poll() is None, owner.communicate()
+        assert time.monotonic() < deadline, "run A never recorded its topology"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("old", "new", "shown"),
+    [
+        # a global the tokenizer reads (the issue's case: 18,484 of 21,402 keys wrong)
+        ('WORD = re.compile(r"\\w+")', 'WORD = re.compile(r"[a-z]+")', "WORD"),
+        # an extra step (the issue's case: the first host waited forever)
+        (
+            ".keyBy(lambda w: w)",
+            ".filter(lambda w: len(w) > 1)\n        .keyBy(lambda w: w)",
+            "filter",
+        ),
+    ],
+    ids=["changed-global", "extra-filter"],
+)
+def test_joining_with_another_pipeline_is_refused_with_the_diff(
+    tmp_path: Path, redis_url: str, old: str, new: str, shown: str
+) -> None:
+    corpus = _corpus(tmp_path)
+    other = _variant(tmp_path, "other", old, new)
+    a = _start_owner(tmp_path, corpus, redis_url)
+    try:
+        _wait_recorded(redis_url, a)
+        b = subprocess.run(
+            _join_cmd(other, redis_url, tmp_path / "b", tmp_path / "b.jsonl"),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert b.returncode == 2, b.stderr
+        assert "this pipeline is not the one job 'wordcount' runs" in b.stderr, b.stderr
+        assert f"pid {a.pid}" in b.stderr and shown in b.stderr, b.stderr
+        assert "Traceback" not in b.stderr
+        assert not (tmp_path / "b.jsonl").exists()
+        _, a_err = a.communicate(timeout=300)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert a.returncode == 0, a_err  # (nothing of B ran: A's answer is whole)
+    import json
+
+    assert json.loads((tmp_path / "a.json").read_text()) == _counts(corpus)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_joining_run_stopped_early_fails_and_writes_nothing(
+    tmp_path: Path, redis_url: str, sig: str
+) -> None:
+    """Before: ``done: 0 records in, 96,609 out ... wrote B.jsonl`` and exit 0, with a
+    quarter of the words. Now B's workers commit and leave, B exits 130 without a
+    table, and A, which goes on alone, is exact."""
+    import json
+    import signal
+
+    from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
+
+    corpus = _corpus(tmp_path)
+    copy = _variant(tmp_path, "same", "def build", "def build")  # (another file, same code)
+    a = _start_owner(tmp_path, corpus, redis_url)
+    b = None
+    observer = RedisGroupMembership(client(redis_url), "wordcount", "wordcount", "observer")
+    try:
+        _wait_recorded(redis_url, a)
+        b = subprocess.Popen(
+            _join_cmd(copy, redis_url, tmp_path / "b", tmp_path / "b.jsonl"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not any(f"-{b.pid}-w" in m for m in observer.task_owners().values()):
+            assert b.poll() is None, b.communicate()
+            assert a.poll() is None, a.communicate()
+            assert time.monotonic() < deadline, "B's worker never got a task"
+            time.sleep(0.05)
+        b.send_signal(getattr(signal, sig))
+        _, b_err = b.communicate(timeout=120)
+        _, a_err = a.communicate(timeout=300)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert b.returncode == 130, b_err
+    assert "interrupted" in b_err and "Traceback" not in b_err, b_err
+    assert not (tmp_path / "b.jsonl").exists()
+    assert a.returncode == 0, a_err
+    assert json.loads((tmp_path / "a.json").read_text()) == _counts(corpus)

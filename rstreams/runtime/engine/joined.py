@@ -28,10 +28,12 @@ from rstreams.runtime.engine.brokers import (
     open_broker,
     open_eoi_flags,
     open_job_lock,
+    redis_client,
 )
 from rstreams.runtime.engine.collect import Collector
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics
+from rstreams.runtime.engine.topology_guard import check_joined_topology
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 
@@ -65,6 +67,8 @@ class JoinedRun:
                 "one with `rstreams run PIPELINE --broker URL --input ...` (without --join), "
                 "then join it"
             )
+        # The same topology and code as the run it joins, or nothing.
+        check_joined_topology(redis_client(config), topology, self.lock.holder)
         self.layout.root.mkdir(parents=True, exist_ok=True)
         claim_local_state(self.layout, config)
         self.broker = open_broker(self.layout.root, config)
@@ -85,7 +89,9 @@ class JoinedRun:
         self._stop: str | None = None
 
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run workers until the joined run ends (or SIGINT/SIGTERM); returns counts."""
+        """Run workers until the joined run ends; returns counts. SIGINT or SIGTERM stop
+        this host's workers (they commit and leave) and raise KeyboardInterrupt, unless
+        the run follows its input (then that is how it ends)."""
         start = time.monotonic()
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -101,6 +107,11 @@ class JoinedRun:
                 time.sleep(LOOK_EVERY)
             if self._stop is not None:
                 log.info("%s: stopping this host's workers", self._stop)
+                if not self.config.follow:
+                    # Exit 0 means exact: the joined run goes on, so what is committed now
+                    # is a part of the answer. Stopped early, a joining run fails as a
+                    # plain one does (exit 130) once its workers committed and left.
+                    raise KeyboardInterrupt
             elif not self._input_done() and not self.config.follow:
                 # Exit 0 means exact: tables read now would be a part of the answer.
                 raise JoinedRunGoneError(

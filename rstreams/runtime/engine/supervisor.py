@@ -57,6 +57,7 @@ from rstreams.runtime.engine.brokers import (
     open_broker,
     open_eoi_flags,
     open_job_lock,
+    redis_client,
 )
 from rstreams.runtime.engine.collect import Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
@@ -66,7 +67,12 @@ from rstreams.runtime.engine.ingest import AHEAD_CHUNKS, Ingest, Input, read_mar
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
-from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
+from rstreams.runtime.engine.topology_guard import (
+    check_topology,
+    publish_topology,
+    stale_at_end,
+    stale_at_start,
+)
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.positions import position_bases
@@ -168,6 +174,8 @@ class Supervisor:
         self.topology_change = check_topology(
             self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
         )
+        if on_redis(config):  # (for the hosts that join this run: the same code or none)
+            publish_topology(redis_client(config), topology)
         self.layout.logs.mkdir(exist_ok=True)
         # Source topics the job creates get several queues, so that work can spread over
         # workers (now or in a later run with more of them).

@@ -41,7 +41,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rstreams.planner.diff import (
     TopologyChangeError,
@@ -54,7 +57,16 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.layout import TOPOLOGY_FILE, JobLayout
 from rstreams.runtime.queues._files import _atomic_write
 
-__all__ = ["TOPOLOGY_FILE", "check_topology", "stale_at_end", "stale_at_start"]
+__all__ = [
+    "TOPOLOGY_FILE",
+    "JoinMismatchError",
+    "check_joined_topology",
+    "check_topology",
+    "publish_topology",
+    "stale_at_end",
+    "stale_at_start",
+    "topology_key",
+]
 
 log = logging.getLogger("rstreams.supervisor")
 
@@ -172,4 +184,65 @@ def stale_at_end(d: TopologyDiff, records_in: int, inputs: list[str]) -> str:
         f"only the {records_in:,} new input record(s) went through the changed pipeline "
         f"({causes}): {held} also {_s('hold', d)} what the earlier version computed from the "
         "input consumed before. Run with --fresh to recompute all of it with this version"
+    )
+
+
+# -- hosts joining a run (Redis) ------------------------------------------------------------
+
+
+def topology_key(job: str) -> str:
+    """The Redis key where the run that owns job ``job`` records its topology's identity
+    (steps, topics, stores and the code identity of every user function) for the hosts
+    that join it."""
+    return f"rs:{{{job}}}:topology"
+
+
+def publish_topology(client: Any, topology: Topology) -> None:
+    """Record ``topology`` as the one the job runs now (by the run holding its lock)."""
+    client.set(topology_key(topology.job_id), identity(topology).to_json())
+
+
+class JoinMismatchError(TopologyChangeError):
+    """``rstreams run --join`` with a pipeline other than the one the joined run runs
+    (exit 2, with the diff)."""
+
+
+#: Seconds a joining run waits for a run that just took the job lock to record its
+#: topology.
+RECORD_WAIT_S = 30.0
+
+
+def check_joined_topology(
+    client: Any, topology: Topology, holder: Callable[[], dict[str, Any] | None]
+) -> None:
+    """Refuse (:class:`JoinMismatchError`) to join a run whose topology, or the code of
+    any of its steps, differs from ``topology``: its workers would compute other answers
+    on this host's tasks (or wait forever for topics the other never fills). ``holder``:
+    who holds the job lock now (None once the run is gone)."""
+    job = topology.job_id
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while (raw := client.get(topology_key(job))) is None:
+        if holder() is None or time.monotonic() > deadline:
+            raise JoinMismatchError(
+                f"the run of job {job!r} records no topology for hosts that join it (it "
+                "is gone, or runs an older rstreams): run the same rstreams version on "
+                "every host"
+            )
+        time.sleep(0.1)
+    try:
+        theirs = TopologyIdentity.from_json(raw.decode() if isinstance(raw, bytes) else raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise JoinMismatchError(
+            f"the topology the run of job {job!r} recorded ({topology_key(job)}) is "
+            f"unreadable ({e}); stop that run and start it again"
+        ) from e
+    d = diff(theirs, identity(topology))
+    if d.unchanged:
+        return
+    who = holder() or {}
+    raise JoinMismatchError(
+        f"--join: this pipeline is not the one job {job!r} runs (host {who.get('host', '?')}, "
+        f"pid {who.get('pid', '?')}); from that run's pipeline to this one:\n"
+        f"{d.describe().rstrip()}\n"
+        "join with the same pipeline file, and the same code it reads, as that run"
     )
