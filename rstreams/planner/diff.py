@@ -54,6 +54,7 @@ import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.planner.identity import (
+    OPAQUE,
     StepFacts,
     StoreFacts,
     TopicFacts,
@@ -144,6 +145,9 @@ class TopologyDiff:
     steps: tuple[Change, ...]
     topics: tuple[Change, ...]
     stores: tuple[Change, ...]
+    #: What could not be compared: globals that steps of the new version read whose
+    #: values have no comparable form (an object whose repr is its address).
+    uncompared: tuple[str, ...] = ()
 
     @property
     def loses_state(self) -> bool:
@@ -182,6 +186,7 @@ class TopologyDiff:
             "steps": [attrs.asdict(c) for c in self.steps],
             "topics": [attrs.asdict(c) for c in self.topics],
             "stores": [attrs.asdict(c) for c in self.stores],
+            "uncompared": list(self.uncompared),
         }
 
     def to_json(self) -> str:
@@ -193,6 +198,7 @@ def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> 
     keeps as the old version computed it (stale)."""
     a = old if isinstance(old, TopologyIdentity) else identity(old)
     b = new if isinstance(new, TopologyIdentity) else identity(new)
+    a, b = _comparable_reads(a, b)
     step_map = match_steps(a.steps, b.steps)
     steps = _step_changes(a, b, step_map)
     topic_map = _match_topics(a, b, step_map)
@@ -214,7 +220,39 @@ def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> 
     stores = tuple(
         _stale(c, causes[new_stores[c.new].step]) if c.new is not None else c for c in stores
     )
-    return TopologyDiff(a.job_id, b.job_id, steps, topics, stores)
+    return TopologyDiff(a.job_id, b.job_id, steps, topics, stores, _uncompared(b))
+
+
+def _comparable_reads(
+    a: TopologyIdentity, b: TopologyIdentity
+) -> tuple[TopologyIdentity, TopologyIdentity]:
+    """An identity recorded before functions' globals were part of it (no ``reads``)
+    compares with the other's without them: an upgrade alone changes no step."""
+    if all("reads" in f for s in (*a.steps, *b.steps) for f in s.fns.values()):
+        return a, b
+
+    def strip(t: TopologyIdentity) -> TopologyIdentity:
+        steps = tuple(
+            attrs.evolve(
+                s,
+                fns={k: {n: v for n, v in f.items() if n != "reads"} for k, f in s.fns.items()},
+            )
+            for s in t.steps
+        )
+        return attrs.evolve(t, steps=steps)
+
+    return strip(a), strip(b)
+
+
+def _uncompared(b: TopologyIdentity) -> tuple[str, ...]:
+    return tuple(
+        f"{s.name}: {key} reads {name} (an object of type {value[len(OPAQUE) + 1 :]}, whose "
+        "value can not be compared: its repr is only its address)"
+        for s in b.steps
+        for key, f in sorted(s.fns.items())
+        for name, value in sorted((f.get("reads") or {}).items())
+        if str(value).startswith(OPAQUE + " ")
+    )
 
 
 def match_steps(old: Iterable[StepFacts], new: Iterable[StepFacts]) -> dict[str, str]:
@@ -339,7 +377,7 @@ def upstream_changes(
 def _meaning(s: StepFacts) -> str:
     """What a step does to its records: its signature without where they go."""
     params = {k: v for k, v in s.params.items() if k not in _PLACEMENT}
-    code = {k: v["code"] for k, v in s.fns.items()}
+    code = {k: [v["code"], v.get("reads")] for k, v in s.fns.items()}
     return json.dumps([s.kind, params, code], sort_keys=True, default=str)
 
 
@@ -407,6 +445,14 @@ def _fn_notes(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) ->
             notes.append(f"{key}: {now['label']}")
         elif was is not None and now is not None and was["code"] != now["code"]:
             notes.append(f"{key}: {was['label']} -> {now['label']} (other code)")
+        elif was is not None and now is not None and was.get("reads") != now.get("reads"):
+            before, after = was.get("reads") or {}, now.get("reads") or {}
+            changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+            what = ", ".join(
+                f"{n} (added)" if n not in before else f"{n} (gone)" if n not in after else n
+                for n in changed
+            )
+            notes.append(f"{key}: {now['label']} reads other globals: {what}")
         elif was is not None and now is None:
             notes.append(f"{key}: {was['label']} -> -")
     return notes
@@ -600,6 +646,9 @@ def _describe(d: TopologyDiff) -> str:
     _section("Steps", d.steps, out)
     _section("Topics", d.topics, out)
     _section("Stores", d.stores, out)
+    if d.uncompared:
+        out.append("  Not compared:")
+        out.extend(f"    {u}" for u in d.uncompared)
     if d.stale:
         parts = [
             f"{count} {what}(s)"

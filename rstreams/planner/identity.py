@@ -21,11 +21,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "OPAQUE",
     "StepFacts",
     "StoreFacts",
     "TopicFacts",
     "TopologyIdentity",
     "fingerprint",
+    "global_reads",
     "identity",
 ]
 
@@ -40,8 +42,10 @@ class StepFacts:
     """One step of the pipeline as the user wrote it (shuffle parts are not steps).
 
     ``params`` holds the step's settings (topic, op, window, queues, serdes...) and
-    ``fns`` its functions as ``{"label": "name (file:line)", "code": fingerprint}``: the
-    fingerprint covers the code, not where it is, so moving a lambda keeps it.
+    ``fns`` its functions as ``{"label": "name (file:line)", "code": fingerprint,
+    "reads": {global: value hash}}``: the fingerprint covers the code and closed-over
+    values, not where it is, so moving a lambda keeps it; ``reads`` the module globals it
+    reads (see :func:`global_reads`).
     """
 
     name: str
@@ -56,7 +60,7 @@ class StepFacts:
     @property
     def signature(self) -> str:
         """What the step does, without where it is: equal for a step that only moved."""
-        code = {k: v["code"] for k, v in self.fns.items()}
+        code = {k: [v["code"], v.get("reads")] for k, v in self.fns.items()}
         return json.dumps([self.kind, self.params, code], sort_keys=True, default=str)
 
     @property
@@ -184,7 +188,11 @@ def _step(node: Node) -> StepFacts:
         if isinstance(value, Serde):
             params[field.name] = _serde(value)
         elif callable(value) and not isinstance(value, type):
-            fns[field.name] = {"label": describe_fn(value), "code": fingerprint(value)}
+            fns[field.name] = {
+                "label": describe_fn(value),
+                "code": fingerprint(value),
+                "reads": global_reads(value),
+            }
         elif attrs.has(type(value)):
             params[field.name] = _window(value)
         else:
@@ -268,3 +276,90 @@ def _value_key(value: Any, seen: frozenset[int]) -> Any:
         return _fn_key(value, seen)
     text = repr(value)
     return text if " at 0x" not in text else type(value).__qualname__
+
+
+#: How :func:`global_reads` marks a global whose value can not be compared: an object
+#: whose repr is its address, e.g. ``"opaque Config"``.
+OPAQUE = "opaque"
+
+
+def global_reads(fn: Any) -> dict[str, str]:
+    """The module globals ``fn`` reads, each with a short hash of its value: what a
+    lambda computes depends on them (``WORD.findall(line)`` with another ``WORD`` is
+    another tokenizer). Functions it reads count with their own code and globals; the
+    functions it closes over or takes as defaults add what they read (``cell.name``).
+
+    A value is compared by its repr (a set's sorted), a module by its name, a class by its
+    qualified name, a plain object whose repr is only its address by its attributes; one
+    without attributes to compare (``__slots__``, a C object, an attribute that is itself
+    opaque) can not be compared: its entry is ``"opaque <type>"`` and diffs say so.
+
+    >>> import re, threading
+    >>> WORD = re.compile(r"\\w+")
+    >>> sorted(global_reads(lambda line: WORD.findall(line)))
+    ['WORD']
+    >>> LOCK = threading.Lock()
+    >>> global_reads(lambda line: LOCK)["LOCK"]
+    'opaque lock'
+    """
+    out: dict[str, str] = {}
+    _reads(fn, "", out, frozenset())
+    return dict(sorted(out.items()))
+
+
+def _reads(fn: Any, prefix: str, out: dict[str, str], seen: frozenset[int]) -> None:
+    fn = getattr(fn, "__func__", fn)
+    if id(fn) in seen:
+        return
+    seen = seen | {id(fn)}
+    if isinstance(fn, functools.partial):
+        _reads(fn.func, prefix, out, seen)
+        return
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return
+    names = getattr(fn, "__globals__", {})
+    for name in sorted(_code_names(code)):
+        if name in names:
+            out[prefix + name] = _global_key(names[name], seen)
+    for var, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # (an empty cell)
+            continue
+        if callable(value) and not isinstance(value, type):
+            _reads(value, f"{prefix}{var}.", out, seen)
+    for i, value in enumerate(getattr(fn, "__defaults__", None) or ()):
+        if callable(value) and not isinstance(value, type):
+            _reads(value, f"{prefix}default{i}.", out, seen)
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _global_key(value: Any, seen: frozenset[int]) -> str:
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, type):
+        return f"class {value.__module__}.{value.__qualname__}"
+    if callable(value):
+        nested: dict[str, str] = {}
+        _reads(value, "", nested, seen)
+        key: Any = [_fn_key(value, seen), nested]
+    else:
+        key = _value_key(value, seen)
+        if isinstance(key, str) and key == type(value).__qualname__ and " at 0x" in repr(value):
+            # A plain object (its repr is its address) compares by its attributes.
+            attributes = getattr(value, "__dict__", None)
+            if not isinstance(attributes, dict) or not attributes:
+                return f"{OPAQUE} {type(value).__qualname__}"
+            parts = {k: _global_key(v, seen | {id(value)}) for k, v in sorted(attributes.items())}
+            if any(v.startswith(OPAQUE) for v in parts.values()) or id(value) in seen:
+                return f"{OPAQUE} {type(value).__qualname__}"
+            key = [f"{type(value).__module__}.{type(value).__qualname__}", parts]
+    return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:12]

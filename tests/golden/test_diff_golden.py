@@ -27,6 +27,9 @@ LOSES = {
     "pinned_names": False,  # the same insert, with the count named
     "add_sink": False,  # a new branch after the count
     "changed_function": False,  # the flatMap's code changed; names stay
+    "changed_global": False,  # only the regex the flatMap reads changed
+    "changed_closure": False,  # only a value the flatMap closes over changed
+    "opaque_global": False,  # a global with no comparable form: said, not compared
 }
 #: case -> does a kept store or sink topic hold what the old version computed (the change
 #: applies to new input only)?
@@ -38,6 +41,9 @@ STALE = {
     "pinned_names": True,  # the count goes on from counts of unfiltered words
     "add_sink": False,
     "changed_function": True,  # the count goes on from counts of lowercased words
+    "changed_global": True,  # the count goes on from counts of the old tokenizer's words
+    "changed_closure": True,
+    "opaque_global": False,  # (it can not tell: "Not compared" says so)
 }
 
 
