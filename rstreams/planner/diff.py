@@ -437,7 +437,7 @@ def _step_notes(o: StepFacts, n: StepFacts, step_map: dict[str, str]) -> tuple[s
     return tuple(notes)
 
 
-def _fn_notes(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) -> list[str]:
+def _fn_notes(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
     notes = []
     for key in sorted(set(old) | set(new)):
         was, now = old.get(key), new.get(key)

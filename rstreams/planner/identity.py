@@ -55,7 +55,7 @@ class StepFacts:
     chain: str
     depth: int
     params: dict[str, Any] = attrs.field(factory=dict)
-    fns: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    fns: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
     @property
     def signature(self) -> str:
@@ -180,7 +180,7 @@ def identity(topology: Topology) -> TopologyIdentity:
 
 def _step(node: Node) -> StepFacts:
     params: dict[str, Any] = {}
-    fns: dict[str, dict[str, str]] = {}
+    fns: dict[str, dict[str, Any]] = {}
     for field in attrs.fields(type(node)):
         if field.name in _NODE_IDENTITY:
             continue

@@ -92,3 +92,42 @@ def test_stateless_sink_keeps_the_last_value_per_key_across_batches(
     with TopologyTestDriver(topology) as driver:
         driver.pipe_all("in", first + second)
         assert got.tables["out"] == driver.read_table("out")
+
+
+def test_a_checkpoint_resumed_with_other_code_is_guarded_as_the_embedded_runtime_is(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a rerun on the same checkpoint with another tokenizer exited 0 with a mix
+    of both versions' counts and said nothing. Now the checkpoint records the pipeline's
+    identity (code and the globals it reads): a stale change is said at the start and at
+    the end, one that would lose or misread state is refused, as on the embedded runtime."""
+    from rstreams.loader import load_topology
+    from rstreams.planner.diff import TopologyChangeError
+
+    cases = Path(__file__).resolve().parents[1] / "golden" / "diff"
+    inbox, checkpoint = tmp_path / "inbox", tmp_path / "checkpoint"
+    inbox.mkdir()
+    (inbox / "001.txt").write_text("the cat saw the dog\n")
+
+    def run(case: str, version: str) -> Any:
+        topology = load_topology(str(cases / case / f"{version}.py"))
+        return run_spark(
+            topology, {"sentences": str(inbox)}, spark=spark, streaming=True,
+            checkpoint=str(checkpoint),
+        )  # fmt: skip
+
+    run("changed_global", "old")
+    assert (checkpoint / "topology.json").is_file()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rstreams.spark"):
+        run("changed_global", "old")  # the same code: nothing said
+    assert not [r for r in caplog.records if "changed pipeline" in r.getMessage()]
+    (inbox / "002.txt").write_text("a dog\n")
+    with caplog.at_level("WARNING", logger="rstreams.spark"):
+        second = run("changed_global", "new")  # WORD is another regex
+    said = [r.getMessage() for r in caplog.records]
+    assert any("resumes with a changed pipeline" in m and "--checkpoint" in m for m in said), said
+    assert any("only the 1 new input record(s)" in m for m in said), said
+    assert second.records_in == 1
+    with pytest.raises(TopologyChangeError, match="a new --checkpoint directory"):
+        run("insert_filter", "new")  # the count's store would be orphaned

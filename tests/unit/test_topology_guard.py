@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rstreams import StreamBuilder, Topology
-from rstreams.runtime.engine.topology_guard import check_topology, stale_at_end, stale_at_start
+from rstreams.runtime.topology_guard import check_topology, stale_at_end, stale_at_start
 
 
 def wordcount(case: str, *, store: bool = True) -> Topology:

@@ -33,9 +33,9 @@ from rstreams.runtime.engine.brokers import (
 from rstreams.runtime.engine.collect import Collector
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics
-from rstreams.runtime.engine.topology_guard import check_joined_topology
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
+from rstreams.runtime.topology_guard import check_joined_topology
 
 log = logging.getLogger("rstreams.supervisor")
 

@@ -67,16 +67,16 @@ from rstreams.runtime.engine.ingest import AHEAD_CHUNKS, Ingest, Input, read_mar
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
-from rstreams.runtime.engine.topology_guard import (
+from rstreams.runtime.engine.workerpool import WorkerPool
+from rstreams.runtime.layout import JobLayout
+from rstreams.runtime.positions import position_bases
+from rstreams.runtime.queues.fsck import refuse_if_repaired
+from rstreams.runtime.topology_guard import (
     check_topology,
     publish_topology,
     stale_at_end,
     stale_at_start,
 )
-from rstreams.runtime.engine.workerpool import WorkerPool
-from rstreams.runtime.layout import JobLayout
-from rstreams.runtime.positions import position_bases
-from rstreams.runtime.queues.fsck import refuse_if_repaired
 
 log = logging.getLogger("rstreams.supervisor")
 

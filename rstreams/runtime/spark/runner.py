@@ -27,8 +27,10 @@ from pyspark.sql import functions as F
 from rstreams.config import ON_ERROR, RunConfig, check_choice, dead_letter_topic
 from rstreams.dsl import nodes as n
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
+from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
+from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.redisstreams.target import RedisTarget
 from rstreams.runtime.results import Progress, RunResult, check_output_path, write_dead_letters
 from rstreams.runtime.spark import encoding as enc
@@ -47,6 +49,7 @@ from rstreams.runtime.spark.session import (
     stop_session,
 )
 from rstreams.runtime.spark.tables import Failures, is_local, local_path
+from rstreams.runtime.topology_guard import check_topology, stale_at_end, stale_at_start
 
 log = logging.getLogger("rstreams.spark")
 
@@ -194,6 +197,13 @@ def run_spark(
     pipeline, sources = _check_run(
         topology, inputs, outputs, streaming, checkpoint, collect, target
     )
+    # A checkpoint resumed with other code mixes both versions' answers: refused when it
+    # would lose or misread state, said at start and end when it leaves it stale.
+    change = (
+        _guard_checkpoint(topology, checkpoint, inputs, config)
+        if streaming and checkpoint
+        else None
+    )
     session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
@@ -237,6 +247,10 @@ def run_spark(
             failures.add_worker(accumulator.value)
         elapsed = time.monotonic() - start
         metrics, dead = _report_failures(failures, records_in, topology.job_id, outputs)
+        if change is not None:
+            log.warning(
+                "%s", stale_at_end(change, records_in, list(inputs.values()), NEW_CHECKPOINT)
+            )
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -250,6 +264,46 @@ def run_spark(
                     df.unpersist()
         if created:
             stop_session(session)
+
+
+#: How a streaming job starts over (the messages of the topology guard).
+NEW_CHECKPOINT = "a new --checkpoint directory"
+
+
+def _guard_checkpoint(
+    topology: Topology, checkpoint: str, inputs: dict[str, str], config: RunConfig | None
+) -> TopologyDiff | None:
+    """Compare ``topology`` (steps, stores and the code identity of every function) with
+    the one the checkpoint last ran with, as the embedded runtime does with its data
+    directory: refuse a change that loses or misreads state (TopologyChangeError, exit 2)
+    unless ``--allow-topology-change``, warn about one that leaves it stale, and record
+    it. Returns the stale change (for the warning at the end), else None."""
+    if not is_local(checkpoint):
+        log.warning(
+            "the checkpoint %s is not on a local disk: a change of the pipeline's code "
+            "between runs on it is not detected (both versions' answers would mix); keep "
+            "one checkpoint per version of the pipeline",
+            checkpoint,
+        )
+        return None
+    root = local_path(checkpoint)
+    allow = bool(config and config.allow_topology_change)
+    layout = JobLayout(root, topology.job_id)
+    unrecorded = not layout.topology.exists() and Path(root).is_dir() and any(Path(root).iterdir())
+    if unrecorded:
+        # A checkpoint from before the topology was recorded next to it: nothing to
+        # compare with; record it from now on.
+        log.warning(
+            "the checkpoint %s has no record of the pipeline it ran with (an earlier "
+            "rstreams): recording this one; a change made since is not detected",
+            checkpoint,
+        )
+    change = check_topology(root, topology, allow=allow, start_over=NEW_CHECKPOINT)
+    if change is None or not change.stale:
+        return None
+    paths = list(inputs.values())
+    log.warning("%s", stale_at_start(topology.job_id, change, paths, paths, NEW_CHECKPOINT))
+    return change
 
 
 def _check_run(

@@ -77,11 +77,14 @@ def check_topology(
     *,
     allow: bool = False,
     fresh: bool = False,
+    start_over: str = "--fresh",
 ) -> TopologyDiff | None:
     """Compare ``topology`` with the one job directory ``job_dir`` last ran with, refuse
     a change that would lose or misread state (unless ``allow``), and record it.
 
     ``fresh`` (the job starts over, its directory is empty) records without comparing.
+    ``start_over``: how a user starts the job over, for the messages (``--fresh``; on
+    Spark, a new checkpoint).
     Returns the diff when there was an earlier topology that differs, else None.
     """
     path = JobLayout(job_dir, topology.job_id).topology
@@ -95,13 +98,13 @@ def check_topology(
                 raise TopologyChangeError(
                     f"job {topology.job_id!r} can not tell whether its topology changed: "
                     f"{path} is unreadable ({e}); run with --allow-topology-change if this "
-                    "pipeline is the one the job ran with, or --fresh to start the job over"
+                    f"pipeline is the one the job ran with, or {start_over} to start the job over"
                 ) from e
             log.warning("%s is unreadable (%s); recording this run's topology", path, e)
         else:
             found = saved_diff = diff(saved, current)
             if saved_diff.loses_state and not allow:
-                raise TopologyChangeError(_refusal(topology.job_id, path, saved_diff))
+                raise TopologyChangeError(_refusal(topology.job_id, path, saved_diff, start_over))
             if saved_diff.loses_state:
                 log.warning(
                     "job %r runs with a changed topology (--allow-topology-change):\n%s",
@@ -121,12 +124,12 @@ def check_topology(
     return found
 
 
-def _refusal(job: str, path: Path, d: TopologyDiff) -> str:
+def _refusal(job: str, path: Path, d: TopologyDiff, start_over: str) -> str:
     return (
         f"job {job!r} last ran with another topology ({path}), and this one would lose "
         f"or misread its state:\n\n{d.describe()}\n"
         "Keep the state by giving the renamed steps their old names with name= (as the "
-        "hints above say; docs/concepts.md#step-names), start the job over with --fresh, "
+        f"hints above say; docs/concepts.md#step-names), start the job over with {start_over}, "
         "or run anyway with --allow-topology-change (orphaned state stays unused)"
     )
 
@@ -147,7 +150,9 @@ def _s(verb: str, d: TopologyDiff) -> str:
     return verb if len(d.stale_changes) > 1 else f"{verb}s"
 
 
-def stale_at_start(job: str, d: TopologyDiff, inputs: list[str], unread: list[str]) -> str:
+def stale_at_start(
+    job: str, d: TopologyDiff, inputs: list[str], unread: list[str], start_over: str = "--fresh"
+) -> str:
     """What a resumed run with a stale change says at its start; ``unread`` are the
     ``inputs`` that still have lines the job has not read."""
     held, causes = _what(d)
@@ -157,18 +162,20 @@ def stale_at_start(job: str, d: TopologyDiff, inputs: list[str], unread: list[st
             f"{_and(inputs)} {'was' if len(inputs) == 1 else 'were'} consumed by an earlier "
             "run and not read again, so no record will go through the changed steps; "
             f"{held} {_s('keep', d)} what the "
-            "earlier version computed. Run with --fresh to recompute from all input with "
+            f"earlier version computed. Run with {start_over} to recompute from all input with "
             "this version"
         )
     return (
         f"job {job!r} resumes with a changed pipeline ({causes}): the change applies to "
         f"new input only (the rest of {_and(unread)}); input consumed by earlier runs "
         f"is not read again, and what {held} {_s('hold', d)} from it is what the earlier "
-        "version computed. Run with --fresh to recompute from all input with this version"
+        f"version computed. Run with {start_over} to recompute from all input with this version"
     )
 
 
-def stale_at_end(d: TopologyDiff, records_in: int, inputs: list[str]) -> str:
+def stale_at_end(
+    d: TopologyDiff, records_in: int, inputs: list[str], start_over: str = "--fresh"
+) -> str:
     """What a run with a stale change says at its end, after ``records_in`` new input
     records from ``inputs``."""
     held, causes = _what(d)
@@ -177,13 +184,14 @@ def stale_at_end(d: TopologyDiff, records_in: int, inputs: list[str]) -> str:
             f"no new input: {_and(inputs)} {'was' if len(inputs) == 1 else 'were'} already "
             "consumed by an earlier run, so "
             f"the output is the table the earlier version of the pipeline computed ({held}), "
-            f"not what this version computes ({causes}). Run with --fresh to recompute it "
+            f"not what this version computes ({causes}). Run with {start_over} to recompute it "
             "from all input"
         )
     return (
         f"only the {records_in:,} new input record(s) went through the changed pipeline "
         f"({causes}): {held} also {_s('hold', d)} what the earlier version computed from the "
-        "input consumed before. Run with --fresh to recompute all of it with this version"
+        f"input consumed before. Run with {start_over} to recompute all of it with this "
+        "version"
     )
 
 
