@@ -9,8 +9,9 @@ from another terminal (or machine sharing the directory) while the job runs:
 - the consumer group's files: members, generation and which member holds which task;
 - the restore progress files of tasks rebuilding their state;
 - committed offsets and log ends, read through the broker (the lag of each queue);
-- the pipeline file the supervisor names, loaded to draw the topology as a tree (the view
-  goes on without the tree when it can not be loaded).
+- the topology tree the supervisor publishes as data, to draw it (never the pipeline file
+  the statistics name: that would run code chosen by whoever can write the directory;
+  ``rstreams top --pipeline FILE`` loads a file the user names).
 
 :func:`snapshot` gathers all that into a :class:`LiveSnapshot` (plain data);
 :func:`render` turns a snapshot (and the one before it, for records per second) into a

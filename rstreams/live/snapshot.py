@@ -21,9 +21,10 @@ __all__ = [
     "StepNode",
     "SubTopologyNode",
     "list_jobs",
-    "load_pipeline",
     "pick_job",
+    "published_tree",
     "snapshot",
+    "tree_from_data",
 ]
 
 _QUEUE = re.compile(r"(.+)\[(\d+)\]")
@@ -130,49 +131,65 @@ def _alive(pid: Any) -> bool:
 
 
 def _tree(topology: Any) -> tuple[SubTopologyNode, ...]:
-    subs = []
-    for sub in topology.subtopologies:
-        by_name = {f.name: f for f in sub.factories}
-        seen: set[str] = set()
+    """The tree of a Topology (one the user named, or the run's own)."""
+    from rstreams.planner.describe import tree_data
 
-        def node(name: str, by_name: dict[str, Any] = by_name, seen: set[str] = seen) -> StepNode:
-            f = by_name[name]
-            if name in seen:
-                return StepNode(f.name, f.label, f.topic, repeated=True)
-            seen.add(name)
-            kids = tuple(node(c) for c in f.children if c in by_name)
-            return StepNode(f.name, f.label, f.topic, kids)
+    return tree_from_data(tree_data(topology)) or ()
 
-        roots = tuple(node(f.name) for f in sub.factories if not f.parents)
-        subs.append(
-            SubTopologyNode(sub.id, roots, tuple(sub.source_topics), tuple(sub.sink_topics))
+
+def tree_from_data(data: Any) -> tuple[SubTopologyNode, ...] | None:
+    """The tree a supervisor published (``supervisor.json``'s ``"tree"``), checked
+    field by field: data, never code; None if it is missing or not such a tree."""
+    if not isinstance(data, list):
+        return None
+
+    def text(value: Any) -> str | None:
+        if value is not None and not isinstance(value, str):
+            raise TypeError(value)
+        return value
+
+    def step(doc: Any, depth: int = 0) -> StepNode:
+        if not isinstance(doc, dict) or depth > 200:
+            raise TypeError(doc)
+        kids = doc.get("children") or []
+        if not isinstance(kids, list):
+            raise TypeError(kids)
+        return StepNode(
+            str(text(doc.get("name"))),
+            str(text(doc.get("kind"))),
+            text(doc.get("topic")),
+            tuple(step(k, depth + 1) for k in kids),
+            bool(doc.get("repeated")),
         )
-    return tuple(subs)
+
+    try:
+        return tuple(
+            SubTopologyNode(
+                int(sub["id"]),
+                tuple(step(r) for r in sub["roots"]),
+                tuple(str(text(t)) for t in sub["sources"]),
+                tuple(str(text(t)) for t in sub["sinks"]),
+            )
+            for sub in data
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
-def load_pipeline(supervisor: dict[str, Any] | None) -> tuple[Any, str | None]:
-    """The job's topology from the pipeline file its supervisor names: (topology, None),
-    or (None, why not). A relative path is looked up from the supervisor's directory too."""
-    from rstreams.loader import load_topology
-
-    path, pid = (supervisor or {}).get("pipeline"), (supervisor or {}).get("pid")
-    if not path:
-        return None, "no topology: the job's supervisor has published no pipeline path"
-    candidates = [str(path)]
-    if not os.path.isabs(path) and _alive(pid):
-        # (Linux) where the supervisor was started, if not from here
-        candidates.append(os.path.join(f"/proc/{pid}/cwd", path))
-    why = ""
-    for candidate in candidates:
-        if not os.path.isfile(candidate):
-            why = f"{path} not found"
-            continue
-        try:
-            return load_topology(candidate), None
-        except RStreamsError as e:
-            why = str(e)
-            break
-    return None, f"no topology ({why})"
+def published_tree(supervisor: dict[str, Any] | None) -> tuple[Any, str | None]:
+    """The topology tree the job's supervisor published as data: (tree, None), or (None,
+    why not). The live view never imports the pipeline file the statistics name: they
+    are files anyone who can write the data directory controls, and loading a pipeline
+    runs its code (name the pipeline on the command line instead: ``--pipeline``)."""
+    tree = tree_from_data((supervisor or {}).get("tree"))
+    if tree is not None:
+        return tree, None
+    if not supervisor:
+        return None, "no topology: the job's supervisor has published no statistics yet"
+    return None, (
+        "no topology: the job's statistics hold no tree (a run of an earlier rstreams); "
+        "name its pipeline: rstreams top --pipeline PIPELINE.py"
+    )
 
 
 def snapshot(
@@ -182,8 +199,10 @@ def snapshot(
     topology: Any = None,
     access: JobAccess | None = None,
 ) -> LiveSnapshot:
-    """Everything the job publishes under ``data_dir``, now. Loads the job's pipeline for
-    the topology tree unless ``topology`` is given (a Topology, or False for no tree).
+    """Everything the job publishes under ``data_dir``, now. The topology tree is the one
+    the job's supervisor published as data unless ``topology`` is given (a Topology the
+    caller loaded from a file the user named, a tree, or False for no tree); no code is
+    ever loaded from what the data directory names.
 
     ``access``: where the job's topics and group are (a Redis broker); by default its file
     log under ``data_dir``. Statistics are read from ``data_dir`` either way: on Redis,
@@ -203,9 +222,12 @@ def snapshot(
     supervisor, workers = stats.supervisor, stats.workers
     note = None
     if topology is None:
-        topology, note = load_pipeline(supervisor)
+        topology, note = published_tree(supervisor)
     elif topology is False:
         topology = None
+    tree = None
+    if topology is not None:
+        tree = topology if isinstance(topology, tuple) else _tree(topology)
     members: dict[str, dict[str, Any]] = {}
     owners: dict[str, str] = {}
     generation = 0
@@ -229,14 +251,13 @@ def snapshot(
     broker = access.open_broker()
     try:
         offsets = broker.group_offsets(job)
-        if topology is not None:
-            for sub in topology.subtopologies:
-                for topic in sub.source_topics:
-                    for q in range(broker.queue_count(topic) or 0):
-                        offsets.setdefault((topic, q), broker.committed(job, topic, q))
-                        owner = owners.get(str(TaskId(sub.id, q)))
-                        if owner is not None:
-                            owner_of.setdefault((topic, q), owner)
+        for sub in tree or ():
+            for topic in sub.source_topics:
+                for q in range(broker.queue_count(topic) or 0):
+                    offsets.setdefault((topic, q), broker.committed(job, topic, q))
+                    owner = owners.get(str(TaskId(sub.id, q)))
+                    if owner is not None:
+                        owner_of.setdefault((topic, q), owner)
         rows = tuple(
             QueueRow(t, q, c, e, lag, owner_of.get((t, q)), position.get((t, q)))
             for t, q, c, e, lag in lag_rows(broker, offsets)
@@ -254,6 +275,6 @@ def snapshot(
         owners=owners,
         queues=rows,
         restoring=restore_progress(coord),
-        topology=_tree(topology) if topology is not None else None,
+        topology=tree,
         note=note,
     )

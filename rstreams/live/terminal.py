@@ -14,7 +14,7 @@ from rich.console import Console
 from rstreams.brokeropts import JobAccess, add_broker_options
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
-from rstreams.live.snapshot import LiveSnapshot, load_pipeline, pick_job, snapshot
+from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
 from rstreams.runtime.engine.stats import read_stats
 from rstreams.runtime.layout import JobLayout
@@ -42,24 +42,30 @@ class _Pacer:
 
 
 class LiveWatcher:
-    """Snapshots of one job, with the previous one for rates and the pipeline loaded once
-    (``rstreams run --live`` feeds it from its progress callback)."""
+    """Snapshots of one job, with the previous one for rates and the topology tree taken
+    once: the one the job published as data, or the ``topology`` given (the run's own
+    for ``rstreams run --live``, or a pipeline the user named on the command line)."""
 
     def __init__(
-        self, data_dir: str, job: str, span: float = 2.0, access: JobAccess | None = None
+        self,
+        data_dir: str,
+        job: str,
+        span: float = 2.0,
+        access: JobAccess | None = None,
+        topology: Any = None,
     ) -> None:
         self.data_dir, self.job, self.access = data_dir, job, access
         self._pacer = _Pacer(span)
-        self._topology: Any = None
+        self._topology: Any = topology
         self._note: str | None = None
 
     def take(self) -> tuple[LiveSnapshot, LiveSnapshot | None]:
         if self._topology is None:
             coord = JobLayout.of(self.data_dir, self.job).coordination.dir
             supervisor = read_stats(coord).supervisor
-            if supervisor is not None:  # (until it publishes, the path is not known)
-                topology, self._note = load_pipeline(supervisor)
-                self._topology = topology if topology is not None else False
+            if supervisor is not None:  # (until it publishes, the tree is not known)
+                tree, self._note = published_tree(supervisor)
+                self._topology = tree if tree is not None else False
         topology = False if self._topology is None else self._topology
         snap = snapshot(self.data_dir, self.job, topology=topology, access=self.access)
         if topology is False:
@@ -78,18 +84,33 @@ def run_top(
     *,
     console: Console | None = None,
     access: JobAccess | None = None,
+    pipeline: str | None = None,
 ) -> int:
     """Watch a job until Ctrl-C: the dashboard when ``console`` (stdout) is a terminal,
     else one :func:`plain_line` per refresh until the job ends. ``once``: one view and
     return (while the job runs, of two snapshots two seconds or ``refresh`` apart, for
-    its rates). ``access``: the job on a Redis broker (then ``job`` is its job)."""
+    its rates). ``access``: the job on a Redis broker (then ``job`` is its job).
+    ``pipeline``: a pipeline file the user names, loaded for the tree (else the tree the
+    job published; no file named in the data directory is ever loaded)."""
     from rich.live import Live
 
     if refresh <= 0:
         raise ConfigError(f"--refresh must be > 0 seconds; got {refresh}")
     job = pick_job(data_dir, job) if access is None else access.job
     console = console or Console()
-    watcher = LiveWatcher(data_dir, job, span=max(2.0, 2 * refresh), access=access)
+    topology = None
+    if pipeline is not None:
+        from rstreams.loader import load_topology
+
+        topology = load_topology(pipeline)
+        if topology.job_id != job:
+            raise ConfigError(
+                f"--pipeline {pipeline} is job {topology.job_id!r}, not {job!r}: name the "
+                "pipeline of the job you watch"
+            )
+    watcher = LiveWatcher(
+        data_dir, job, span=max(2.0, 2 * refresh), access=access, topology=topology
+    )
     snap, previous = watcher.take()
     if once:
         if snap.running:
@@ -128,12 +149,17 @@ def cmd_top(args: Any) -> int:
             try:
                 if not access.exists():
                     raise RStreamsError(f"no job {access.job!r} in {target.redacted}")
-                return run_top(args.data_dir, access.job, args.refresh, args.once, access=access)
+                return run_top(
+                    args.data_dir, access.job, args.refresh, args.once, access=access,
+                    pipeline=args.pipeline,
+                )  # fmt: skip
             finally:
                 access.close()
     # (a data directory that does not exist: "no job" says more than "can not be created")
     check_data_dir(args.data_dir, write=os.path.exists(args.data_dir))
-    return run_top(args.data_dir, args.job, refresh=args.refresh, once=args.once)
+    return run_top(
+        args.data_dir, args.job, refresh=args.refresh, once=args.once, pipeline=args.pipeline
+    )
 
 
 def add_parsers(sub: Any, common: Callable[[Any], None]) -> None:
@@ -169,6 +195,13 @@ example:
         "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"
     )
     p.add_argument("--once", action="store_true", help="show one view and exit (for scripts)")
+    p.add_argument(
+        "--pipeline",
+        metavar="PIPELINE.py",
+        help="draw the topology from this pipeline file (loaded, so its code runs); by "
+        "default the tree the job published as data: top never loads a file that the "
+        "data directory names",
+    )
     add_broker_options(p)
     common(p)
     p.set_defaults(func=cmd_top)

@@ -71,3 +71,34 @@ def describe_text(topology: Topology) -> str:
                 f"queues: {_queues(s.queues)})"
             )
     return "\n".join(out) + "\n"
+
+
+def tree_data(topology: Topology) -> list[dict[str, Any]]:
+    """The topology as a tree of plain data (what a job publishes for ``rstreams top``,
+    which draws it without loading any code): per sub-topology its ``id``, ``sources``
+    and ``sinks`` (topics) and ``roots``, each step ``{"name", "kind", "topic",
+    "children", "repeated"}``; a step reached again (a merge or a join) is listed with
+    ``repeated`` and no children."""
+    subs = []
+    for sub in topology.subtopologies:
+        by_name = {f.name: f for f in sub.factories}
+        seen: set[str] = set()
+
+        def node(name: str, by_name: dict[str, Any] = by_name, seen: set[str] = seen) -> dict:
+            f = by_name[name]
+            step = {"name": f.name, "kind": f.label, "topic": f.topic}
+            if name in seen:
+                return {**step, "children": [], "repeated": True}
+            seen.add(name)
+            kids = [node(c) for c in f.children if c in by_name]
+            return {**step, "children": kids, "repeated": False}
+
+        subs.append(
+            {
+                "id": sub.id,
+                "sources": list(sub.source_topics),
+                "sinks": list(sub.sink_topics),
+                "roots": [node(f.name) for f in sub.factories if not f.parents],
+            }
+        )
+    return subs

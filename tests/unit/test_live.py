@@ -29,6 +29,7 @@ from rstreams.live import (
     snapshot,
 )
 from rstreams.loader import load_topology
+from rstreams.planner.describe import tree_data
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.worker import open_broker
@@ -40,6 +41,8 @@ WORDCOUNT = ROOT / "examples" / "wordcount.py"
 JOB = "wordcount"
 STORE = "wordcount-sentences-count-3-store"
 SHUFFLE = "wordcount-sentences-count-3-shuffle"
+#: What a supervisor of the word count publishes as its topology tree.
+WORDCOUNT_TREE = tree_data(load_topology(str(WORDCOUNT)))
 
 
 def text_of(renderable: Any, width: int = 120) -> str:
@@ -132,7 +135,7 @@ class Job:
     def supervisor(self, t: float, k: int, **extra: Any) -> dict[str, Any]:
         doc = {
             "version": 1, "pid": os.getpid(), "time": t, "started": self.started, "job": JOB,
-            "pipeline": str(WORDCOUNT), "workers_wanted": 2,
+            "pipeline": str(WORDCOUNT), "workers_wanted": 2, "tree": WORDCOUNT_TREE,
             "workers": [
                 {"slot": 0, "pid": os.getpid(), "alive": True, "restarts": 0},
                 {"slot": 1, "pid": os.getpid(), "alive": True, "restarts": 1},
@@ -263,13 +266,13 @@ def test_the_last_errors_newest_last(two):
     assert shown[-2].endswith("w0-1: w0-1 warning 3")
 
 
-def test_without_the_pipeline_steps_are_a_table(job):
+def test_without_a_published_tree_steps_are_a_table(job):
     now = time.time()
     job.publish(now - 2, 1)
-    sup = job.supervisor(now, 3, pipeline=str(job.data / "gone.py"))
+    sup = job.supervisor(now, 3, tree=None)  # (a run of an earlier rstreams)
     (job.stats / "supervisor.json").write_text(json.dumps(sup))
     before = snapshot(job.data, JOB)
-    assert before.topology is None and "gone.py not found" in (before.note or "")
+    assert before.topology is None and "--pipeline" in (before.note or "")
     job.publish(now, 3)
     text = text_of(render(snapshot(job.data, JOB, topology=False), before))
     assert "topology of" not in text
@@ -417,3 +420,70 @@ def test_commits_slower_than_the_last_bucket(job):
     (job.stats / "worker-w0-1.json").write_text(json.dumps(doc))
     text = text_of(render(snapshot(job.data, JOB, topology=False), None))
     assert "15,000 ms (p99 >10,000 ms)" in line_with(text, "w0-1 ")
+
+
+# -- the live view never runs code named in the data directory ---------------------------
+
+#: A "pipeline" that leaves a marker file when imported (and builds nothing useful).
+_TRAP = """
+import pathlib
+pathlib.Path(__file__).with_name("MARKER").write_text("ran")
+from rstreams import StreamBuilder
+def build():
+    b = StreamBuilder("wordcount")
+    b.source("sentences").sink("word-counts")
+    return b
+"""
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative"])
+def test_top_never_imports_the_pipeline_the_statistics_name(
+    job: Any, tmp_path: Path, where: str
+) -> None:
+    """Before: a "pipeline" path in supervisor.json was imported and run by whoever ran
+    `rstreams top`, a relative one first from top's working directory."""
+    trap_dir = tmp_path / "elsewhere"
+    trap_dir.mkdir()
+    (trap_dir / "trap.py").write_text(_TRAP)
+    now = time.time()
+    job.publish(now - 2, 1)
+    path = str(trap_dir / "trap.py") if where == "absolute" else "trap.py"
+    sup = job.supervisor(now, 3, pipeline=path, tree=None)
+    (job.stats / "supervisor.json").write_text(json.dumps(sup))
+    r = subprocess.run(
+        [sys.executable, "-m", "rstreams", "top", "--once", "--data-dir", str(job.data)],
+        capture_output=True, text=True, cwd=trap_dir, timeout=120,
+    )  # fmt: skip
+    assert not (trap_dir / "MARKER").exists(), "top ran code the data directory named"
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{JOB} running: 9,000 records in"), r.stdout  # still shown
+    snap = snapshot(job.data, JOB)
+    assert snap.topology is None and "--pipeline" in (snap.note or "")
+    assert not (trap_dir / "MARKER").exists()
+
+
+def test_a_tree_that_is_not_a_tree_is_ignored(job: Any) -> None:
+    now = time.time()
+    job.publish(now - 2, 1)
+    for junk in ("import os", [{"id": "x"}], [{"id": 0, "roots": [5], "sources": [], "sinks": []}]):
+        (job.stats / "supervisor.json").write_text(json.dumps(job.supervisor(now, 3, tree=junk)))
+        snap = snapshot(job.data, JOB)
+        assert snap.topology is None and "--pipeline" in (snap.note or "")
+
+
+def test_top_draws_the_tree_of_a_pipeline_named_on_the_command_line(job: Any) -> None:
+    now = time.time()
+    job.publish(now - 2, 1)
+    (job.stats / "supervisor.json").write_text(json.dumps(job.supervisor(now, 3, tree=None)))
+    console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system=None)
+    code = run_top(
+        str(job.data), None, refresh=0.1, once=True, console=console, pipeline=str(WORDCOUNT)
+    )
+    assert code == 0
+    assert "topology of wordcount" in console.file.getvalue()
+    with pytest.raises(ConfigError, match="is job 'pick', not 'wordcount'"):
+        other = Path(job.data) / "pick.py"
+        other.write_text(
+            _TRAP.replace('"wordcount"', '"pick"').replace("pathlib.Path", "0 and pathlib.Path")
+        )
+        run_top(str(job.data), None, refresh=0.1, once=True, console=console, pipeline=str(other))

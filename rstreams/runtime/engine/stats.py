@@ -38,7 +38,8 @@ workers that died.
 ``supervisor.json``::
 
     {"version": 1, "pid": int, "time": float, "started": float, "job": str,
-     "pipeline": str, "workers_wanted": int,
+     "pipeline": str, "workers_wanted": int, "tree": [...] (the topology as data, see
+     rstreams.planner.describe.tree_data: what ``rstreams top`` draws, loading no code),
      "workers": [{"slot": int, "pid": int, "alive": bool, "restarts": int}],
      "restarts": int, "records_in": int, "bytes_read": int, "bytes_total": int,
      "records_out": int, "lag": int, "generation": int,
@@ -388,6 +389,7 @@ class SupervisorStats:
         pipeline: str,
         workers_wanted: int,
         interval: float = PUBLISH_INTERVAL,
+        tree: list[dict[str, Any]] | None = None,
     ) -> None:
         self.coord_dir = Path(coord_dir)
         self.layout = GroupLayout(coord_dir)
@@ -395,6 +397,8 @@ class SupervisorStats:
         self.path = self.layout.supervisor_stats
         self.job = job
         self.pipeline = pipeline
+        #: The topology as plain data (rstreams top draws it without loading code).
+        self.tree = tree
         self.workers_wanted = workers_wanted
         self.interval = interval
         self.started = time.time()
@@ -449,6 +453,7 @@ class SupervisorStats:
             "started": self.started,
             "job": self.job,
             "pipeline": self.pipeline,
+            "tree": self.tree,
             "workers_wanted": self.workers_wanted,
             "workers": rows,
             "restarts": sum(self.restarts.values()),

@@ -46,6 +46,7 @@ from typing import Any
 
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, FencedError
+from rstreams.planner.describe import tree_data
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
@@ -297,7 +298,7 @@ class Supervisor:
         self.skipped_before = self.skipped()
         stats = self.stats = self.pool.stats = SupervisorStats(
             self.group_dir, job=self.topology.job_id, pipeline=self.pipeline_path,
-            workers_wanted=self.n_workers,
+            workers_wanted=self.n_workers, tree=tree_data(self.topology),
         )  # fmt: skip
         stats.clear()
         self.pool.start(self.n_workers)
