@@ -24,7 +24,7 @@ from rstreams.brokeropts import (
 )
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.layout import JobLayout
+from rstreams.runtime.layout import JobLayout, job_id_arg
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import ModuloQueueMapper
 from rstreams.serde import SERDES, Serde
@@ -578,7 +578,10 @@ def add_parsers(sub: Any, common: Any) -> None:
     def base(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
         p.add_argument(
-            "--job", default=None, help="the job whose log to use (DIR/JOB, or its Redis keys)"
+            "--job",
+            default=None,
+            type=job_id_arg,
+            help="the job whose log to use (DIR/JOB, or its Redis keys)",
         )
         add_broker_options(p)
         common(p)

@@ -17,7 +17,7 @@ from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
 from rstreams.runtime.engine.stats import read_stats
-from rstreams.runtime.layout import JobLayout
+from rstreams.runtime.layout import JobLayout, job_id_arg
 
 __all__ = ["LiveRunView", "LiveWatcher", "RunProgress", "add_parsers", "progress_text", "run_top"]
 
@@ -189,7 +189,10 @@ example:
 `rstreams run --live` shows the same dashboard in the terminal of the run.""",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("job", nargs="?", metavar="JOB", help="the job id (default: the only job)")
+    p.add_argument(
+        "job", nargs="?", metavar="JOB", type=job_id_arg,
+        help="the job id (default: the only job)",
+    )  # fmt: skip
     p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
     p.add_argument(
         "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"

@@ -28,11 +28,23 @@ can be read, and changed, in one place.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import attrs
 
-__all__ = ["NEEDS_REBUILD_FILE", "TOPOLOGY_FILE", "GroupLayout", "JobLayout", "store_dir"]
+from rstreams.errors import ConfigError
+
+__all__ = [
+    "JOB_ID",
+    "NEEDS_REBUILD_FILE",
+    "TOPOLOGY_FILE",
+    "GroupLayout",
+    "JobLayout",
+    "check_job_id",
+    "job_id_arg",
+    "store_dir",
+]
 
 #: The file log's directory in a job's directory.
 LOG_DIR = "log"
@@ -163,6 +175,33 @@ class GroupLayout:
         return sorted(self.stats.glob(_WORKER_STATS.format("*")))
 
 
+#: What a job id may be: StreamBuilder's rule for names (rstreams.dsl.nodes.check_name),
+#: so that it is one path component under the data directory and one Redis hash tag.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_job_id(job: str) -> str:
+    """``job`` if it is a valid job id, else ConfigError (exit 2): ``../victim``, an
+    absolute path or a name with ``/`` would put the job's files outside the data
+    directory."""
+    if not isinstance(job, str) or not JOB_ID.fullmatch(job):
+        raise ConfigError(
+            f"invalid job id {job!r}: a job id is letters, digits, '.', '_' or '-', starting "
+            "with a letter or digit (it names a directory under the data directory)"
+        )
+    return job
+
+
+def job_id_arg(value: str) -> str:
+    """argparse ``type=`` of a JOB argument: :func:`check_job_id`, as a usage error."""
+    import argparse
+
+    try:
+        return check_job_id(value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 @attrs.frozen
 class JobLayout:
     """The files of job ``job`` in its directory ``root`` (``<data dir>/<job>``; tests
@@ -173,8 +212,9 @@ class JobLayout:
 
     @classmethod
     def of(cls, data_dir: str | os.PathLike[str], job: str) -> JobLayout:
-        """Job ``job`` under data directory ``data_dir``."""
-        return cls(Path(data_dir) / job, job)
+        """Job ``job`` under data directory ``data_dir`` (ConfigError for a job id that
+        is not one: see :func:`check_job_id`)."""
+        return cls(Path(data_dir) / check_job_id(job), job)
 
     @classmethod
     def at(cls, root: str | os.PathLike[str]) -> JobLayout:
