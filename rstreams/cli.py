@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 a record failed processing (or another runtime failure),
 2 bad usage or configuration, 3 the pipeline file could not be loaded, 130 interrupted
-(Ctrl-C or SIGTERM).
+(Ctrl-C or SIGTERM), 141 stdout's reader went away before all was written.
 """
 
 from __future__ import annotations
@@ -182,6 +182,10 @@ keeps that name whatever you change around it.""",
     return parser
 
 
+#: The exit code of a command whose reader closed its stdout before all was written.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names (its first word that is no option), if any."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -225,10 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail(130, "interrupted")
     except BrokenPipeError:
-        # The reader went away (`... | head`): stop quietly, like other Unix tools.
+        # The reader went away (`... | head`): the output was not delivered. Exit as
+        # Unix tools killed by SIGPIPE do (128 + 13), without a traceback; stdout goes to
+        # /dev/null so that flushing it at exit does not complain.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
+        return EXIT_BROKEN_PIPE
     except OSError as e:
         if e.errno not in StorageError.ERRNOS:
             raise  # anything else is a bug: its traceback
