@@ -99,7 +99,7 @@ RUN_FLAGS = (
     "streaming", "checkpoint", "data_dir", "fresh", "allow_topology_change", "guarantee",
     "state", "allocation", "rebalance_interval", "maintenance_interval", "follow", "live",
     "idle_timeout", "in_memory", "on_error", "dead_letters", "top", "max_restarts",
-    "metrics_port",
+    "max_line_bytes", "metrics_port",
 )  # fmt: skip
 #: Each of them with the class that declares it: the command's own, the run's, the workers'.
 RUN_OPTIONS: tuple[tuple[type, str], ...] = tuple(
@@ -242,6 +242,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         allow_topology_change=args.allow_topology_change,
         metrics_port=args.metrics_port,
         live=args.live,
+        max_line_bytes=args.max_line_bytes,
     )
     if args.backend == "spark":
         return config

@@ -185,6 +185,7 @@ class RunConfig:
         on_error: what a record a user function throws on does: ``"fail"`` (default;
             stop naming step, queue and offset), ``"skip"``, or ``"dead-letter"``.
         chunk_lines: lines read from an input file at a time.
+        max_line_bytes: the longest input line allowed (``--max-line-bytes``).
         workers: worker processes of the durable runtime; None: one per core for the
             durable runtime, or, without ``data_dir`` in :func:`rstreams.run`, this
             process on memory queues.
@@ -239,6 +240,16 @@ class RunConfig:
         "PATH) (default: %(default)s)",
     )
     chunk_lines: int = option(20_000, check=at_least(1))
+    max_line_bytes: int = option(
+        64 << 20,
+        flag="--max-line-bytes",
+        metavar="N",
+        help="the longest input line allowed, in bytes: one line is one record, held whole "
+        "in memory (and on Redis a record must fit in one value); a longer line stops the "
+        "run naming the file and byte (default 64 MiB: %(default)s)",
+        check=at_least(1),
+        errors_say_flag=True,
+    )
     workers: int | None = option(
         None,
         flag="--workers",

@@ -97,6 +97,11 @@ class ConfigError(RStreamsError, ValueError):
     """A runtime option or command-line value is invalid."""
 
 
+class InputLineTooLongError(ConfigError):
+    """An input line is longer than the run's ``max_line_bytes`` (``--max-line-bytes``):
+    one line is one record, held whole in memory (exit 2)."""
+
+
 class JobRunningError(ConfigError):
     """Another run of the same job is using its data directory (``rstreams run`` exits 2)."""
 

@@ -140,7 +140,10 @@ def _run_embedded(
     # Nothing of an in-process run outlives it: its dead letters go back to the caller.
     dead_letters: list[dict[str, Any]] = []
     start = time.monotonic()
-    iters = {t: line_chunks(f, chunk_lines) for t, (f, _) in opened.items()}
+    iters = {
+        t: line_chunks(f, chunk_lines, max_line=config.max_line_bytes, name=inputs[t])
+        for t, (f, _) in opened.items()
+    }
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     columns_of = _ChunkColumns(topology, inputs)
     rounds = 0

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-from rstreams.errors import ConfigError
+from rstreams.errors import ConfigError, InputLineTooLongError
 
 if TYPE_CHECKING:
     from rstreams.planner.topology import Topology
@@ -42,17 +42,39 @@ class _Reader(Protocol):
 
 
 def line_chunks(
-    f: _Reader, chunk_lines: int, *, last_partial: bool = True, block: int = 1 << 20
+    f: _Reader,
+    chunk_lines: int,
+    *,
+    last_partial: bool = True,
+    block: int = 1 << 20,
+    max_line: int | None = None,
+    name: str = "input",
+    start: int = 0,
 ) -> Iterator[tuple[list[bytes], int]]:
     """Chunks of ``chunk_lines`` lines (without their line ends: ``\n`` and any ``\r``
     before it) and the bytes consumed so far.
 
-    The file is read in large blocks and split in C, not a line at a time. A last line
-    without a newline is a chunk of its own, kept as it is, when ``last_partial``
+    The file is read in large blocks and split in C, not a line at a time; a line longer
+    than a block is gathered in a list and joined once (linear in its length). A last
+    line without a newline is a chunk of its own, kept as it is, when ``last_partial``
     (a finished file); otherwise it is left unread (a file still being written).
+
+    ``max_line``: the longest line allowed, in bytes (None: no limit); a longer one is
+    :class:`~rstreams.errors.InputLineTooLongError` naming ``name`` and the byte the line
+    starts at (``start``: where in the file reading began).
+
+    >>> import io
+    >>> list(line_chunks(io.BytesIO(b"a\\nbb\\r\\nccc"), 2))
+    [([b'a', b'bb'], 6), ([b'ccc'], 9)]
+    >>> list(line_chunks(io.BytesIO(b"a\\n" + b"x" * 10 + b"\\n"), 2, max_line=8, name="in.txt"))
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.InputLineTooLongError: input 'in.txt': the line at byte 2 is longer ...
     """
     consumed = 0
-    rest = b""
+    read = 0  # bytes read so far
+    rest: list[bytes] = []  # the start of a line that spans blocks
+    rest_len = 0
     pending: list[bytes] = []
     cr = False  # seen a \r: strip it from line ends
 
@@ -64,17 +86,41 @@ def line_chunks(
             chunk = [line.rstrip(b"\r") for line in chunk]
         return chunk, size
 
+    def too_long(at: int) -> InputLineTooLongError:
+        return InputLineTooLongError(
+            f"input {name!r}: the line at byte {start + at:,} is longer than {max_line:,} "
+            "bytes (--max-line-bytes); one line is one record, held whole in memory: raise "
+            "the limit if the line is meant to be one record, else split the input into "
+            "lines"
+        )
+
     while data := f.read(block):
-        if rest:
-            data = rest + data
+        read += len(data)
         cut = data.rfind(b"\n")
         if cut < 0:
-            rest = data
+            rest.append(data)
+            rest_len += len(data)
+            if max_line is not None and rest_len > max_line:
+                raise too_long(read - rest_len)
             continue
-        rest = data[cut + 1 :]
+        if rest:
+            # (one join per line that spanned blocks, not one copy per block)
+            cut += rest_len
+            data = b"".join([*rest, data])
+            rest, rest_len = [], 0
+        tail = data[cut + 1 :]
+        if tail:
+            rest, rest_len = [tail], len(tail)
         body = data[:cut]
         cr = cr or b"\r" in body
-        pending.extend(body.split(b"\n"))
+        lines = body.split(b"\n")
+        if max_line is not None and len(body) > max_line:  # (else no line can be)
+            longest = max(map(len, lines))
+            if longest > max_line:
+                i = next(i for i, line in enumerate(lines) if len(line) == longest)
+                at = read - len(data) + sum(map(len, lines[:i])) + i
+                raise too_long(at)
+        pending.extend(lines)
         while len(pending) >= chunk_lines:
             chunk, size = take(chunk_lines)
             consumed += size
@@ -84,8 +130,9 @@ def line_chunks(
         consumed += size
         yield chunk, consumed
     if rest and last_partial:
-        consumed += len(rest)
-        yield [rest], consumed
+        last = b"".join(rest)
+        consumed += len(last)
+        yield [last], consumed
 
 
 def open_input(path: str) -> tuple[BinaryIO, int | None]:

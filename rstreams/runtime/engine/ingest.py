@@ -296,9 +296,17 @@ class Input:
     """One input file being appended to its source topic."""
 
     def __init__(
-        self, topic: str, path: str, queues: int, read: ReadMark | None, base: int | None = None
+        self,
+        topic: str,
+        path: str,
+        queues: int,
+        read: ReadMark | None,
+        base: int | None = None,
+        max_line: int | None = None,
     ) -> None:
         self.topic = topic
+        #: The longest line allowed, in bytes (``--max-line-bytes``; None: no limit).
+        self.max_line = max_line
         #: Each line's position goes in a header (``base | byte``; see
         #: ``rstreams.runtime.positions``) when not None: the topic feeds a temporal join.
         self.base = base
@@ -346,7 +354,11 @@ class Input:
             left = estimate_lines(f.fileno(), start, os.fstat(f.fileno()).st_size)
             per_chunk = lines_per_chunk(left, self.queues, chunk_lines)
             tap = Tap(f, self.id, start, self.mark)
-            for lines, consumed in line_chunks(tap, per_chunk, last_partial=not follow):
+            chunks = line_chunks(
+                tap, per_chunk, last_partial=not follow, max_line=self.max_line,
+                name=self.path, start=start,
+            )  # fmt: skip
+            for lines, consumed in chunks:
                 yield lines, tap.mark(start + consumed)
 
 

@@ -199,7 +199,14 @@ class Supervisor:
         self.collector = Collector(self.broker, topology, self.queue_counts, group)
         bases = position_bases(topology)
         self.inputs = [
-            Input(topic, path, self.queue_counts[topic], read[topic], bases.get(topic))
+            Input(
+                topic,
+                path,
+                self.queue_counts[topic],
+                read[topic],
+                bases.get(topic),
+                max_line=config.max_line_bytes,
+            )
             for topic, path in inputs.items()
         ]
         self.ingest = Ingest(
