@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import attrs
@@ -109,6 +109,16 @@ def run(
         return _run_embedded(topology, inputs, config, progress)
 
 
+def _line_chunks(
+    opened: dict[str, tuple[Any, int | None]], inputs: dict[str, str], config: RunConfig
+) -> dict[str, Iterator[tuple[list[bytes], int]]]:
+    """Per source topic, the chunks of lines of its open input."""
+    return {
+        t: line_chunks(f, config.chunk_lines, max_line=config.max_line_bytes, name=inputs[t])
+        for t, (f, _) in opened.items()
+    }
+
+
 def _run_embedded(
     topology: Topology,
     inputs: dict[str, str],
@@ -140,10 +150,7 @@ def _run_embedded(
     # Nothing of an in-process run outlives it: its dead letters go back to the caller.
     dead_letters: list[dict[str, Any]] = []
     start = time.monotonic()
-    iters = {
-        t: line_chunks(f, chunk_lines, max_line=config.max_line_bytes, name=inputs[t])
-        for t, (f, _) in opened.items()
-    }
+    iters = _line_chunks(opened, inputs, config)
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     columns_of = _ChunkColumns(topology, inputs)
     rounds = 0

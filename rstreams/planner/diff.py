@@ -54,7 +54,13 @@ import attrs
 
 from rstreams.errors import ConfigError
 from rstreams.planner.identity import (
+    CLOSURE,
+    DEFAULT,
+    OBJECT,
     OPAQUE,
+    PARTIAL,
+    READS_FORMAT,
+    SELF,
     StepFacts,
     StoreFacts,
     TopicFacts,
@@ -145,9 +151,12 @@ class TopologyDiff:
     steps: tuple[Change, ...]
     topics: tuple[Change, ...]
     stores: tuple[Change, ...]
-    #: What could not be compared: globals that steps of the new version read whose
-    #: values have no comparable form (an object whose repr is its address).
+    #: What could not be compared: values that steps of the new version read with no
+    #: comparable form (a library's or C object), and reads recorded by an earlier
+    #: rstreams in another form.
     uncompared: tuple[str, ...] = ()
+    #: How the job starts over, for the hints (``--fresh``; on Spark, a new checkpoint).
+    start_over: str = "--fresh"
 
     @property
     def loses_state(self) -> bool:
@@ -193,17 +202,26 @@ class TopologyDiff:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
-def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> TopologyDiff:
+def diff(
+    old: Topology | TopologyIdentity,
+    new: Topology | TopologyIdentity,
+    *,
+    start_over: str = "--fresh",
+) -> TopologyDiff:
     """What changes from ``old`` to ``new``, and which state that loses or misreads, or
-    keeps as the old version computed it (stale)."""
+    keeps as the old version computed it (stale). ``start_over``: how the job starts over,
+    for the hints (``--fresh``; on Spark, a new checkpoint)."""
     a = old if isinstance(old, TopologyIdentity) else identity(old)
     b = new if isinstance(new, TopologyIdentity) else identity(new)
-    a, b = _comparable_reads(a, b)
+    uncompared = _uncompared(b)
+    a, b, compared = _comparable_reads(a, b)
+    if not compared:
+        uncompared = (*uncompared, _READS_UNRECORDED)
     step_map = match_steps(a.steps, b.steps)
     steps = _step_changes(a, b, step_map)
     topic_map = _match_topics(a, b, step_map)
-    topics = _topic_changes(a, b, topic_map)
-    stores = _store_changes(a, b, step_map, topic_map)
+    topics = _topic_changes(a, b, topic_map, start_over)
+    stores = _store_changes(a, b, step_map, topic_map, start_over)
     # A kept store or sink topic is stale when something before it computes differently.
     causes = upstream_changes(a, b, step_map)
     producers: dict[str, list[str]] = {}
@@ -212,47 +230,84 @@ def diff(old: Topology | TopologyIdentity, new: Topology | TopologyIdentity) -> 
             producers.setdefault(str(s.params.get("topic")), []).append(s.name)
     new_stores = {s.name: s for s in b.stores}
     topics = tuple(
-        _stale(c, [w for p in producers.get(c.new, ()) for w in causes[p]])
+        _stale(c, [w for p in producers.get(c.new, ()) for w in causes[p]], start_over)
         if c.kind == "sink" and c.new is not None
         else c
         for c in topics
     )
     stores = tuple(
-        _stale(c, causes[new_stores[c.new].step]) if c.new is not None else c for c in stores
+        _stale(c, causes[new_stores[c.new].step], start_over) if c.new is not None else c
+        for c in stores
     )
-    return TopologyDiff(a.job_id, b.job_id, steps, topics, stores, _uncompared(b))
+    return TopologyDiff(a.job_id, b.job_id, steps, topics, stores, uncompared, start_over)
+
+
+#: Said when one identity's functions have no ``reads`` of this version (see
+#: :func:`_comparable_reads`).
+_READS_UNRECORDED = (
+    "what the functions read besides their code (module globals, closed-over values, "
+    "defaults) was recorded by an earlier rstreams in another form, or not at all: compared "
+    "by code only this time"
+)
 
 
 def _comparable_reads(
     a: TopologyIdentity, b: TopologyIdentity
-) -> tuple[TopologyIdentity, TopologyIdentity]:
-    """An identity recorded before functions' globals were part of it (no ``reads``)
-    compares with the other's without them: an upgrade alone changes no step."""
-    if all("reads" in f for s in (*a.steps, *b.steps) for f in s.fns.values()):
-        return a, b
+) -> tuple[TopologyIdentity, TopologyIdentity, bool]:
+    """An identity recorded before what functions read was part of it (no ``reads``), or
+    in another form (another ``reads_format``), compares with the other's without them:
+    an upgrade alone changes no step. The flag: whether reads were compared (False only
+    when some function of either has reads to drop)."""
+    fns = [f for s in (*a.steps, *b.steps) for f in s.fns.values()]
+    if all(f.get("reads_format") == READS_FORMAT for f in fns):
+        return a, b, True
 
     def strip(t: TopologyIdentity) -> TopologyIdentity:
         steps = tuple(
             attrs.evolve(
                 s,
-                fns={k: {n: v for n, v in f.items() if n != "reads"} for k, f in s.fns.items()},
+                fns={
+                    k: {n: v for n, v in f.items() if n not in ("reads", "reads_format")}
+                    for k, f in s.fns.items()
+                },
             )
             for s in t.steps
         )
         return attrs.evolve(t, steps=steps)
 
-    return strip(a), strip(b)
+    return strip(a), strip(b), not any(f.get("reads") for f in fns)
 
 
 def _uncompared(b: TopologyIdentity) -> tuple[str, ...]:
     return tuple(
-        f"{s.name}: {key} reads {name} (an object of type {value[len(OPAQUE) + 1 :]}, whose "
-        "value can not be compared: its repr is only its address)"
+        f"{s.name}: {key} reads {_read_name(name)}, {_a(value[len(OPAQUE) + 1 :])} object: "
+        "its value has no comparable form, so a change to it is not seen"
         for s in b.steps
         for key, f in sorted(s.fns.items())
         for name, value in sorted((f.get("reads") or {}).items())
         if str(value).startswith(OPAQUE + " ")
     )
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def _read_name(key: str) -> str:
+    """A key of a function's ``reads`` in words: ``global WORD``, ``closed-over value
+    shortest``, ``default sep``, ``the object it is bound to``."""
+    for suffix, what in ((CLOSURE, "closed-over value"), (DEFAULT, "default")):
+        if key.endswith(suffix):
+            return f"{what} {key[: -len(suffix)]}"
+    if key.startswith(SELF):
+        rest = key[len(SELF) :]
+        return f"the object it is bound to{f' (its {rest[1:]})' if rest else ''}"
+    if key.startswith(OBJECT):
+        rest = key[len(OBJECT) :]
+        return f"the callable object{f' (its {rest[1:]})' if rest else ''}"
+    if key.startswith(PARTIAL):
+        return f"its partial arguments{key[len(PARTIAL) :]}"
+    return f"global {key}"
 
 
 def match_steps(old: Iterable[StepFacts], new: Iterable[StepFacts]) -> dict[str, str]:
@@ -381,7 +436,7 @@ def _meaning(s: StepFacts) -> str:
     return json.dumps([s.kind, params, code], sort_keys=True, default=str)
 
 
-def _stale(change: Change, causes: Iterable[str]) -> Change:
+def _stale(change: Change, causes: Iterable[str], start_over: str) -> Change:
     """``change`` marked stale when ``causes`` changed what it holds (unless it is lost,
     misread or new already)."""
     causes = list(dict.fromkeys(causes))
@@ -396,7 +451,10 @@ def _stale(change: Change, causes: Iterable[str]) -> Change:
         effect=STALE,
         notes=(*change.notes, note),
         causes=tuple(causes),
-        hint="to recompute it from all input with this version, start the job over with --fresh",
+        hint=(
+            "to recompute it from all input with this version, start the job over with "
+            + start_over
+        ),
     )
 
 
@@ -449,10 +507,11 @@ def _fn_notes(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) ->
             before, after = was.get("reads") or {}, now.get("reads") or {}
             changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
             what = ", ".join(
-                f"{n} (added)" if n not in before else f"{n} (gone)" if n not in after else n
+                _read_name(n)
+                + (" (added)" if n not in before else " (gone)" if n not in after else "")
                 for n in changed
             )
-            notes.append(f"{key}: {now['label']} reads other globals: {what}")
+            notes.append(f"{key}: {now['label']} reads other values: {what}")
         elif was is not None and now is None:
             notes.append(f"{key}: {was['label']} -> -")
     return notes
@@ -477,7 +536,7 @@ def _match_topics(
 
 
 def _topic_changes(
-    a: TopologyIdentity, b: TopologyIdentity, topic_map: dict[str, str]
+    a: TopologyIdentity, b: TopologyIdentity, topic_map: dict[str, str], start_over: str
 ) -> tuple[Change, ...]:
     new_by_name = {t.name: t for t in b.topics}
     changes = []
@@ -507,7 +566,7 @@ def _topic_changes(
         if effect == "misread":
             hint = (
                 f"records already in {o.name} were written with the old settings: write to "
-                "a new topic, or start the job over with --fresh"
+                f"a new topic, or start the job over with {start_over}"
             )
         changes.append(Change(o.role, status, o.name, n.name, effect, tuple(notes), hint))
     reached = set(topic_map.values())
@@ -522,6 +581,7 @@ def _store_changes(
     b: TopologyIdentity,
     step_map: dict[str, str],
     topic_map: dict[str, str],
+    start_over: str,
 ) -> tuple[Change, ...]:
     new_by_name = {s.name: s for s in b.stores}
     new_by_step = {s.step: s for s in b.stores}
@@ -549,7 +609,8 @@ def _store_changes(
         hint = None
         if effect == "misread":
             hint = (
-                "start the job over with --fresh, or give the step a new name= to build new state"
+                f"start the job over with {start_over}, or give the step a new name= to build "
+                "new state"
             )
         changes.append(
             Change(o.kind, status, o.name, n.name, effect, tuple(t for t, _ in notes), hint)
@@ -657,7 +718,11 @@ def _describe(d: TopologyDiff) -> str:
         ]
         out.append(
             f"  New input only: {' and '.join(parts)} keep what the earlier version computed; "
-            "--fresh recomputes from all input"
+            + (
+                "--fresh recomputes from all input"
+                if d.start_over == "--fresh"
+                else f"start over with {d.start_over} to recompute from all input"
+            )
         )
     # The verdict comes last.
     if d.loses_state:

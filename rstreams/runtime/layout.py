@@ -33,8 +33,6 @@ from pathlib import Path
 
 import attrs
 
-from rstreams.errors import ConfigError
-
 __all__ = [
     "JOB_ID",
     "NEEDS_REBUILD_FILE",
@@ -181,11 +179,11 @@ JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def check_job_id(job: str) -> str:
-    """``job`` if it is a valid job id, else ConfigError (exit 2): ``../victim``, an
-    absolute path or a name with ``/`` would put the job's files outside the data
-    directory."""
+    """``job`` if it is a valid job id, else ValueError: ``../victim``, an absolute path
+    or a name with ``/`` would put the job's files outside the data directory. (The
+    command line checks its JOB arguments with :func:`job_id_arg`: exit 2.)"""
     if not isinstance(job, str) or not JOB_ID.fullmatch(job):
-        raise ConfigError(
+        raise ValueError(
             f"invalid job id {job!r}: a job id is letters, digits, '.', '_' or '-', starting "
             "with a letter or digit (it names a directory under the data directory)"
         )
@@ -198,7 +196,7 @@ def job_id_arg(value: str) -> str:
 
     try:
         return check_job_id(value)
-    except ConfigError as e:
+    except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
@@ -212,8 +210,8 @@ class JobLayout:
 
     @classmethod
     def of(cls, data_dir: str | os.PathLike[str], job: str) -> JobLayout:
-        """Job ``job`` under data directory ``data_dir`` (ConfigError for a job id that
-        is not one: see :func:`check_job_id`)."""
+        """Job ``job`` under data directory ``data_dir`` (ValueError for a job id that is
+        not one: see :func:`check_job_id`)."""
         return cls(Path(data_dir) / check_job_id(job), job)
 
     @classmethod

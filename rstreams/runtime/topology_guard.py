@@ -102,7 +102,7 @@ def check_topology(
                 ) from e
             log.warning("%s is unreadable (%s); recording this run's topology", path, e)
         else:
-            found = saved_diff = diff(saved, current)
+            found = saved_diff = diff(saved, current, start_over=start_over)
             if saved_diff.loses_state and not allow:
                 raise TopologyChangeError(_refusal(topology.job_id, path, saved_diff, start_over))
             if saved_diff.loses_state:
@@ -119,6 +119,12 @@ def check_topology(
                 )
             else:
                 found = None
+            if saved_diff.uncompared:  # (said, not counted unchanged: see the diff)
+                log.info(
+                    "job %r: not compared with its last run: %s",
+                    topology.job_id,
+                    "; ".join(saved_diff.uncompared),
+                )
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(path, current.to_json().encode(), sync=True)
     return found
@@ -246,6 +252,13 @@ def check_joined_topology(
         ) from e
     d = diff(theirs, identity(topology))
     if d.unchanged:
+        if d.uncompared:  # (values both hosts must hold alike, which nothing can check)
+            log.warning(
+                "joining job %r: these can not be compared with the run's, make sure this "
+                "host has the same: %s",
+                job,
+                "; ".join(d.uncompared),
+            )
         return
     who = holder() or {}
     raise JoinMismatchError(

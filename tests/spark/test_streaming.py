@@ -95,7 +95,10 @@ def test_stateless_sink_keeps_the_last_value_per_key_across_batches(
 
 
 def test_a_checkpoint_resumed_with_other_code_is_guarded_as_the_embedded_runtime_is(
-    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spark: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Before: a rerun on the same checkpoint with another tokenizer exited 0 with a mix
     of both versions' counts and said nothing. Now the checkpoint records the pipeline's
@@ -131,3 +134,12 @@ def test_a_checkpoint_resumed_with_other_code_is_guarded_as_the_embedded_runtime
     assert second.records_in == 1
     with pytest.raises(TopologyChangeError, match="a new --checkpoint directory"):
         run("insert_filter", "new")  # the count's store would be orphaned
+    # From the command line: exit 2 (before any Spark job), with hints that work on Spark.
+    from rstreams.cli import main
+
+    new = str(cases / "insert_filter" / "new.py")
+    args = ["run", new, "--backend", "spark", "--streaming", "--checkpoint", str(checkpoint)]
+    assert main([*args, "--input", str(inbox)]) == 2
+    err = capsys.readouterr().err
+    assert "would lose or misread its state" in err and "LOST" in err
+    assert "--fresh" not in err and "a new --checkpoint directory" in err

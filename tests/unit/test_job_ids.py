@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from rstreams.cli import build_parser, main
-from rstreams.errors import ConfigError
 from rstreams.runtime.layout import JobLayout, check_job_id
 
 BAD = ["../../victim", "/tmp/victim", "a/victim", "..", ".hidden", ""]
@@ -77,7 +76,7 @@ def test_a_job_id_that_is_a_path_is_refused_and_nothing_is_written(
 
 @pytest.mark.parametrize("job", BAD)
 def test_a_layout_refuses_a_job_id_that_is_not_one(tmp_path: Path, job: str) -> None:
-    with pytest.raises(ConfigError, match="invalid job id"):
+    with pytest.raises(ValueError, match="invalid job id"):
         JobLayout.of(tmp_path, job)
 
 

@@ -199,11 +199,7 @@ def run_spark(
     )
     # A checkpoint resumed with other code mixes both versions' answers: refused when it
     # would lose or misread state, said at start and end when it leaves it stale.
-    change = (
-        _guard_checkpoint(topology, checkpoint, inputs, config)
-        if streaming and checkpoint
-        else None
-    )
+    change = _guard_checkpoint(topology, checkpoint if streaming else None, inputs, config)
     session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
@@ -243,14 +239,9 @@ def run_spark(
             if watcher.signalled:  # the jobs failed because the watcher cancelled them
                 raise KeyboardInterrupt from None
             raise translate_error(e, session, sources) from None
-        if accumulator is not None:
-            failures.add_worker(accumulator.value)
         elapsed = time.monotonic() - start
-        metrics, dead = _report_failures(failures, records_in, topology.job_id, outputs)
-        if change is not None:
-            log.warning(
-                "%s", stale_at_end(change, records_in, list(inputs.values()), NEW_CHECKPOINT)
-            )
+        metrics, dead = _report_failures(failures, accumulator, records_in, topology, outputs)
+        _stale_at_end(change, records_in, inputs)
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -271,13 +262,16 @@ NEW_CHECKPOINT = "a new --checkpoint directory"
 
 
 def _guard_checkpoint(
-    topology: Topology, checkpoint: str, inputs: dict[str, str], config: RunConfig | None
+    topology: Topology, checkpoint: str | None, inputs: dict[str, str], config: RunConfig | None
 ) -> TopologyDiff | None:
-    """Compare ``topology`` (steps, stores and the code identity of every function) with
-    the one the checkpoint last ran with, as the embedded runtime does with its data
-    directory: refuse a change that loses or misreads state (TopologyChangeError, exit 2)
-    unless ``--allow-topology-change``, warn about one that leaves it stale, and record
-    it. Returns the stale change (for the warning at the end), else None."""
+    """Compare ``topology`` (steps, stores and the code identity of every function, with
+    what it reads) with the one the checkpoint of a streaming run last ran with, as the
+    embedded runtime does with its data directory: refuse a change that loses or misreads
+    state (TopologyChangeError, exit 2) unless ``--allow-topology-change``, warn about one
+    that leaves it stale, and record it. Returns the stale change (for the warning at the
+    end), else None (also without a checkpoint: a batch run)."""
+    if checkpoint is None:
+        return None
     if not is_local(checkpoint):
         log.warning(
             "the checkpoint %s is not on a local disk: a change of the pipeline's code "
@@ -304,6 +298,13 @@ def _guard_checkpoint(
     paths = list(inputs.values())
     log.warning("%s", stale_at_start(topology.job_id, change, paths, paths, NEW_CHECKPOINT))
     return change
+
+
+def _stale_at_end(change: TopologyDiff | None, records_in: int, inputs: dict[str, str]) -> None:
+    """The warning at the end of a run that resumed a checkpoint with a stale change."""
+    if change is not None:
+        paths = list(inputs.values())
+        log.warning("%s", stale_at_end(change, records_in, paths, NEW_CHECKPOINT))
 
 
 def _check_run(
@@ -360,11 +361,19 @@ def _run_queries(
 
 
 def _report_failures(
-    failures: Failures, records_in: int, job_id: str, outputs: dict[str, str]
+    failures: Failures,
+    accumulator: Any,
+    records_in: int,
+    topology: Topology,
+    outputs: dict[str, str],
 ) -> tuple[dict[str, int], list[dict[str, Any]]]:
-    """The run's metrics and dead letters: the failed records are logged, counted, and
-    written where the outputs name the dead-letter topic (``on_error="dead-letter"``)."""
+    """The run's metrics and dead letters: the failed records (the driver's, and the
+    workers' from ``accumulator`` unless None) are logged, counted, and written where the
+    outputs name the dead-letter topic (``on_error="dead-letter"``)."""
+    if accumulator is not None:
+        failures.add_worker(accumulator.value)
     failures.log()
+    job_id = topology.job_id
     dead_letter = failures.on_error == "dead-letter"
     if dead_letter and dead_letter_topic(job_id) in outputs:
         _write_dead_letters(failures, outputs[dead_letter_topic(job_id)])

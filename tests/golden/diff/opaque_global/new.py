@@ -1,24 +1,21 @@
-"""The settings object changed, and it has no comparable form: the diff can not see the
+"""The settings changed, and they have no comparable form: the diff can not see the
 change, and says so."""
+
+import configparser
 
 from rstreams import StreamBuilder
 
-
-class Settings:
-    __slots__ = ("lower",)
-
-    def __init__(self, lower: bool) -> None:
-        self.lower = lower
-
-
-SETTINGS = Settings(lower=False)
+CONFIG = configparser.ConfigParser()
+CONFIG.read_string("[words]\nlower = no\n")
 
 
 def build() -> StreamBuilder:
     b = StreamBuilder("wordcount")
     (
         b.source("sentences")
-        .flatMap(lambda line: (line.lower() if SETTINGS.lower else line).split())
+        .flatMap(
+            lambda line: (line.lower() if CONFIG.getboolean("words", "lower") else line).split()
+        )
         .keyBy(lambda w: w)
         .count()
         .toRStream()

@@ -1,24 +1,21 @@
-"""Word count whose tokenizer reads a settings object without a comparable form
-(``__slots__``, repr its address)."""
+"""Word count whose tokenizer reads a settings object with no comparable form (a
+``ConfigParser``: a library's object, its state is its implementation's)."""
+
+import configparser
 
 from rstreams import StreamBuilder
 
-
-class Settings:
-    __slots__ = ("lower",)
-
-    def __init__(self, lower: bool) -> None:
-        self.lower = lower
-
-
-SETTINGS = Settings(lower=True)
+CONFIG = configparser.ConfigParser()
+CONFIG.read_string("[words]\nlower = yes\n")
 
 
 def build() -> StreamBuilder:
     b = StreamBuilder("wordcount")
     (
         b.source("sentences")
-        .flatMap(lambda line: (line.lower() if SETTINGS.lower else line).split())
+        .flatMap(
+            lambda line: (line.lower() if CONFIG.getboolean("words", "lower") else line).split()
+        )
         .keyBy(lambda w: w)
         .count()
         .toRStream()
