@@ -11,7 +11,30 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rstreams.dsl.external import RedisStream
 
-__all__ = ["entry_fields", "entry_id", "entry_record"]
+__all__ = ["BAD_ENTRY_HEADER", "BadEntryError", "bad_entries", "entry_fields", "entry_id",
+           "entry_record"]  # fmt: skip
+
+#: The header of a record whose entry could not be read as the source declares (a field
+#: that is not UTF-8 in whole-entry mode): its value says why, naming the stream, the
+#: entry id and the field. The source step applies ``on_error`` to such a record (fail,
+#: skip, or dead-letter), as to a record its deserializer refuses.
+BAD_ENTRY_HEADER = "rstreams-bad-entry"
+
+
+class BadEntryError(ValueError):
+    """An entry of an external stream that can not be read as its source declares."""
+
+
+def bad_entries(headers: list[Any]) -> list[tuple[int, str]]:
+    """``(row, why)`` of each row of a batch whose headers carry :data:`BAD_ENTRY_HEADER`."""
+    return [
+        (i, value.decode())
+        for i, row in enumerate(headers)
+        if row
+        for name, value in row
+        if name == BAD_ENTRY_HEADER
+    ]
+
 
 #: ``(timestamp, key, value, headers)``, as the queue layer's ``Record``.
 Record = tuple[int, bytes | None, bytes | None, tuple[Any, ...]]
@@ -43,12 +66,38 @@ def entry_record(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> R
         with contextlib.suppress(KeyError, ValueError):  # (else: the entry's own time)
             ts = int(fields[ts_field.encode()])
     key = fields.get(spec.key.encode()) if spec.key is not None else None
-    if spec.value is None:
-        doc = {_text(k): _text(v) for k, v in fields.items()}
-        value: bytes | None = json.dumps(doc, separators=(",", ":")).encode()
-    else:
-        value = fields.get(spec.value.encode())
-    return ts, key, value, ()
+    if spec.value is not None:
+        return ts, key, fields.get(spec.value.encode()), ()
+    try:
+        doc = {k.decode(): v.decode() for k, v in fields.items()}
+    except UnicodeDecodeError:
+        # Not replaced silently (junk bytes would become keys): the source step refuses
+        # the record, and on_error says what becomes of it; the value keeps the bytes
+        # (escaped) for a dead letter.
+        doc = {_escaped(k): _escaped(v) for k, v in fields.items()}
+        why = _bad_text(spec, eid, fields)
+        value = json.dumps(doc, separators=(",", ":")).encode()
+        return ts, key, value, ((BAD_ENTRY_HEADER, why.encode()),)
+    return ts, key, json.dumps(doc, separators=(",", ":")).encode(), ()
+
+
+def _escaped(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _bad_text(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> str:
+    """Why an entry is not text: its stream, id, and the first field that is not UTF-8."""
+    for name, value in fields.items():
+        for part, raw in (("name", name), ("value", value)):
+            try:
+                raw.decode()
+            except UnicodeDecodeError as e:
+                return (
+                    f"entry {eid.decode()} of the Redis stream {spec.stream!r}: the {part} of "
+                    f"field {_escaped(name)!r} is not UTF-8 ({e.reason} at byte {e.start}); "
+                    "a whole-entry source reads every field as text"
+                )
+    return f"entry {eid.decode()} of the Redis stream {spec.stream!r} is not UTF-8"
 
 
 def _field(value: Any) -> str:

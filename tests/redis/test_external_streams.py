@@ -334,3 +334,63 @@ def test_a_supervisor_killed_mid_copy_then_run_again_copies_each_entry_once(
     assert source == n  # each entry copied into the job once
     assert totals(r)[1] == sink  # each sink record added to the stream once
     assert r.xlen("orders") == n and r.xinfo_groups("orders") == []
+
+
+#: Whole entries (dict mode): a count per "word" field.
+WHOLE = """
+from rstreams import RedisStream, StreamBuilder
+
+def build():
+    b = StreamBuilder("words")
+    b.source(RedisStream("said")).keyBy(lambda e: e["word"]).count().sink("counts")
+    return b
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("on_error", ["fail", "skip", "dead-letter"])
+def test_an_entry_that_is_not_utf8_is_never_read_with_replacement_characters(
+    tmp_path: Path, redis_url: str, on_error: str
+) -> None:
+    """Before: junk bytes were decoded with U+FFFD and counted as keys, silently. Now
+    the source step applies on_error to the entry, naming the stream and the entry id:
+    fail stops the run (exit 1), skip and dead-letter leave it out of an exact table."""
+    import json
+    import subprocess
+    import sys
+
+    r = redis.Redis.from_url(redis_url)
+    for word in ("a", "b", "a"):
+        r.xadd("said", {"word": word})
+    bad = r.xadd("said", {"word": b"\xff\xfe junk"}).decode()
+    r.xadd("said", {b"w\xc3": b"x"})  # (a field name cut in the middle of a character)
+    path = write(tmp_path, WHOLE)
+    out = tmp_path / "counts.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "rstreams", "run", path, "--broker", redis_url, "--workers", "1",
+         "--data-dir", str(tmp_path / "d"), "--output", str(out), "--on-error", on_error],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if on_error == "fail":
+        assert p.returncode == 1, p.stderr
+        assert f"entry {bad} of the Redis stream 'said'" in p.stderr, p.stderr
+        assert "field 'word' is not UTF-8" in p.stderr and "Traceback" not in p.stderr
+        assert not out.exists()
+        return
+    assert p.returncode == 0, p.stderr
+    table = {row["key"]: row["value"] for row in map(json.loads, out.read_text().splitlines())}
+    assert table == {"a": 2, "b": 1}  # no junk key, no replacement character
+    assert "2 record(s) failed and were" in p.stderr, p.stderr
+    logs = "".join(f.read_text() for f in (tmp_path / "d" / "words" / "logs").glob("*"))
+    assert f"entry {bad} of the Redis stream 'said'" in logs, logs[-3000:]
+    if on_error == "dead-letter":
+        c = subprocess.run(
+            [sys.executable, "-m", "rstreams", "consume", "words-dead-letter", "--broker",
+             redis_url, "--job", "words", "--from-beginning", "--max", "10"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert c.returncode == 0, c.stderr
+        letters = [json.loads(line) for line in c.stdout.splitlines()]
+        assert [d["error"].split(":")[0] for d in letters] == ["BadEntryError"] * 2
+        assert f"entry {bad} " in letters[0]["error"]
+        assert json.loads(letters[0]["value"]) == {"word": "\\xff\\xfe junk"}  # (the bytes)

@@ -103,3 +103,21 @@ def test_a_missing_stream_and_a_password_in_the_url_are_refused(
     secret.write_text("s3cret\n")
     target = spark_target(RedisTarget.parse("redis://app@127.0.0.1:6379/0", str(secret)))
     assert "s3cret" not in target.to_json()
+
+
+def test_an_entry_that_is_not_utf8_stops_the_run_naming_stream_and_entry(
+    spark: Any, server: RedisServer, tmp_path: Path
+) -> None:
+    """Before: junk bytes became replacement characters, and extra keys, silently."""
+    from rstreams.errors import RStreamsError
+
+    r = redis.Redis(port=server.port, db=5)
+    r.flushdb()
+    orders(r, (7, 1))
+    bad = r.xadd("orders", {"id": b"\xff\xfe", "amount": 2}).decode()
+    topology = load_topology(write(tmp_path, PIPELINE))
+    with pytest.raises(RStreamsError) as e:
+        run_spark(topology, {}, spark=spark, redis=f"redis://127.0.0.1:{server.port}/5")
+    assert f"entry {bad} of the Redis stream 'orders': the key field 'id' is not UTF-8" in str(
+        e.value
+    )

@@ -37,6 +37,7 @@ from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.fused import FusedRun, fused_run
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.queues.base import Headers, RecordColumns
+from rstreams.runtime.streamentries import BadEntryError, bad_entries
 from rstreams.semantics.nullkeys import NULL_KEYS
 from rstreams.serde import (
     INTERNAL_SERDE,
@@ -406,6 +407,8 @@ class SourceProcessor(Processor):
 
     key_serde: Serde
     value_serde: Serde
+    #: The topic is copied from an external stream (its records may be bad entries).
+    external = False
 
     def __init__(self, factory: ProcessorFactory) -> None:
         super().__init__(factory)
@@ -435,6 +438,22 @@ class SourceProcessor(Processor):
             headers = None
         elif type(headers) is not list:
             headers = list(headers)
+        if headers is not None and self.external:
+            bad = bad_entries(headers)
+            if bad:  # (entries the ingest could not read as declared: on_error decides)
+                raw = Batch(
+                    self.topic, queue, list(records.keys), list(records.values),
+                    timestamps, offsets, headers,
+                )  # fmt: skip
+                for i, why in bad:
+                    self.ctx.handle_error(self.name, raw.row(i), BadEntryError(why))
+                dropped = {i for i, _ in bad}
+                raw = raw.take([i for i in range(n) if i not in dropped])
+                if not raw.offsets:
+                    return
+                records = RecordColumns(raw.offsets, raw.timestamps, raw.keys, raw.values,
+                                        raw.headers or [])  # fmt: skip
+                timestamps, offsets, headers = raw.timestamps, raw.offsets, raw.headers
         try:
             keys, values = deserialize_rows(
                 self.key_serde, self.value_serde, records.keys, records.values
@@ -494,6 +513,7 @@ class UserSourceProcessor(SourceProcessor):
         assert isinstance(factory.node, n.SourceNode)
         self.key_serde = factory.node.key_serde
         self.value_serde = factory.node.value_serde
+        self.external = factory.node.external is not None
 
 
 @register_processor("shuffle-source", BUILDERS)

@@ -43,7 +43,13 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from rstreams.dsl.external import RedisStream
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.redisstreams.target import RedisTarget, connect
-from rstreams.runtime.streamentries import entry_fields, entry_id, entry_record
+from rstreams.runtime.streamentries import (
+    BAD_ENTRY_HEADER,
+    BadEntryError,
+    entry_fields,
+    entry_id,
+    entry_record,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,8 +117,18 @@ def _last_id(client: Any, stream: str) -> str | None:
     return last.decode() if isinstance(last, bytes) else str(last)
 
 
-def _text(raw: bytes | None) -> str | None:
-    return None if raw is None else raw.decode("utf-8", "replace")
+def _text(raw: bytes | None, spec: Any, eid: bytes, what: str) -> str | None:
+    """A field as the row's text; bytes that are not UTF-8 are an error naming the
+    stream and the entry (never replacement characters: junk would become keys)."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as e:
+        raise BadEntryError(
+            f"entry {eid.decode()} of the Redis stream {spec.stream!r}: the {what} is not "
+            f"UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
 
 
 def _rows(options: dict[str, str], after: str, upto: str) -> Iterator[tuple[Any, ...]]:
@@ -123,9 +139,17 @@ def _rows(options: dict[str, str], after: str, upto: str) -> Iterator[tuple[Any,
         while entry_id(after) < end:
             entries = client.xrange(spec.stream, min=f"({after}", max=upto, count=_CHUNK)
             for eid, fields in entries:
-                _, key, value, _ = entry_record(spec, eid, fields)
+                _, key, value, headers = entry_record(spec, eid, fields)
+                if headers:
+                    for why in (v.decode() for k, v in headers if k == BAD_ENTRY_HEADER):
+                        raise BadEntryError(why)
                 ms, seq = entry_id(eid)
-                yield (_text(key), _text(value), ms, seq)
+                yield (
+                    _text(key, spec, eid, f"key field {spec.key!r}"),
+                    _text(value, spec, eid, f"value field {spec.value!r}"),
+                    ms,
+                    seq,
+                )
             if len(entries) < _CHUNK:
                 return
             after = entries[-1][0].decode()
