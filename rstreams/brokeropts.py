@@ -18,16 +18,19 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rstreams.errors import ConfigError
+from rstreams.errors import ConfigError, RStreamsError
 from rstreams.options import add_argument
 from rstreams.runtime.queues.broker import Broker
 
 __all__ = [
     "JobAccess",
+    "RedisRunError",
     "add_broker_options",
     "broker_errors",
+    "redis_error_text",
     "redis_jobs",
     "refuse_broker",
+    "run_redis_errors",
     "target_of",
 ]
 
@@ -75,18 +78,60 @@ def broker_errors(target: Any) -> Iterator[None]:
     """Turn what the Redis client raises during a command (the connection lost, a
     timeout, an error reply) into one ConfigError line (exit 2) that names the server
     without its password. Connecting already fails that way: see ``connect``."""
-    import redis.exceptions as rx
-
     try:
         yield
-    except (rx.ConnectionError, rx.TimeoutError) as e:
-        raise ConfigError(
-            f"lost the Redis broker {target.redacted}: {target.scrub(str(e))}"
-        ) from None
-    except rx.RedisError as e:
-        raise ConfigError(
-            f"the Redis broker {target.redacted} answered: {target.scrub(str(e))}"
-        ) from None
+    except Exception as e:
+        text = redis_error_text(e, target)
+        if text is None:
+            raise
+        raise ConfigError(text) from None
+
+
+@contextlib.contextmanager
+def run_redis_errors(target: Any) -> Iterator[None]:
+    """During a run over Redis (``target``; None: not on Redis): what the Redis client
+    raises and the runtime did not ride out becomes one line (RedisRunError, exit 1)
+    naming the cause and what to do, not a traceback."""
+    try:
+        yield
+    except Exception as e:
+        text = None if target is None else redis_error_text(e, target)
+        if text is None:
+            raise
+        raise RedisRunError(text) from None
+
+
+class RedisRunError(RStreamsError, RuntimeError):
+    """A run over Redis failed on what the server answered (exit 1)."""
+
+
+def redis_error_text(e: BaseException, target: Any) -> str | None:
+    """One line for an error of the Redis client (None for any other error): the cause
+    and what to do, naming the server without its password."""
+    if not type(e).__module__.startswith("redis"):
+        return None
+    import redis.exceptions as rx
+
+    said = target.scrub(str(e))
+    where = target.redacted
+    if isinstance(e, rx.OutOfMemoryError) or "OOM" in said.split(" ", 1)[0]:
+        return (
+            f"the Redis server {where} is out of memory (its maxmemory is reached and its "
+            "policy evicts nothing): raise maxmemory (CONFIG SET maxmemory ...) or free "
+            "memory there (the job's streams are trimmed as it commits; other keys are "
+            "not), then run the same command again: it resumes from the last commit "
+            f"({said})"
+        )
+    if isinstance(e, rx.NoPermissionError) or said.startswith("NOPERM"):
+        return (
+            f"the Redis user at {where} lacks a permission the run needs: {said}; grant it "
+            "(docs/redis.md#security), then run the same command again"
+        )
+    if isinstance(e, (rx.ConnectionError, rx.TimeoutError)):
+        return f"lost the Redis broker {where}: {said}"
+    if isinstance(e, rx.RedisError):
+        return f"the Redis broker {where} answered: {said}"
+    return None
 
 
 def refuse_broker(args: argparse.Namespace, what: str, why: str) -> None:

@@ -169,6 +169,7 @@ def _check_broker_options(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rstreams.brokeropts import run_redis_errors
     from rstreams.runner import run
 
     _check_options(args)
@@ -189,13 +190,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         spark_options = _spark_options(args, topology.job_id, sinks)
     metrics = _metrics_server(args, topology.job_id, config)
     try:
-        result = run(topology, inputs, config, progress=progress, **spark_options)
+        with run_redis_errors(_redis_target(config, spark_options)):
+            result = run(topology, inputs, config, progress=progress, **spark_options)
     finally:
         progress.done()
         if metrics is not None:
             metrics.close()
     _report(args, result, sinks)
     return 0
+
+
+def _redis_target(config: RunConfig, spark_options: dict[str, Any]) -> Any:
+    """The Redis server the run uses (its broker, or Spark's streams' server), or None."""
+    if spark_options.get("redis") is not None:
+        return spark_options["redis"]
+    if config.broker is None:
+        return None
+    from rstreams.runtime.engine.brokers import broker_target
+
+    return broker_target(config)
 
 
 def _inputs(args: argparse.Namespace, topology: Topology) -> dict[str, str]:

@@ -2,17 +2,21 @@
 
 An ACL user without a command, a key pattern or a pub/sub channel the runtime needs
 would otherwise start workers that fail at their first heartbeat or commit, again and
-again. ``ACL DRYRUN`` needs admin rights a job's user rarely has, so the check runs the
-commands themselves, as that user, on a probe key under the job's hash tag (deleted
-after) and on the job's channels: each refusal names the command, key or channel, and
-together they are one line (a :class:`RedisPermissionError`: exit 2).
+again. ``ACL DRYRUN`` needs admin rights a job's user rarely has, so the check sends
+every command the runtime sends (:data:`COMMANDS`: from Python, and from its Lua
+scripts, whose ``redis.call`` runs with the user's ACL), as that user, on probe keys
+under the job's hash tag (deleted after) and on the job's channels. Redis checks the
+ACL before it runs a command, so arguments that fail after the check (no such key, a
+wrong type, ``EXEC without MULTI``) are enough and write nothing. Each refusal names
+the command, key or channel, and together they are one line (a
+:class:`RedisPermissionError`: exit 2). ``tests/unit/test_redis_commands.py`` checks
+that :data:`COMMANDS` is every command the code sends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rstreams.runtime.queues.redisstreams import RedisConfigError
@@ -23,77 +27,80 @@ if TYPE_CHECKING:
 
     from rstreams.runtime.queues.redisstreams import RedisTarget
 
-__all__ = ["RedisPermissionError", "check_permissions"]
-
-#: A script as the runtime's are (EVALSHA of a registered script, keys under the tag,
-#: PUBLISH of a change inside it).
-_SCRIPT = "redis.call('SET', KEYS[1], '1', 'PX', 10000) return redis.call('PUBLISH', ARGV[1], '')"
+__all__ = ["COMMANDS", "RedisPermissionError", "check_permissions"]
 
 
 class RedisPermissionError(RedisConfigError):
     """The Redis user lacks a command, key or channel the runtime needs."""
 
 
-def _probes(key: str, channel: str, pattern: str) -> list[tuple[str, Callable[[redis.Redis], Any]]]:
-    """(what is needed, a call that needs it), in the order the runtime first needs them."""
-    return [
-        ("the command 'exists'", lambda c: c.exists(key)),
-        ("the command 'xadd'", lambda c: c.xadd(key, {"p": "1"}, id="0-1")),
-        ("the command 'xrange'", lambda c: c.xrange(key, count=1)),
-        ("the command 'xread'", lambda c: c.xread({key: "0-0"}, count=1)),
-        ("the command 'xdel'", lambda c: c.xdel(key, "0-1")),
-        ("the command 'del'", lambda c: c.delete(key)),
-        ("the command 'hset'", lambda c: c.hset(key, "p", "1")),
-        ("the command 'hgetall'", lambda c: c.hgetall(key)),
-        ("the command 'hget'", lambda c: c.hget(key, "p")),
-        ("the command 'sadd'", lambda c: c.delete(key) + c.sadd(key, "p")),
-        ("the command 'smembers'", lambda c: c.smembers(key)),
-        ("the command 'set'", lambda c: c.delete(key) + bool(c.set(key, "1", px=10000))),
-        ("the command 'get'", lambda c: c.get(key)),
-        ("the command 'mget'", lambda c: c.mget([key])),
-        ("the command 'pttl'", lambda c: c.pttl(key)),
-        ("the command 'scan'", lambda c: c.scan(0, match=f"{key}*", count=10)),
-        ("transactions (watch, multi, exec)", lambda c: _transaction(c, key)),
-        (f"the channel {channel} (channel pattern &{channel})", lambda c: c.publish(channel, "")),
-        ("scripts (evalsha, eval)", lambda c: c.register_script(_SCRIPT)([key], [channel])),
-        ("the command 'subscribe'", lambda c: _subscribe(c, "subscribe", channel)),
-        (
-            f"the keyspace notification pattern {pattern} (channel pattern &{pattern})",
-            lambda c: _subscribe(c, "psubscribe", pattern),
-        ),
-    ]
+def _probes(key: str, key2: str, channel: str, pattern: str) -> dict[str, tuple[str, ...]]:
+    """Each command the runtime sends (named as ACL rules name it: ``xgroup|create``)
+    with arguments that reach its ACL check: ``key`` holds a string (with an expiry)
+    once ``set`` ran, so most writes after it fail on its type, after the check."""
+    return {
+        "ping": ("PING",),
+        "info": ("INFO", "server"),
+        "exists": ("EXISTS", key),
+        "get": ("GET", key),
+        "mget": ("MGET", key),
+        "pttl": ("PTTL", key),
+        "scan": ("SCAN", "0", "MATCH", f"{key}*", "COUNT", "10"),
+        "set": ("SET", key, "1", "PX", "60000"),
+        "incr": ("INCR", key),
+        "pexpire": ("PEXPIRE", key, "60000"),
+        "hset": ("HSET", key, "p", "1"),
+        "hsetnx": ("HSETNX", key, "p", "1"),
+        "hget": ("HGET", key, "p"),
+        "hgetall": ("HGETALL", key),
+        "hdel": ("HDEL", key, "p"),
+        "sadd": ("SADD", key, "p"),
+        "srem": ("SREM", key, "p"),
+        "smembers": ("SMEMBERS", key),
+        "sismember": ("SISMEMBER", key, "p"),
+        "xadd": ("XADD", key, "0-1", "p", "1"),
+        "xrange": ("XRANGE", key, "-", "+", "COUNT", "1"),
+        "xread": ("XREAD", "COUNT", "1", "STREAMS", key, "0-0"),
+        "xtrim": ("XTRIM", key, "MAXLEN", "0"),
+        "xsetid": ("XSETID", key, "0-1"),
+        "xinfo|stream": ("XINFO", "STREAM", key),
+        "xgroup|create": ("XGROUP", "CREATE", key, "rstreams-preflight", "$"),
+        "xgroup|destroy": ("XGROUP", "DESTROY", key, "rstreams-preflight"),
+        "rename": ("RENAME", key, key2),
+        "del": ("DEL", key, key2),
+        "watch": ("WATCH", key),
+        "unwatch": ("UNWATCH",),
+        "multi": ("MULTI",),
+        "exec": ("EXEC",),
+        "script|load": ("SCRIPT", "LOAD", "return 1"),
+        "evalsha": ("EVALSHA", "0" * 40, "1", key),
+        "publish": ("PUBLISH", channel, ""),
+        "subscribe": ("SUBSCRIBE", channel),
+        "psubscribe": ("PSUBSCRIBE", pattern),
+    }
 
 
-def _transaction(client: redis.Redis, key: str) -> None:
-    with client.pipeline(transaction=True) as pipe:
-        pipe.watch(key)
-        pipe.multi()
-        pipe.get(key)
-        pipe.execute()
+#: Every command the runtime sends to Redis, as ACL rules name them.
+COMMANDS = frozenset(_probes("k", "k2", "c", "p"))
+
+#: Commands after which the probe connection is in a state (a transaction, watched
+#: keys, subscriptions): it is closed, and the next probe opens it again.
+_STATEFUL = frozenset({"watch", "multi", "subscribe", "psubscribe"})
 
 
-def _subscribe(client: redis.Redis, how: str, channel: str) -> None:
-    sub = client.pubsub()
-    try:
-        getattr(sub, how)(channel)
-        sub.get_message(timeout=1.0)  # (the reply: an error if refused)
-    finally:
-        sub.close()
-
-
-def _refusal(error: Exception, what: str, key: str, channel: str) -> str | None:
-    """What a refusal says is missing (its command, the key or the channel), or None if
-    ``error`` is no refusal."""
+def _refusal(error: Exception, command: str, keys: str, channel: str) -> str | None:
+    """What a reply to ``command`` says is missing (the command, the keys or the
+    channel), or None if it is no refusal (an error after the ACL check)."""
     text = str(error)
-    if "NOPERM" not in text and "no permissions" not in text and "can't" not in text:
+    if "unknown command" in text:  # (renamed or disabled in the server's configuration)
+        return f"the command {command!r} (unknown to this server)"
+    if "NOPERM" not in text and "no permissions" not in text:
         return None
-    if "command" in text and "'" in text and "script" not in text:
-        return f"the command {text.split(chr(39))[1]!r}"
     if "key" in text:
-        return f"the keys {key.rsplit(':', 2)[0]}:* (key pattern ~{key.rsplit(':', 2)[0]}:*)"
+        return f"the keys {keys} (key pattern ~{keys})"
     if "channel" in text:
-        return what if "pattern" in what else f"the channel {channel} (channel pattern &{channel})"
-    return what
+        return channel
+    return f"the command {command!r}"
 
 
 def check_permissions(client: redis.Redis, target: RedisTarget, job: str) -> None:
@@ -103,28 +110,41 @@ def check_permissions(client: redis.Redis, target: RedisTarget, job: str) -> Non
 
     prefix = job_prefix(job)
     key = f"{prefix}:preflight:{uuid.uuid4().hex[:12]}"
+    channel = f"{prefix}:{job}:changes"
+    # (as RedisGroupMembership subscribes: its members' keys expiring)
+    pattern = f"__keyspace@{target.db}__:{prefix}:{job}:member:*"
+    channels = {
+        "psubscribe": f"the keyspace notification pattern {pattern} (channel pattern &{pattern})",
+    }
     missing: list[str] = []
+    pool = client.connection_pool
+    conn: Any = pool.get_connection()
     try:
-        channel = f"{prefix}:{job}:changes"
-        # (as RedisGroupMembership subscribes: its members' keys expiring)
-        pattern = f"__keyspace@{target.db}__:{prefix}:{job}:member:*"
-        for what, probe in _probes(key, channel, pattern):
+        for command, args in _probes(key, f"{key}:2", channel, pattern).items():
             try:
-                probe(client)
-            except (rx.NoPermissionError, rx.ResponseError) as e:
-                lacking = _refusal(e, what, key, channel)
-                if lacking is None:
-                    raise
-                if lacking not in missing:
+                conn.send_command(*args)
+                # (a subscription's reply is a push message under RESP3)
+                conn.read_response(push_request=command.endswith("subscribe"))
+            except rx.OutOfMemoryError:
+                raise  # (no refusal: the run can not write at all; said as such)
+            except rx.ResponseError as e:
+                what = channels.get(command, f"the channel {channel} (channel pattern &{channel})")
+                lacking = _refusal(e, command, f"{prefix}:*", what)
+                if lacking is not None and lacking not in missing:
                     missing.append(lacking)
+            if command in _STATEFUL:
+                conn.disconnect()
     finally:
+        conn.disconnect()  # (no transaction, watch or subscription left on a pooled one)
+        pool.release(conn)
         with contextlib.suppress(rx.RedisError):  # (refused too: nothing written under it)
-            client.delete(key)
+            client.delete(key, f"{key}:2")
     if missing:
         user = target.username or "default"
         raise RedisPermissionError(
             f"the Redis user {user!r} at {target.address} lacks what job {job!r} needs: "
             f"{'; '.join(missing)}. Grant them, e.g. `ACL SETUSER {user} ~{prefix}:* "
             f"&{prefix}:* &{pattern} +@read +@write +@stream +@hash +@string +@set "
-            "+@keyspace +@scripting +@pubsub +@transaction +info` (docs/redis.md#security)"
+            "+@keyspace +@scripting +@pubsub +@transaction +@connection -@dangerous +info` "
+            "(docs/redis.md#security)"
         )

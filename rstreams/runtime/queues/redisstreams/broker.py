@@ -51,7 +51,11 @@ from rstreams.runtime.queues.redisstreams.codec import (
     foreign,
     stored_bytes,
 )
-from rstreams.runtime.queues.redisstreams.lost import RedisDataLostError
+from rstreams.runtime.queues.redisstreams.lost import (
+    RedisDataDamagedError,
+    RedisDataLostError,
+    number,
+)
 from rstreams.runtime.queues.redisstreams.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -83,6 +87,25 @@ def _read_only(method: _F) -> _F:
         return method(*args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+def _checked(script: Any) -> Callable[..., Any]:
+    """``script`` (a registered Lua script), its damaged-number errors raised as
+    :class:`RedisDataDamagedError` (see scripts.BAD_NUMBER)."""
+    import redis
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return script(*args, **kwargs)
+        except redis.ResponseError as e:
+            text = str(e)
+            if not text.startswith(scripts.BAD_NUMBER):
+                raise
+            _, key, field, value = [*text.split(" ", 3), "", "", ""][:4]
+            value = value.split(" script:", 1)[0]  # (Redis appends where the script was)
+            raise RedisDataDamagedError(key, field, value) from None
+
+    return call
 
 
 class RedisBroker:
@@ -118,13 +141,13 @@ class RedisBroker:
         self._groups_key = self.prefix + "groups"
         self._gaps_key = self.prefix + "gaps"
         self._ends_key = self.prefix + "ends"
-        self._write = client.register_script(scripts.WRITE)
+        self._write = _checked(client.register_script(scripts.WRITE))
         self._create = client.register_script(scripts.CREATE_TOPIC)
-        self._ends = client.register_script(scripts.ENDS)
-        self._read = client.register_script(scripts.READ)
-        self._purge = client.register_script(scripts.PURGE)
-        self._compact = client.register_script(scripts.COMPACT)
-        self._held = client.register_script(scripts.HELD)
+        self._ends = _checked(client.register_script(scripts.ENDS))
+        self._read = _checked(client.register_script(scripts.READ))
+        self._purge = _checked(client.register_script(scripts.PURGE))
+        self._compact = _checked(client.register_script(scripts.COMPACT))
+        self._held = _checked(client.register_script(scripts.HELD))
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
         #: Per stream key, the highest end this process saw it reach (its end, a read,
         #: a committed offset): a stream's end never goes down, so one below is a loss.
@@ -374,7 +397,8 @@ class RedisBroker:
     def start_offset(self, topic: str, queue: int) -> int:
         """The first offset that may be read: 0 until a purge or retention moves it."""
         self._key(topic, queue)  # (checks the queue)
-        return int(self.client.hget(self._starts_key, f"{topic}:{queue}") or 0)
+        field = f"{topic}:{queue}"
+        return number(self.client.hget(self._starts_key, field), self._starts_key, field)
 
     @_read_only
     def end_offset(self, topic: str, queue: int) -> int:
@@ -569,7 +593,8 @@ class RedisBroker:
     def committed(self, group: str, topic: str, queue: int) -> int:
         """The offset ``group`` last committed for the queue; 0 if none."""
         self._check_open()
-        offset = int(self.client.hget(self.offsets_key(group), f"{topic}:{queue}") or 0)
+        key, field = self.offsets_key(group), f"{topic}:{queue}"
+        offset = number(self.client.hget(key, field), key, field)
         if offset and self._topic_options(topic) is not None:
             self._reach(topic, queue, offset)  # (a committed offset is below the end)
         return offset
@@ -585,9 +610,12 @@ class RedisBroker:
         """``{(topic, queue): offset}`` of everything ``group`` committed."""
         self._check_open()
         out = {}
-        for field, offset in self.client.hgetall(self.offsets_key(group)).items():
+        key = self.offsets_key(group)
+        for field, offset in self.client.hgetall(key).items():
             topic, _, queue = field.decode().rpartition(":")
-            out[(topic, int(queue))] = int(offset)
+            if not queue.isdigit():
+                raise RedisDataDamagedError(key, field.decode(errors="replace"), offset)
+            out[(topic, int(queue))] = number(offset, key, field.decode())
         return dict(sorted(out.items()))
 
     # -- lifetime -----------------------------------------------------------------------

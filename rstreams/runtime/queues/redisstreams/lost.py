@@ -31,3 +31,32 @@ class RedisDataLostError(CorruptLogError):
         self.position = None
         self.offset = offset
         self.reason = reason
+
+
+class RedisDataDamagedError(CorruptLogError):
+    """A number the job keeps in a Redis hash (an offset, a queue's start or end) holds
+    something else: a hand edit or damage. The run stops before it reads or writes with
+    a wrong offset (exit 1)."""
+
+    def __init__(self, key: str, field: str, value: bytes | str) -> None:
+        shown = value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
+        RStreamsError.__init__(
+            self,
+            f"damaged job data on Redis: the hash {key} holds {shown[:80]!r} in field "
+            f"{field!r}, where the job keeps a number (an offset). Something other than "
+            "rstreams wrote it. Restore it if you know the value, or rebuild the job from "
+            "its input with `rstreams run ... --fresh` (docs/redis.md#faults)",
+        )
+        self.segment = key
+        self.topic, self.queue, self.position, self.offset = "", 0, None, None
+
+
+def number(raw: bytes | str | None, key: str, field: str) -> int:
+    """The integer a job's hash holds in ``field`` (0 if absent), or
+    :class:`RedisDataDamagedError`."""
+    if raw is None:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise RedisDataDamagedError(key, field, raw) from None

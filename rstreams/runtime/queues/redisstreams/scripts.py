@@ -8,18 +8,39 @@ nothing.
 
 from __future__ import annotations
 
+#: A number the scripts keep in a hash (a queue's start, end, gaps), checked: anything
+#: else (a hand edit, damage) fails the script with an error naming the key, the field
+#: and what it holds (see BAD_NUMBER), rather than a wrong offset or a short reply.
+_NUMBERS = """
+local function number_in(key, field, v)
+  local n = tonumber(v)
+  if not n then error({err = 'RSTREAMS-BAD-NUMBER ' .. key .. ' ' .. field .. ' ' .. v}) end
+  return n
+end
+local function hnum(key, field)
+  local v = redis.call('HGET', key, field)
+  if not v then return 0 end
+  return number_in(key, field, v)
+end
+"""
+
+#: How a script's error about a damaged number starts (then key, field and value).
+BAD_NUMBER = "RSTREAMS-BAD-NUMBER"
+
 #: A queue's end offset, as the other scripts find it: the ends hash the write script
 #: keeps (``XINFO STREAM`` would do, but it sends the stream's first and last entries
 #: along: some 60 µs each for an entry of 500 lines), else (a stream never written, or
 #: written before the hash) the sequence of its last generated id. -1 if the stream is
 #: gone; -2 if it holds an entry another program added (an id with a time, above any
 #: of ours: one cheap XRANGE finds it).
-_END_OF = """
+_END_OF = (
+    _NUMBERS
+    + """
 local function end_of(key, ends, field)
   if redis.call('EXISTS', key) == 0 then return -1 end
   if #redis.call('XRANGE', key, '1-0', '+', 'COUNT', 1) > 0 then return -2 end
   local e = redis.call('HGET', ends, field)
-  if e then return tonumber(e) end
+  if e then return number_in(ends, field, e) end
   local info = redis.call('XINFO', 'STREAM', key)
   for j = 1, #info, 2 do
     if info[j] == 'last-generated-id' then
@@ -29,6 +50,7 @@ local function end_of(key, ends, field)
   return -2
 end
 """
+)
 
 #: Appends and commits, all or nothing, optionally fenced.
 #:
@@ -103,7 +125,7 @@ return out
 READ = (
     _END_OF
     + """
-local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local start = hnum(KEYS[2], ARGV[1])
 local offset = tonumber(ARGV[2])
 if offset < start then return {'purged', start} end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'lost'} end
@@ -193,7 +215,7 @@ PURGE = (
     + """
 local last = end_of(KEYS[1], KEYS[4], ARGV[1])
 if last < 0 then return last end
-local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local start = hnum(KEYS[2], ARGV[1])
 local new = math.min(tonumber(ARGV[2]), last)
 if new <= start then return start end
 redis.call('XTRIM', KEYS[1], 'MINID', string.format('0-%d', new + 1))
@@ -212,8 +234,8 @@ HELD = (
     + """
 local e = end_of(KEYS[1], KEYS[4], ARGV[1])
 if e < 0 then return e end
-local start = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-local gaps = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+local start = hnum(KEYS[2], ARGV[1])
+local gaps = hnum(KEYS[3], ARGV[1])
 return math.max(e - start - gaps, 0)
 """
 )
@@ -229,10 +251,12 @@ return math.max(e - start - gaps, 0)
 #: keeps near its key count. KEYS: the stream, a scratch key, the starts hash, the gaps
 #: hash. ARGV: entries read per XRANGE, the queue's field in the hashes. Returns the
 #: number of records removed, or -1 if the stream is gone.
-COMPACT = """
+COMPACT = (
+    _NUMBERS
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local chunk = tonumber(ARGV[1])
-local start = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
+local start = hnum(KEYS[3], ARGV[2])
 local function key_of(f)
   for j = 1, #f, 2 do if f[j] == 'k' then return f[j + 1] end end
   return false
@@ -340,3 +364,4 @@ redis.call('XSETID', KEYS[2], last, 'ENTRIESADDED', added, 'MAXDELETEDID', last)
 redis.call('RENAME', KEYS[2], KEYS[1])
 return total - kept
 """
+)
