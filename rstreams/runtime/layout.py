@@ -227,11 +227,14 @@ class JobLayout:
 
     @staticmethod
     def jobs(data_dir: str | os.PathLike[str]) -> list[str]:
-        """The jobs that have a log under ``data_dir``, sorted."""
+        """The jobs that have a log under ``data_dir``, sorted (a directory whose name is
+        no job id, as ``my job``, is no job's: no command could name it)."""
         base = Path(data_dir)
         if not base.is_dir():
             return []
-        return sorted(p.name for p in base.glob("*") if (p / LOG_DIR).is_dir())
+        return sorted(
+            p.name for p in base.glob("*") if JOB_ID.fullmatch(p.name) and (p / LOG_DIR).is_dir()
+        )
 
     @property
     def data_dir(self) -> Path:

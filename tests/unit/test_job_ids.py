@@ -84,3 +84,17 @@ def test_job_ids_of_pipelines_pass() -> None:
     for job in ("wordcount", "wc-2", "Shop.enrich_v1", "7days"):
         assert check_job_id(job) == job
         assert JobLayout.of("d", job).root == Path("d") / job
+
+
+@pytest.mark.parametrize("argv", [["top", "--once"], ["topics", "list"]])
+def test_a_directory_named_as_no_job_id_is_no_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A directory with a log but a name no command could give (``my job``) is not
+    listed as a job, so a command without JOB says so in one line (no traceback)."""
+    for name in ("my job", ".hidden"):
+        (tmp_path / name / "log").mkdir(parents=True)
+    assert JobLayout.jobs(tmp_path) == []
+    code = main([*argv, "--data-dir", str(tmp_path)])
+    assert code in (1, 2)
+    assert "no job has run in" in capsys.readouterr().err
