@@ -197,6 +197,33 @@ def _fail(code: int, msg: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: the process's arguments); its exit code."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help, --version and usage errors
+            _flush_stdout()
+            raise
+        # What is still buffered (stdout into a pipe is block-buffered): a reader that
+        # went away must show here, not as Python's "Exception ignored" and 120 at exit.
+        _flush_stdout()
+        return code
+    except BrokenPipeError:
+        # The reader went away (`... | head`): the output was not delivered. Exit as
+        # Unix tools killed by SIGPIPE do (128 + 13), without a traceback; stdout goes to
+        # /dev/null so that flushing it at exit does not complain.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
@@ -229,12 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail(130, "interrupted")
     except BrokenPipeError:
-        # The reader went away (`... | head`): the output was not delivered. Exit as
-        # Unix tools killed by SIGPIPE do (128 + 13), without a traceback; stdout goes to
-        # /dev/null so that flushing it at exit does not complain.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        raise  # (main's: stdout's reader went away; not a storage error)
     except OSError as e:
         if e.errno not in StorageError.ERRNOS:
             raise  # anything else is a bug: its traceback

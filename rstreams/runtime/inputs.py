@@ -86,12 +86,13 @@ def line_chunks(
             chunk = [line.rstrip(b"\r") for line in chunk]
         return chunk, size
 
-    def too_long(at: int) -> InputLineTooLongError:
+    def too_long(at: int, size: int, whole: bool) -> InputLineTooLongError:
+        has = f"it has {size:,} bytes" if whole else f"{size:,} bytes of it read so far"
         return InputLineTooLongError(
             f"input {name!r}: the line at byte {start + at:,} is longer than {max_line:,} "
-            "bytes (--max-line-bytes); one line is one record, held whole in memory: raise "
-            "the limit if the line is meant to be one record, else split the input into "
-            "lines"
+            f"bytes (--max-line-bytes): {has}; one line is one record, held whole in "
+            "memory: raise the limit (--max-line-bytes N, or max_line_bytes=N) if the line "
+            "is meant to be one record, else split the input into lines"
         )
 
     while data := f.read(block):
@@ -101,7 +102,7 @@ def line_chunks(
             rest.append(data)
             rest_len += len(data)
             if max_line is not None and rest_len > max_line:
-                raise too_long(read - rest_len)
+                raise too_long(read - rest_len, rest_len, whole=False)
             continue
         if rest:
             # (one join per line that spanned blocks, not one copy per block)
@@ -114,12 +115,13 @@ def line_chunks(
         body = data[:cut]
         cr = cr or b"\r" in body
         lines = body.split(b"\n")
-        if max_line is not None and len(body) > max_line:  # (else no line can be)
-            longest = max(map(len, lines))
-            if longest > max_line:
-                i = next(i for i, line in enumerate(lines) if len(line) == longest)
-                at = read - len(data) + sum(map(len, lines[:i])) + i
-                raise too_long(at)
+        # (no line is too long in a body that is not; else name the first that is)
+        if max_line is not None and len(body) > max_line and max(map(len, lines)) > max_line:
+            i = next(i for i, line in enumerate(lines) if len(line) > max_line)
+            at = read - len(data) + sum(map(len, lines[:i])) + i
+            raise too_long(at, len(lines[i]), whole=True)
+        if max_line is not None and rest_len > max_line:  # (a limit below a block)
+            raise too_long(read - rest_len, rest_len, whole=False)
         pending.extend(lines)
         while len(pending) >= chunk_lines:
             chunk, size = take(chunk_lines)

@@ -58,6 +58,27 @@ def test_a_line_over_the_limit_names_the_file_and_byte(block: int) -> None:
     assert _lines(data, block=block, max_line=50) == [b"ok", b"q" * 50, b"more"]
 
 
+@pytest.mark.parametrize("block", [4, 1 << 20])
+def test_the_first_line_over_the_limit_is_named_with_its_size(block: int) -> None:
+    data = b"ok\n" + b"a" * 30 + b"\n" + b"b" * 50 + b"\n"
+    with pytest.raises(InputLineTooLongError) as e:
+        _lines(data, block=block, max_line=20, name="in.txt")
+    assert "the line at byte 3 is longer than 20 bytes (--max-line-bytes): " in str(e.value)
+    # its whole length when the block held it whole, else what was read of it so far
+    assert ("it has 30 bytes" if block > 30 else "bytes of it read so far") in str(e.value)
+
+
+@pytest.mark.parametrize("block", [4, 1 << 20])
+@pytest.mark.parametrize("last_partial", [True, False], ids=["bounded", "followed"])
+def test_a_last_line_without_newline_over_the_limit_fails_too(
+    block: int, last_partial: bool
+) -> None:
+    """Also when the limit is below a block, and before the line's newline is written."""
+    data = b"ok\n" + b"q" * 50
+    with pytest.raises(InputLineTooLongError, match="the line at byte 3 is longer than 20"):
+        _lines(data, block=block, max_line=20, last_partial=last_partial)
+
+
 @pytest.mark.parametrize(
     "runtime", [["--in-memory"], ["--workers", "1"]], ids=["memory", "workers"]
 )
