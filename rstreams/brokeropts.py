@@ -116,10 +116,10 @@ def redis_error_text(e: BaseException, target: Any) -> str | None:
     where = target.redacted
     if isinstance(e, rx.OutOfMemoryError) or "OOM" in said.split(" ", 1)[0]:
         return (
-            f"the Redis server {where} is out of memory (its maxmemory is reached and its "
-            "policy evicts nothing): raise maxmemory (CONFIG SET maxmemory ...) or free "
-            "memory there (the job's streams are trimmed as it commits; other keys are "
-            "not), then run the same command again: it resumes from the last commit "
+            f"the Redis server {where} is out of memory ({_memory_limit(target)}): raise "
+            "maxmemory (CONFIG SET maxmemory ...) or free memory there (the job's streams "
+            "are trimmed as it commits; other keys are not), then run the same command "
+            "again: it resumes from the last commit "
             f"({said})"
         )
     if isinstance(e, rx.NoPermissionError) or said.startswith("NOPERM"):
@@ -132,6 +132,24 @@ def redis_error_text(e: BaseException, target: Any) -> str | None:
     if isinstance(e, rx.RedisError):
         return f"the Redis broker {where} answered: {said}"
     return None
+
+
+def _memory_limit(target: Any) -> str:
+    """The server's maxmemory and policy (``INFO memory``, which a job's user may send),
+    as an out of memory error says them; in general words if it does not answer."""
+    from rstreams.runtime.queues.redisstreams import connect
+
+    try:
+        client = connect(target)
+        try:
+            info = client.info("memory")
+        finally:
+            client.close()
+        return (
+            f"maxmemory {info['maxmemory_human']} with policy {info['maxmemory_policy']} is reached"
+        )
+    except Exception:  # (the error said enough: this only adds the numbers)
+        return "its maxmemory is reached and its policy evicts nothing"
 
 
 def refuse_broker(args: argparse.Namespace, what: str, why: str) -> None:

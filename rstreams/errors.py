@@ -142,9 +142,9 @@ class JobNeedsRebuildError(RStreamsError, RuntimeError):
 
 class StorageError(RStreamsError, OSError):
     """The job's data directory could not be written: the disk is full, read-only or
-    failing. Nothing that was committed is lost, and nothing is committed on top of the
-    commit that failed: once the disk is fixed, the same command resumes from the last
-    commit.
+    failing, or the process may open no more files (``ulimit -n``). Nothing that was
+    committed is lost, and nothing is committed on top of the commit that failed: once
+    the disk (or the limit) is fixed, the same command resumes from the last commit.
 
     >>> import errno
     >>> e = OSError(errno.ENOSPC, "No space left on device", "/data/wc/log/x.log")
@@ -155,12 +155,19 @@ class StorageError(RStreamsError, OSError):
     (True, True)
     """
 
-    #: The errors of a disk rather than of the program: reported as such, not retried.
-    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+    #: The errors of a disk (or of the open files limit) rather than of the program:
+    #: reported as such, not retried.
+    ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EMFILE,
+                        errno.ENFILE})  # fmt: skip
 
     @classmethod
     def of(cls, e: OSError) -> StorageError:
         """The error to report for ``e``, one of :attr:`ERRNOS`."""
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            return cls(
+                f"{too_many_open_files(e.errno)}, then run the same command again: it "
+                "resumes from the last commit"
+            )
         what = e.strerror or os.strerror(e.errno or 0)
         what = what[:1].lower() + what[1:]
         where = f" writing {e.filename}" if e.filename else ""
@@ -174,6 +181,29 @@ class StorageError(RStreamsError, OSError):
             f"{what}{where}: {fix}, then run the same command again: it resumes from the "
             "last commit"
         )
+
+
+def too_many_open_files(code: int = errno.EMFILE) -> str:
+    """What to say when a process may open no more files (``EMFILE``: its limit; or
+    ``ENFILE``: the system's), and what to do.
+
+    >>> too_many_open_files().startswith("too many open files: the limit is ")
+    True
+    """
+    if code == errno.ENFILE:
+        return (
+            "too many open files on this system (its file table is full): close files "
+            "elsewhere or raise fs.file-max"
+        )
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        to = max(4096, soft * 4)
+        how = f"e.g. `ulimit -n {to if hard == resource.RLIM_INFINITY else min(to, hard)}`"
+    else:
+        how = f"its hard limit is {hard} too: root raises that, in limits.conf or LimitNOFILE="
+    return f"too many open files: the limit is {soft} (ulimit -n); raise it ({how})"
 
 
 class FencedError(RStreamsError, RuntimeError):

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 import attrs
 
-from rstreams.errors import StateStoreError
+from rstreams.errors import StateStoreError, too_many_open_files
 from rstreams.runtime.faults import POINTS, maybe_fail
 from rstreams.state.stores import KeyValueStore, StoreDamagedError, StoreLockedError
 
@@ -50,9 +50,12 @@ def store_error(name: str, path: Path, what: str, e: BaseException) -> StateStor
     """The :class:`StateStoreError` of RocksDB failure ``e`` of store ``name``."""
     msg = str(e)
     lower = msg.lower()
-    locked = any(w in msg for w in _LOCKED)
+    # (a LOCK file that could not be opened for want of descriptors is not held)
+    locked = any(w in msg for w in _LOCKED) and "too many open files" not in lower
     damage = not locked and not any(w in lower for w in _NOT_DAMAGE)
     cls = StoreDamagedError if damage else StoreLockedError if locked else StateStoreError
+    if "too many open files" in lower:  # (the process's limit: what to do, first)
+        msg = f"{too_many_open_files()}, then run the same command again ({msg})"
     return cls(
         f"state store {name!r} ({path}): RocksDB could not {what}: {msg}",
         store=name,

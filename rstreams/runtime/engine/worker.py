@@ -673,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     stopped_on: list[str] = []
     worker: Worker | None = None
+    launch: WorkerLaunch | None = None
 
     def on_signal(signum: int, frame: Any) -> None:
         stopped_on.append(signal.Signals(signum).name)
@@ -708,7 +709,29 @@ def main(argv: list[str] | None = None) -> int:
             raise  # unexpected: a traceback, and a restart
         # A restart would meet the full (or failing) disk again.
         return ExitReport.of(StorageError.of(e), EXIT_FATAL).tell()
+    except Exception as e:
+        refused = None if launch is None else _redis_refusal(e, launch)
+        if refused is None:
+            raise  # unexpected: a traceback, and a restart
+        return ExitReport.of(refused, EXIT_FATAL).tell()
     return 0
+
+
+def _redis_refusal(e: Exception, launch: WorkerLaunch) -> RStreamsError | None:
+    """What Redis refused that a restart would meet again (it is out of memory, or the
+    user lacks a permission), as the one line the run reports; None for anything else
+    (a lost connection: the restarted worker waits for the server)."""
+    if not type(e).__module__.startswith("redis") or launch.config.broker is None:
+        return None
+    import redis.exceptions as rx
+
+    if not isinstance(e, (rx.OutOfMemoryError, rx.NoPermissionError)):
+        return None
+    from rstreams.brokeropts import RedisRunError, redis_error_text
+    from rstreams.runtime.engine.brokers import broker_target
+
+    text = redis_error_text(e, broker_target(launch.config))
+    return None if text is None else RedisRunError(text)
 
 
 def _make_worker(launch: WorkerLaunch) -> Worker:
