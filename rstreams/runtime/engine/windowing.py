@@ -59,6 +59,37 @@ class _Out:
         return Batch(topic, queue, self.keys, self.values, self.timestamps, self.offsets)
 
 
+class _Pending:
+    """Coalesced window results: the latest value per windowed key, with the timestamp
+    and source offset of the record it came from, until the next commit."""
+
+    __slots__ = ("offsets", "origin", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[Any, Any] = {}
+        self.timestamps: dict[Any, int] = {}
+        self.offsets: dict[Any, int] = {}
+        self.origin: tuple[str, int] | None = None
+
+    def add(self, out: _Out, batch: Batch | None) -> None:
+        # (a key emitted again moves to the end: its rows keep the order of the last updates)
+        for k in out.keys:
+            self.values.pop(k, None)
+        self.values.update(zip(out.keys, out.values))
+        self.timestamps.update(zip(out.keys, out.timestamps))
+        self.offsets.update(zip(out.keys, out.offsets))
+        if batch is not None:
+            self.origin = (batch.topic, batch.queue)
+
+    def take(self, queue: int) -> Batch:
+        keys = list(self.values)
+        topic, q = self.origin or ("", queue)
+        b = Batch(topic, q, keys, list(self.values.values()),
+                  [self.timestamps[k] for k in keys], [self.offsets[k] for k in keys])  # fmt: skip
+        self.values, self.timestamps, self.offsets = {}, {}, {}
+        return b
+
+
 class _TimedProcessor(Processor):
     """Runs a semantics core (``self.core``) over the task's store: keeps its stream
     time in the store and routes late records to ``late`` children."""
@@ -155,6 +186,28 @@ class WindowAggregateProcessor(_TimedProcessor):
         )  # fmt: skip
         self.core.now = ctx.clock()
         self.core.restore()
+        # As other aggregations: in update mode only each window's latest update per
+        # commit goes on (a record updates one window, or a hopping window's several:
+        # sent one by one, a window of 10 advancing 1 multiplied the sink's records by 10).
+        self.coalesce = ctx.config.coalesce and node.emit == "update"
+        self.pending = _Pending()
+
+    @property
+    def holds(self) -> bool:
+        return self.coalesce
+
+    def held(self) -> int:
+        return len(self.pending.values)
+
+    def emit(self, out: _Out, batch: Batch | None = None) -> None:
+        if not self.coalesce:
+            super().emit(out, batch)
+        elif out.keys:
+            self.pending.add(out, batch)
+
+    def flush(self) -> None:
+        if self.pending.values:
+            self.send_to(self.results, self.pending.take(self.ctx.queue))
 
     def process(self, batch: Batch) -> None:
         # Skipped before stream time moves, as in Kafka Streams.
