@@ -311,6 +311,12 @@ def _report(args: argparse.Namespace, result: RunResult, sinks: list[str]) -> No
         verb = "dead-lettered" if args.on_error == "dead-letter" else "skipped"
         extra = f", {skipped:,} {verb}"
     where = f"; wrote {args.output}" if args.output not in (None, "-") else ""
+    if result.resumed:  # (what this run did is above; what the table holds, here)
+        keys = sum(map(len, result.tables.values()))
+        where += (
+            f"; the table holds {keys:,} keys, from this run and the earlier ones "
+            f"({result.resumed:,} input records before this run)"
+        )
     if result.stale:  # (the warning above says why)
         where += f"; from the earlier pipeline: {', '.join(result.stale)} (see above)"
     print(

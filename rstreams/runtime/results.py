@@ -63,7 +63,9 @@ class RunResult:
     in the flat shape ``--output`` writes. The order
     of a table's keys is not specified: it follows the sink topic's queues and commits,
     not the input, and may differ between backends and runs; sort it to compare.
-    ``records_in`` counts input lines, ``records_out`` records written to sink topics.
+    ``records_in`` counts this run's input lines, ``records_out`` the records it wrote
+    to sink topics; ``resumed``, the input records a resumed job had taken in before
+    (its table holds the results of every run).
     ``stale`` names the stores and sink topics that keep what an earlier version of the
     pipeline computed: a resumed job (``data_dir``) whose pipeline changed before them
     does not read the input it already consumed again (``fresh=True`` recomputes).
@@ -80,6 +82,8 @@ class RunResult:
     metrics: dict[str, int]
     stale: tuple[str, ...] = ()
     dead_letters: list[dict[str, Any]] = attrs.field(factory=list)
+    #: Input records a resumed job (``data_dir``) had taken in before this run (0: none).
+    resumed: int = 0
 
     def rows(self, topic: str) -> list[dict[str, Any]]:
         """The final table of sink ``topic`` as :func:`~rstreams.windowed.result_row`

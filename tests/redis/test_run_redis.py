@@ -292,3 +292,21 @@ def test_run_refuses_a_bad_broker_in_one_line_exit_2(tmp_path, case):
         "no-db": "has no database 99",
     }[case]
     assert expected in lines[0], r.stderr
+
+
+def test_a_job_resumed_from_another_data_directory_says_so(tmp_path, redis_url):
+    """The job's state is in Redis: a run from a fresh data directory resumes it, and
+    says so (before: it printed both inputs' counts together, nothing said)."""
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("x y\n")
+    second.write_text("y z\n")
+    for src, data in ((first, "one"), (second, "two")):
+        r = subprocess.run(
+            run_cmd("--input", src, "--broker", redis_url, "--workers", 1,
+                    "--data-dir", tmp_path / data, "--output", tmp_path / f"{data}.jsonl"),
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    assert "job 'wordcount' resumes its earlier state in redis://127.0.0.1:" in r.stderr
+    assert f"1 input records already taken in (read from {first})" in r.stderr
+    assert read_table(tmp_path / "two.jsonl") == {"x": 1, "y": 2, "z": 1}

@@ -204,6 +204,30 @@ def last_mark(broker: Broker, topic: str, file: str) -> ReadMark | None:
     return best
 
 
+def held_before(broker: Broker, topics: list[str]) -> tuple[int, list[str]]:
+    """What a job's source topics hold from earlier runs: the records (those purged
+    included) and the input files read into them (real paths, sorted)."""
+    records, files = 0, set()
+    for topic in topics:
+        for q in range(broker.queue_count(topic) or 0):
+            records += broker.end_offset(topic, q)
+        for value in last_headers(broker, topic, INGEST_HEADER):
+            with contextlib.suppress(ValueError, KeyError):
+                files.add(ReadMark.decode(value).file)
+    return records, sorted(files)
+
+
+def resumed_text(job: str, where: str, records: int, files: list[str], now: list[str]) -> str:
+    """The line a run that resumes a job's earlier state says at its start."""
+    read = f" (read from {', '.join(files)})" if files else ""
+    more = "the lines of " + ", ".join(now) + " it has not read yet" if now else "nothing new"
+    return (
+        f"job {job!r} resumes its earlier state in {where}: {records:,} input records "
+        f"already taken in{read}; this run adds {more}, and the table holds both. Run "
+        "with --fresh to start over"
+    )
+
+
 def last_headers(broker: Broker, topic: str, header: str) -> Iterator[bytes]:
     """The values of ``header`` on the last record of each queue of ``topic``: where
     an ingest records how far it got."""

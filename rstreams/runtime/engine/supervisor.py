@@ -50,6 +50,7 @@ from rstreams.planner.describe import tree_data
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.brokers import (
+    broker_identity,
     broker_target,
     check_broker_permissions,
     claim_local_state,
@@ -64,7 +65,14 @@ from rstreams.runtime.engine.collect import Collector, publish_stats
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.endofinput import EndOfInput
 from rstreams.runtime.engine.external import Externals, check_external_broker
-from rstreams.runtime.engine.ingest import AHEAD_CHUNKS, Ingest, Input, read_marks
+from rstreams.runtime.engine.ingest import (
+    AHEAD_CHUNKS,
+    Ingest,
+    Input,
+    held_before,
+    read_marks,
+    resumed_text,
+)
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
@@ -171,6 +179,8 @@ class Supervisor:
         # Refuse an input that no longer holds what the job read of it, before any work
         # (recording the topology is some).
         read = read_marks(self.broker, inputs)
+        #: Input records the job had taken in before this run (0: a new job).
+        self.resumed = 0 if config.fresh else self._resumed(inputs)
         # Refuse a topology that would orphan or misread this job's state; record it.
         self.topology_change = check_topology(
             self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
@@ -225,6 +235,18 @@ class Supervisor:
             paths = [i.path for i in self.inputs]
             unread = [i.path for i in self.inputs if i.position < i.size]
             log.warning("%s", stale_at_start(job, self.stale, paths, unread))
+
+    def _resumed(self, inputs: dict[str, str]) -> int:
+        """Say (one line) that the run resumes a job with earlier state, and what it
+        holds; the input records it had taken in."""
+        held, files = held_before(self.broker, list(self.topology.source_topics))
+        given = {os.path.realpath(p): p for p in inputs.values()}  # (as the user named them)
+        files = [given.get(f, f) for f in files]
+        if held:
+            where = broker_identity(self.config) if on_redis(self.config) else str(self.root)
+            job = self.topology.job_id
+            log.warning("%s", resumed_text(job, where, held, files, list(inputs.values())))
+        return held
 
     @property
     def stale(self) -> TopologyDiff | None:
@@ -303,6 +325,8 @@ class Supervisor:
         # Restore progress left by workers of an earlier run that died mid-restore.
         shutil.rmtree(self.layout.coordination.restore, ignore_errors=True)
         self.skipped_before = self.skipped()
+        #: Records the sink topics held before this run (a resumed job's).
+        self.out_before = self.collector.records_out()
         stats = self.stats = self.pool.stats = SupervisorStats(
             self.group_dir, job=self.topology.job_id, pipeline=self.pipeline_path,
             workers_wanted=self.n_workers, tree=tree_data(self.topology),
@@ -511,9 +535,11 @@ def run_durable(
             )
     finally:
         sup.close()
+    out = status["records_out"] - sup.out_before
     return RunResult(
-        tables, status["records_in"], status["records_out"], status["elapsed"], metrics, stale
-    )
+        tables, status["records_in"], out, status["elapsed"], metrics, stale,
+        resumed=sup.resumed,
+    )  # fmt: skip
 
 
 def _run_joined(pipeline_path: str, topology: Topology, config: RunConfig) -> Any:
