@@ -106,7 +106,9 @@ class RunResult:
 
 def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:
     """Fold sink records (deserialized with the sink topic's serdes) into a final table:
-    the last value per key."""
+    the last value per key; a last value of None (a tombstone: a session merged into
+    another) deletes the key, so the table does not depend on which sessions merged
+    in which order."""
     if not len(records):
         return
     # Only each key's last record counts: pick those on the raw bytes (in log order, so
@@ -118,8 +120,12 @@ def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> No
     try:
         table.update(zip(keys, values))
     except TypeError:  # unhashable keys (lists, dicts): make them hashable
+        keys = [_hashable(k) for k in keys]
+        table.update(zip(keys, values))
+    if None in values:
         for k, v in zip(keys, values):
-            table[_hashable(k)] = v
+            if v is None:
+                table.pop(k, None)
 
 
 def _decode_column(serde: Any, column: list[bytes | None]) -> list[Any]:
