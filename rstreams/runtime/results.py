@@ -8,6 +8,7 @@ which re-exports its public names.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -26,6 +27,8 @@ __all__ = [
     "check_data_dir",
     "check_output_path",
     "fold_records",
+    "letter_fields",
+    "letter_text",
     "row_json",
     "table_lines",
     "write_dead_letters",
@@ -102,6 +105,58 @@ class RunResult:
                 f"no sink topic {topic!r} in this run; its sinks are {sorted(self.tables)}"
             ) from None
         return [result_row(k, v) for k, v in table.items()]
+
+
+def letter_fields(name: str, value: Any, limit: int | None = None) -> dict[str, Any]:
+    """How a dead letter holds a record's ``key`` or ``value`` (field ``name``), the same
+    on every backend: the value itself where JSON holds it (text, numbers, booleans,
+    null, lists and objects of them), so tools read it back as it was; bytes (a record
+    that failed in its deserialization) as UTF-8 text, or base64 with
+    ``"<name>_encoding": "base64"``; anything else as its ``repr()`` with
+    ``"<name>_encoding": "repr"``. ``limit``: the longest JSON text kept whole (longer:
+    its repr, cut).
+
+    >>> letter_fields("value", {"ts": 1, "page": "/a"}), letter_fields("key", None)
+    ({'value': {'ts': 1, 'page': '/a'}}, {'key': None})
+    >>> letter_fields("value", b"caf\\xe9")
+    {'value': 'Y2Fm6Q==', 'value_encoding': 'base64'}
+    >>> letter_fields("value", {1, 2})
+    {'value': '{1, 2}', 'value_encoding': 'repr'}
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return {name: raw.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {name: base64.b64encode(raw).decode("ascii"), f"{name}_encoding": "base64"}
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        text = None
+    if text is not None and (limit is None or len(text) <= limit):
+        return {name: value}
+    shown = repr(value)
+    if limit is not None and len(shown) > limit:
+        shown = shown[: limit - 3] + "..."
+    return {name: shown, f"{name}_encoding": "repr"}
+
+
+def letter_text(letter: dict[str, Any], name: str) -> str:
+    """The ``key`` or ``value`` of a dead letter (see :func:`letter_fields`) as error
+    messages show it: as the ``repr()`` of what the step had.
+
+    >>> letter_text({"value": "bad"}, "value")
+    "'bad'"
+    >>> letter_text({"key": "{1}", "key_encoding": "repr"}, "key")
+    '{1}'
+    """
+    value = letter.get(name)
+    encoding = letter.get(f"{name}_encoding")
+    if encoding == "repr":
+        return str(value)
+    if encoding == "base64":
+        return repr(base64.b64decode(str(value)))
+    return repr(value)
 
 
 def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> None:

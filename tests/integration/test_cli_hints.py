@@ -67,7 +67,7 @@ def test_durable_dead_letters_warning_gives_a_command_that_reads_them(tmp_path, 
     r = rstreams(*shlex.split(command)[1:], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     letters = [json.loads(ln) for ln in r.stdout.splitlines()]
-    assert [(d["offset"], d["value"]) for d in letters] == [(1, "'0'"), (3, "'0'")]
+    assert [(d["offset"], d["value"]) for d in letters] == [(1, "0"), (3, "0")]
 
 
 WORDS = """
@@ -100,7 +100,7 @@ def test_a_bad_input_line_is_named_by_file_and_line_by_the_durable_runtime(tmp_p
     r = rstreams("consume", "wl-dead-letter", "--from-beginning", "--data-dir", "dl", cwd=tmp_path)
     (letter,) = [json.loads(ln) for ln in r.stdout.splitlines()]
     assert (letter["file"], letter["line"]) == (str((tmp_path / "in.txt").resolve()), 45001)
-    assert letter["encoding"] == "base64"
+    assert letter["value_encoding"] == "base64"
     assert base64.b64decode(letter["value"]) == b"caf\xe9 x"
 
 

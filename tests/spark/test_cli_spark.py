@@ -80,5 +80,5 @@ def test_cli_spark_writes_dead_letters_to_the_given_file(
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     (letter,) = [json.loads(line) for line in dead.read_text().splitlines()]
-    assert letter["step"] == "numbers-map-1" and letter["value"] == "'0'"
+    assert letter["step"] == "numbers-map-1" and letter["value"] == "0"
     assert f"1 dead-lettered to {dead}" in r.stderr

@@ -214,7 +214,7 @@ def test_in_memory_dead_letters_are_printed(capsys, tmp_path, failing_pipeline):
     assert code == 0, err
     assert "rstreams: 2 dead letter(s)" in err and "--dead-letters PATH" in err
     letters = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    assert [(d["offset"], d["value"]) for d in letters] == [(1, "'0'"), (3, "'0'")]
+    assert [(d["offset"], d["value"]) for d in letters] == [(1, "0"), (3, "0")]
     assert all(d["error"].startswith("ZeroDivisionError") for d in letters)
     assert "2 dead-lettered" in err
 

@@ -152,7 +152,7 @@ def test_dead_letter_writes_a_json_record_and_goes_on() -> None:
     assert dead.value["topic"] == "in"
     assert dead.value["queue"] == 0
     assert dead.value["offset"] == 1
-    assert dead.value["value"] == "'bad'"
+    assert dead.value["value"] == "bad"  # (JSON: the value itself, not its repr)
     assert dead.value["error"] == "ValueError: cannot handle 'bad'"
 
 
@@ -208,7 +208,7 @@ def test_invalid_json_is_dead_lettered() -> None:
     assert dead["topic"] == "events"
     assert dead["offset"] == 1
     assert dead["value"] == "{not json"  # the bytes as read, UTF-8 text: as text
-    assert "encoding" not in dead
+    assert "value_encoding" not in dead
     assert dead["error"].startswith("SerdeError: invalid JSON")
 
 
@@ -276,7 +276,7 @@ def test_bad_records_of_an_input_file_are_dead_lettered_with_file_line_and_bytes
         (str(data), 150, 149),
         (str(data), 251, 250),
     ]
-    assert [d["encoding"] for d in dead] == ["base64", "base64"]
+    assert [d["value_encoding"] for d in dead] == ["base64", "base64"]
     assert [base64.b64decode(d["value"]) for d in dead] == [b"caf\xe9 \xff", b"\xfe"]
     assert result.tables["counts"]["a"] == 298
     warned = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
@@ -324,3 +324,17 @@ def test_unserializable_sink_value_is_a_processing_error_of_the_sink() -> None:
         driver.pipe("in", "a")
         assert driver.read("sets") == []
         assert driver.metrics["skipped"] == 1
+
+
+def test_dead_letters_hold_json_values_as_json_and_the_rest_as_marked_text() -> None:
+    """Before, keys and values were Python reprs ("key": "None", "value": "'ts,...'")."""
+    from rstreams.runtime.results import letter_fields
+
+    assert letter_fields("key", None) == {"key": None}
+    assert letter_fields("value", {"a": [1, 2.5, "x"]}) == {"value": {"a": [1, 2.5, "x"]}}
+    assert letter_fields("value", "ts,1") == {"value": "ts,1"}
+    assert letter_fields("value", {1, 2}) == {"value": "{1, 2}", "value_encoding": "repr"}
+    assert letter_fields("value", b"\xff") == {"value": "/w==", "value_encoding": "base64"}
+    assert letter_fields("value", float("nan")) == {"value": "nan", "value_encoding": "repr"}
+    cut = letter_fields("value", "x" * 50, limit=20)
+    assert cut == {"value": repr("x" * 50)[:17] + "...", "value_encoding": "repr"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, StateSt
 from rstreams.runtime.engine.record import Record
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
+from rstreams.runtime.results import letter_fields
 from rstreams.state.metered import MeteredStore
 from rstreams.state.rocksdb import RocksDBConfig
 from rstreams.userfn import describe_fn
@@ -118,24 +118,18 @@ def shown_path(path: str) -> str:
     return path if rel.startswith(os.pardir) else rel
 
 
-def dead_letter_value(value: Any) -> dict[str, str]:
-    """The ``value`` field (and ``encoding``) of a dead letter. Bytes (a record that failed
-    before or in its deserialization) are kept so that tools can read them back: as text
-    when they are UTF-8, else base64 with ``"encoding": "base64"``. A value a step got
-    after deserializing is shown as ``repr()`` (it need not be JSON).
+def dead_letter_value(value: Any) -> dict[str, Any]:
+    """The ``value`` field (and ``value_encoding``) of a dead letter: see
+    :func:`rstreams.runtime.results.letter_fields`.
 
         >>> dead_letter_value(b"caf\\xe9")
-        {'value': 'Y2Fm6Q==', 'encoding': 'base64'}
-        >>> dead_letter_value(b"{not json"), dead_letter_value("x")
-        ({'value': '{not json'}, {'value': "'x'"})
+        {'value': 'Y2Fm6Q==', 'value_encoding': 'base64'}
+        >>> dead_letter_value(b"{not json"), dead_letter_value("x"), dead_letter_value((1, "a"))
+        ({'value': '{not json'}, {'value': 'x'}, {'value': (1, 'a')})
     """
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return {"value": raw.decode("utf-8")}
-        except UnicodeDecodeError:
-            return {"value": base64.b64encode(raw).decode("ascii"), "encoding": "base64"}
-    return {"value": repr(value)}
+    from rstreams.runtime.results import letter_fields
+
+    return letter_fields("value", value)
 
 
 class StreamContext:
@@ -220,7 +214,7 @@ class StreamContext:
             }
             if origin is not None:
                 payload["file"], payload["line"] = origin
-            payload["key"] = repr(record.key)
+            payload.update(letter_fields("key", record.key))
             payload.update(dead_letter_value(record.value))
             payload["error"] = f"{type(exc).__name__}: {exc}"
             self.producer.send(

@@ -32,7 +32,13 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
 from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.redisstreams.target import RedisTarget
-from rstreams.runtime.results import Progress, RunResult, check_output_path, write_dead_letters
+from rstreams.runtime.results import (
+    Progress,
+    RunResult,
+    check_output_path,
+    letter_text,
+    write_dead_letters,
+)
 from rstreams.runtime.spark import encoding as enc
 
 # The translation rules of windowed aggregations and joins, which add themselves to the
@@ -526,8 +532,8 @@ def translate_error(
     where, line = _locate(info, spark, sources)
     what = f" in {info['fn']}" if info.get("fn") else ""
     message = (
-        f"step {info['step']!r} failed on the record at {where} (key={info.get('key', 'None')}, "
-        f"value={info.get('value')}){what}: {info.get('error')}\n  {ON_ERROR_HINT}"
+        f"step {info['step']!r} failed on the record at {where} (key={letter_text(info, 'key')}, "
+        f"value={letter_text(info, 'value')}){what}: {info.get('error')}\n  {ON_ERROR_HINT}"
     )
     return ProcessingError(
         message,

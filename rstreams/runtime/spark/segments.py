@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from rstreams.runtime.gctune import tuned
-from rstreams.runtime.results import row_json
+from rstreams.runtime.results import letter_fields, row_json
 from rstreams.runtime.spark import encoding as enc
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.userfn import as_timestamp, describe_fn
@@ -106,8 +106,8 @@ class ErrorPolicy:
             "topic": self.topic,
             "fn": fn_label(fn) if fn is not None else None,
             "error": f"{type(exc).__name__}: {exc}",
-            "key": _short_repr(key),
-            "value": _short_repr(value),
+            **letter_fields("key", key, limit=_LETTER_LIMIT),
+            **letter_fields("value", value, limit=_LETTER_LIMIT),
             "partition": partition,
             "row": row,
             "seq": seq,
@@ -126,9 +126,9 @@ def fn_label(fn: Any) -> str:
     return repr(fn) if isinstance(fn, Builtin) else describe_fn(fn)
 
 
-def _short_repr(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 200 else text[:197] + "..."
+#: The longest key or value a failed record's report carries whole (it travels in an
+#: exception or an accumulator).
+_LETTER_LIMIT = 2_000
 
 
 def _partition() -> int:

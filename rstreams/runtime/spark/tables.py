@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from rstreams.dsl import nodes as n
 from rstreams.errors import SerdeError
-from rstreams.runtime.results import table_lines, write_table
+from rstreams.runtime.results import letter_text, table_lines, write_table
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.serde import JsonSerde, MsgpackSerde, StrSerde
@@ -201,8 +201,8 @@ class Failures:
             log.warning(
                 "step %r failed on a record (key=%s, value=%s)%s: %s (%s)",
                 info.get("step"),
-                info.get("key"),
-                info.get("value"),
+                letter_text(info, "key"),
+                letter_text(info, "value"),
                 f" in {info['fn']}" if info.get("fn") else "",
                 info.get("error"),
                 "skipped" if self.on_error == "skip" else "dead-lettered",
@@ -217,8 +217,7 @@ class Failures:
                 "topic": r.get("topic"),
                 "queue": None,
                 "offset": None,
-                "key": r.get("key"),
-                "value": r.get("value"),
+                **{k: v for k, v in r.items() if k.startswith(("key", "value"))},
                 "error": r.get("error"),
             }
             for r in self.records
