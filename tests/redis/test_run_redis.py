@@ -124,7 +124,7 @@ def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
 
 @pytest.mark.slow
 def test_a_second_host_joins_tasks_spread_results_exact(tmp_path, redis_url):
-    corpus = big_corpus(tmp_path, 40)  # (long enough for B to join while A works)
+    corpus = big_corpus(tmp_path, 100)  # (long enough for B to join while A works)
     client = redis.Redis.from_url(redis_url)
     lock = RedisJobLock(client, "wordcount")
     observer = RedisGroupMembership(client, "wordcount", "wordcount", "observer")

@@ -100,7 +100,7 @@ def test_a_host_killed_whole_leaves_its_tasks_to_the_other_results_exact(
     workers (kill -9) while both hold tasks. The joined one: the first takes its tasks
     and ends exact. The first one (which reads the input): the joined one ends, saying
     so, and a new first run on a third data directory goes on from the last commit."""
-    corpus = big_corpus(tmp_path, 40)
+    corpus = big_corpus(tmp_path, 100)  # (A must still run when B joins)
     observer = RedisGroupMembership(
         redis.Redis.from_url(redis_url), "wordcount", "wordcount", "observer"
     )
