@@ -179,14 +179,15 @@ class Supervisor:
         # Refuse an input that no longer holds what the job read of it, before any work
         # (recording the topology is some).
         read = read_marks(self.broker, inputs)
-        #: Input records the job had taken in before this run (0: a new job).
-        self.resumed = 0 if config.fresh else self._resumed(inputs)
         # Refuse a topology that would orphan or misread this job's state; record it.
         self.topology_change = check_topology(
             self.root, topology, allow=config.allow_topology_change, fresh=config.fresh
         )
         if on_redis(config):  # (for the hosts that join this run: the same code or none)
             publish_topology(redis_client(config), topology)
+        #: Input records the job had taken in before this run (0: a new job); said once
+        #: the run is known to go ahead (not before a refusal).
+        self.resumed = 0 if config.fresh else self._resumed(inputs)
         self.layout.logs.mkdir(exist_ok=True)
         # Source topics the job creates get several queues, so that work can spread over
         # workers (now or in a later run with more of them).
