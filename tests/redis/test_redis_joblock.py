@@ -168,6 +168,17 @@ def _run_b(tmp_path: Path, corpus: Path, url: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _stop(*procs: subprocess.Popen[str] | None) -> None:
+    """Kill what still runs of ``procs`` (resumed first: one may be SIGSTOPped)."""
+    import signal
+
+    for p in procs:
+        if p is not None and p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait()
+
+
 def _table(path: Path) -> dict[str, int]:
     import json
 
@@ -204,11 +215,7 @@ def test_a_paused_owner_whose_lock_was_taken_stops_writing_and_fails(
         _, a_err = a.communicate(timeout=300)
         _, b_err = b.communicate(timeout=300)
     finally:
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-                p.wait()
+        _stop(a, b)
     assert a.returncode != 0, a_err
     assert "another run took the job lock" in a_err and "wrote no table" in a_err, a_err
     assert not (tmp_path / "a.json").exists()
@@ -241,10 +248,7 @@ def test_a_redis_pause_past_the_lease_never_gives_two_exact_looking_runs(
         _, a_err = a.communicate(timeout=300)
         _, b_err = b.communicate(timeout=300)
     finally:
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        _stop(a, b)
     assert [a.returncode, b.returncode].count(0) == 1, (a_err, b_err)
     if a.returncode == 0:
         assert b.returncode == 2 and "already running" in b_err, b_err
@@ -317,9 +321,7 @@ def test_joining_with_another_pipeline_is_refused_with_the_diff(
         assert not (tmp_path / "b.jsonl").exists()
         _, a_err = a.communicate(timeout=300)
     finally:
-        if a.poll() is None:
-            a.kill()
-            a.wait()
+        _stop(a)
     assert a.returncode == 0, a_err  # (nothing of B ran: A's answer is whole)
     import json
 
@@ -360,10 +362,7 @@ def test_a_joining_run_stopped_early_fails_and_writes_nothing(
         _, b_err = b.communicate(timeout=120)
         _, a_err = a.communicate(timeout=300)
     finally:
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        _stop(a, b)
     assert b.returncode == 130, b_err
     assert "interrupted" in b_err and "Traceback" not in b_err, b_err
     assert not (tmp_path / "b.jsonl").exists()

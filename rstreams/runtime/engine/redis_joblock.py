@@ -112,11 +112,6 @@ class RedisJobLock:
             return None
         return self.gen_key, str(self.generation)
 
-    def check(self) -> None:
-        """Raise :class:`JobLockLostError` if another run took the lock from this one."""
-        if self.lost:
-            raise self.lost_error()
-
     def lost_error(self) -> JobLockLostError:
         holder = self.holder() if self._reachable() else None
         who = (
