@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rstreams.dsl.external import RedisStream
 
 __all__ = ["BAD_ENTRY_HEADER", "BadEntryError", "bad_entries", "entry_fields", "entry_id",
-           "entry_record"]  # fmt: skip
+           "entry_record", "not_text"]  # fmt: skip
 
 #: The header of a record whose entry could not be read as the source declares (a field
 #: that is not UTF-8 in whole-entry mode): its value says why, naming the stream, the
@@ -85,6 +85,15 @@ def _escaped(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+def not_text(spec: RedisStream, eid: bytes, what: str, e: UnicodeDecodeError) -> str:
+    """The words for an entry's ``what`` (a field's name or value) that is not UTF-8,
+    naming the stream and the entry id (both backends say it so)."""
+    return (
+        f"entry {eid.decode()} of the Redis stream {spec.stream!r}: the {what} is not UTF-8 "
+        f"({e.reason} at byte {e.start})"
+    )
+
+
 def _bad_text(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> str:
     """Why an entry is not text: its stream, id, and the first field that is not UTF-8."""
     for name, value in fields.items():
@@ -92,11 +101,9 @@ def _bad_text(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> str:
             try:
                 raw.decode()
             except UnicodeDecodeError as e:
-                return (
-                    f"entry {eid.decode()} of the Redis stream {spec.stream!r}: the {part} of "
-                    f"field {_escaped(name)!r} is not UTF-8 ({e.reason} at byte {e.start}); "
-                    "a whole-entry source reads every field as text"
-                )
+                what = f"{part} of field {_escaped(name)!r}"
+                why = not_text(spec, eid, what, e)
+                return f"{why}; a whole-entry source reads every field as text"
     return f"entry {eid.decode()} of the Redis stream {spec.stream!r} is not UTF-8"
 
 

@@ -49,6 +49,7 @@ from rstreams.runtime.streamentries import (
     entry_fields,
     entry_id,
     entry_record,
+    not_text,
 )
 
 if TYPE_CHECKING:
@@ -125,10 +126,7 @@ def _text(raw: bytes | None, spec: Any, eid: bytes, what: str) -> str | None:
     try:
         return raw.decode()
     except UnicodeDecodeError as e:
-        raise BadEntryError(
-            f"entry {eid.decode()} of the Redis stream {spec.stream!r}: the {what} is not "
-            f"UTF-8 ({e.reason} at byte {e.start})"
-        ) from None
+        raise BadEntryError(not_text(spec, eid, what, e)) from None
 
 
 def _rows(options: dict[str, str], after: str, upto: str) -> Iterator[tuple[Any, ...]]:
