@@ -671,11 +671,29 @@ def _queues(q: int | None) -> str:
 
 def _show(value: Any) -> str:
     if isinstance(value, dict) and "type" in value:
+        window = _window(value)
+        if window is not None:  # as `rstreams describe` prints it: tumbling size=... ms
+            return str(window)
         # Every field of a window spec is a duration in milliseconds.
         unit = " ms" if str(value["type"]).endswith("Window") else ""
         fields = ", ".join(f"{k}={v}{unit}" for k, v in value.items() if k != "type")
         return f"{value['type']}({fields})"
     return "-" if value is None else str(value)
+
+
+def _window(facts: dict[str, Any]) -> Any:
+    """The window spec whose facts (``{"type": "TumblingWindow", "size": ...}``, their
+    keys in any order: a job's recorded identity has them sorted) are ``facts``; None
+    when they are not one rstreams knows."""
+    from rstreams.dsl import windows
+
+    cls = getattr(windows, str(facts["type"]), None)
+    if not isinstance(cls, type) or not attrs.has(cls):
+        return None
+    try:
+        return cls(**{k: v for k, v in facts.items() if k != "type"})
+    except (TypeError, ValueError):
+        return None
 
 
 # -- text ----------------------------------------------------------------------------------

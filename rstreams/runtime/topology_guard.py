@@ -133,11 +133,71 @@ def check_topology(
 def _refusal(job: str, path: Path, d: TopologyDiff, start_over: str) -> str:
     return (
         f"job {job!r} last ran with another topology ({path}), and this one would lose "
-        f"or misread its state:\n\n{d.describe()}\n"
-        "Keep the state by giving the renamed steps their old names with name= (as the "
-        f"hints above say; docs/concepts.md#step-names), start the job over with {start_over}, "
-        "or run anyway with --allow-topology-change (orphaned state stays unused)"
+        f"or misread its state:\n\n{d.describe()}\n{_what_to_do(d, start_over)}"
     )
+
+
+#: A misread store's or topic's note (by its first word) -> what it was written with.
+_WRITTEN_WITH = {
+    "window": "other window bounds",
+    "queues": "another queue count (keys on other queues)",
+    "serde": "another serde",
+    "key_serde": "another key serde",
+    "value_serde": "another value serde",
+    "aggregation": "another aggregation",
+    "split": "its keys split by another topic",
+}
+
+
+def _what_to_do(d: TopologyDiff, start_over: str) -> str:
+    """The refusal's last line: why the change loses or misreads state, in the terms of
+    the change (a rename: name=; a resized window: other window bounds...), and what to
+    do about it."""
+    # A store lost with its step's generated name (not because the job id changed).
+    renamed = d.old_job == d.new_job and any(
+        c.effect == "lost" and c.status == "renamed" for c in d.stores
+    )
+    written: dict[str, list[str]] = {}  # what they were written with -> stores, topics
+    for what, changes in (("store", d.stores), ("topic", d.topics)):
+        for c in changes:
+            if c.effect != "misread":
+                continue
+            whys = [
+                why
+                for note in c.notes
+                if (why := _WRITTEN_WITH.get(note.split(":")[0].split(" ")[0])) is not None
+            ]
+            with_ = _and(list(dict.fromkeys(whys))) if whys else "other settings"
+            written.setdefault(with_, []).append(f"{what} {c.new}")
+    misread = [
+        f"{_and(names)} {'was' if len(names) == 1 else 'were'} written with {with_}"
+        for with_, names in written.items()
+    ]
+    lost = "orphaned state stays unused"
+    if renamed and not misread:
+        return (
+            "Keep the state by giving the renamed steps their old names with name= (as the "
+            f"hints above say; docs/concepts.md#step-names), start the job over with "
+            f"{start_over}, or run anyway with --allow-topology-change ({lost})"
+        )
+    if not misread:  # the job id changed
+        return (
+            f"Keep the job id (as the hints above say), start the job over with {start_over}, "
+            f"or run anyway with --allow-topology-change ({lost})"
+        )
+    consequence = "what was written with the old settings is then read with the new ones"
+    keep = ""
+    if renamed:
+        keep = (
+            "Keep the state of the renamed steps by giving them their old names with name= "
+            "(as the hints above say; docs/concepts.md#step-names); "
+        )
+        consequence = f"{lost}, and {consequence}"
+    said = (
+        f"{keep}{'; '.join(misread)}: start the job over with {start_over} (or give it a new "
+        f"job id) to build it anew, or run anyway with --allow-topology-change ({consequence})"
+    )
+    return said[:1].upper() + said[1:]
 
 
 def _what(d: TopologyDiff) -> tuple[str, str]:

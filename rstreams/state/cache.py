@@ -10,7 +10,7 @@ its owner commits, and the commit empties it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,10 @@ class CachedStore:
         self._later_values: list[Any] = []
         self._later_ts = 0
         self._defers = type(key_serde) is MsgpackSerde and type(value_serde) is MsgpackSerde
+        #: Says, in the words of the step that owns the store, what a change that can
+        #: not be stored is: ``explain(key, value, error)``, None to say it in the
+        #: store's own terms (its name and internal key).
+        self.explain: Callable[[Any, Any, SerdeError], str | None] | None = None
 
     def get(self, key: Any, default: Any = None) -> Any:
         v = self._cache.get(key, _MISSING)
@@ -181,7 +185,7 @@ class CachedStore:
             try:
                 kb, vb = self._kser(k), None if v is None else self._vser(v)
             except SerdeError as e:
-                raise self._unstorable(k, e) from None
+                raise self._unstorable(k, v, e) from None
             self.wrapped.log_changes([kb], [vb], timestamp)
             self._dirty.clear()
             changes, deletes = 1, int(v is None)
@@ -204,7 +208,7 @@ class CachedStore:
                         kbs.append(kser(k))
                         vbs.append(None if v is None else vser(v))
                     except SerdeError as e:
-                        raise self._unstorable(k, e) from None
+                        raise self._unstorable(k, v, e) from None
             self.wrapped.log_changes(kbs, vbs, timestamp)
             self._dirty.clear()
             changes = len(keys)
@@ -244,7 +248,9 @@ class CachedStore:
         values_bytes: list[bytes | None] = list(self._vser_many(values))
         self.wrapped.log_changes(self._kser_many(keys), values_bytes, self._later_ts)
 
-    def _unstorable(self, key: Any, e: SerdeError) -> SerdeError:
+    def _unstorable(self, key: Any, value: Any, e: SerdeError) -> SerdeError:
+        if self.explain is not None and (said := self.explain(key, value, e)):
+            return SerdeError(said)
         return SerdeError(f"store {self.name!r}: can not store key {key!r}: {e}")
 
     def send(self) -> None:

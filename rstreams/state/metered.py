@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from rstreams.errors import SerdeError
 from rstreams.serde import Serde
 from rstreams.state.cache import CachedStore
 from rstreams.state.changelogging import ChangeLoggingStore, ChangelogLog
@@ -88,6 +89,11 @@ class MeteredStore:
         #: ``Task.prepare_commit``): the cache's own, which counts the changes.
         self.prepare = wrapped.prepare
         self.restored = 0
+
+    def explain_unstorable(self, explain: Callable[[Any, Any, SerdeError], str | None]) -> None:
+        """Have ``explain(key, value, error)`` say what a change that can not be stored
+        is, in the words of the step that owns the store (None: the store's own)."""
+        self.wrapped.explain = explain
 
     @property
     def inner(self) -> KeyValueStore:

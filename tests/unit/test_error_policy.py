@@ -293,7 +293,7 @@ def test_records_not_read_from_a_file_name_no_line() -> None:
 # -- unstorable state and unwritable output ---------------------------------------------
 
 
-def test_unstorable_aggregate_value_raises_serde_error_naming_the_store() -> None:
+def test_unstorable_aggregate_value_raises_serde_error_naming_the_step() -> None:
     b = StreamBuilder("sets")
     (
         b.source("in")
@@ -305,7 +305,7 @@ def test_unstorable_aggregate_value_raises_serde_error_naming_the_store() -> Non
     # pytest.raises outside the driver's block.
     with (
         pytest.raises(
-            SerdeError, match=r"store 'sets-uniq-store': can not store key 1: value of type set"
+            SerdeError, match=r"step 'uniq' \(aggregate\) .* key 1: a set can not be stored"
         ),
         TopologyTestDriver(b.build()) as driver,
     ):

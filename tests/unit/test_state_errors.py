@@ -59,7 +59,9 @@ def test_a_value_the_store_cannot_write_stays_fatal_with_skip() -> None:
         "out", serializer=lambda s: repr(sorted(s)).encode()
     )
     with (
-        pytest.raises(SerdeError, match=r"store 'sets-uniq-store': can not store key 1"),
+        pytest.raises(
+            SerdeError, match=r"step 'uniq' \(aggregate\) can not store its value for key 1"
+        ),
         TopologyTestDriver(b.build(), on_error="skip") as driver,
     ):
         driver.pipe("in", "a")
@@ -127,3 +129,33 @@ def test_a_task_rebuilds_a_damaged_store_from_its_changelog(tmp_path: Path, capl
     engine.run_until_idle()
     assert dict(task.stores["c-n-store"].items()) == {"a": 3, "b": 2, "c": 1}
     engine.close()
+
+
+# -- an aggregate whose value can not be stored ---------------------------------------
+
+
+def _set_of_users(windowed: bool) -> Topology:
+    from rstreams import TumblingWindow
+
+    b = StreamBuilder("views")
+    grouped = b.source("v", "json").keyBy(lambda e: e["page"])
+    agg = grouped.window(TumblingWindow(60000)) if windowed else grouped
+    agg.aggregate(set, lambda acc, e: acc | {e["user"]}).toRStream().map(sorted).sink("out")
+    return b.build()
+
+
+@pytest.mark.parametrize("windowed", [True, False])
+def test_an_aggregate_of_sets_names_step_key_window_and_type(windowed: bool) -> None:
+    with (
+        pytest.raises(SerdeError) as e,
+        TopologyTestDriver(_set_of_users(windowed)) as driver,
+    ):
+        driver.pipe("v", {"page": "/product/42", "user": "ann"}, timestamp=61000)
+    message = str(e.value)
+    step = "v-windowAggregate-2" if windowed else "v-aggregate-2"
+    assert f"step {step!r} (aggregate)" in message
+    assert "key '/product/42'" in message
+    assert ("window [60000, 120000)" in message) is windowed
+    assert "a set can not be stored" in message
+    assert "a list (sorted(...) for a stable order)" in message and "serde=" in message
+    assert "('w'" not in message and "tuple" not in message.split("holds")[0]

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rstreams import StreamBuilder, Topology
+import pytest
+
+from rstreams import HoppingWindow, StreamBuilder, Topology, TumblingWindow
+from rstreams.dsl.windows import Window
+from rstreams.planner.diff import TopologyChangeError
 from rstreams.runtime.topology_guard import check_topology, stale_at_end, stale_at_start
 
 
@@ -50,3 +54,47 @@ def test_the_words_name_the_change_the_inputs_and_what_is_stale() -> None:
     one = wordcount("lower", store=False).diff(wordcount("upper", store=False))
     assert "; topic out keeps what" in stale_at_start("wc", one, ["a.txt"], [])
     assert ": topic out also holds what" in stale_at_end(one, 5, ["a.txt"])
+
+
+def clicks(window: Window, *, name: str | None = "per-user", filtered: bool = False) -> Topology:
+    b = StreamBuilder("clicks")
+    s = b.source("clicks", "json")
+    if filtered:
+        s = s.filter(lambda c: c["user"])
+    s.keyBy(lambda c: c["user"]).window(window).count(name=name).sink("out")
+    return b.build()
+
+
+def _refused(tmp_path: Path, old: Topology, new: Topology) -> str:
+    check_topology(tmp_path, old)
+    with pytest.raises(TopologyChangeError) as e:
+        check_topology(tmp_path, new)
+    return str(e.value)
+
+
+def test_a_refusal_without_renames_says_what_changed_not_name(tmp_path: Path) -> None:
+    hopping = HoppingWindow(600_000, advance=60_000)
+    message = _refused(tmp_path, clicks(hopping), clicks(TumblingWindow(300_000)))
+    # The window as `rstreams describe` prints it, fields in the DSL's order (the old
+    # one comes back from the job's JSON, its keys sorted).
+    assert (
+        "window: hopping size=600000 ms, advance=60000 ms, grace=0 ms -> "
+        "tumbling size=300000 ms, grace=0 ms"
+    ) in message
+    footer = message.splitlines()[-1]
+    assert "renamed" not in footer and "name=" not in footer
+    assert footer.startswith(
+        "Store clicks-per-user-store was written with other window bounds: start "
+        "the job over with --fresh (or give it a new job id) to build it anew"
+    )
+    assert "--allow-topology-change" in footer
+
+
+def test_a_refusal_with_a_rename_says_name(tmp_path: Path) -> None:
+    window = TumblingWindow(60_000)
+    old, new = clicks(window, name=None), clicks(window, name=None, filtered=True)
+    footer = _refused(tmp_path, old, new).splitlines()[-1]
+    assert footer.startswith(
+        "Keep the state by giving the renamed steps their old names with name="
+    )
+    assert "window bounds" not in footer

@@ -7,10 +7,11 @@ in :mod:`.processors`) and merge them into state a batch at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import StateStoreError
+from rstreams.errors import SerdeError, StateStoreError
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
@@ -21,6 +22,82 @@ from rstreams.semantics.nullkeys import NULL_KEYS
 
 #: The processor kinds defined here: kind -> builder (see ``rstreams.runtime.engine.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
+
+
+#: The types msgpack (state's default serde) stores.
+_STORABLE = (type(None), bool, int, float, str, bytes, bytearray, list, tuple, dict)
+
+
+def _unstorable_part(obj: Any) -> Any:
+    """The first part of ``obj`` msgpack can not store (``obj`` itself if it is one),
+    None if every part is storable."""
+    if not isinstance(obj, _STORABLE):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        parts: Any = obj
+    elif isinstance(obj, dict):
+        parts = [p for kv in obj.items() for p in kv]
+    else:
+        return None
+    for p in parts:
+        if (bad := _unstorable_part(p)) is not None:
+            return bad
+    return None
+
+
+def unstorable(
+    step: str, node: n.AggregateNode | n.WindowAggregateNode
+) -> Callable[[Any, Any, SerdeError], str | None]:
+    """What an aggregation's store says of a value it can not store: the step, the
+    user's key (and window), the type that could not be stored and what to use instead
+    (for :meth:`MeteredStore.explain_unstorable`)."""
+    windowed = isinstance(node, n.WindowAggregateNode)
+    size = getattr(getattr(node, "window", None), "size", None)
+    call = node.op
+
+    def explain(skey: Any, value: Any, e: SerdeError) -> str | None:
+        if not windowed:
+            where, acc = f"key {skey!r}", value
+        elif (
+            isinstance(skey, tuple)
+            and len(skey) == 3
+            and skey[0] in ("w", "s")
+            and isinstance(value, tuple)
+            and len(value) == 2
+        ):
+            _, key, start = skey
+            if skey[0] == "w":
+                acc, end = value[0], None if size is None else start + size
+            else:
+                end, acc = value
+            where = f"key {key!r}, window [{start}, {end})"
+        else:
+            return None  # not an aggregate (the store's stream time, say)
+        if node.state_serde is None:
+            bad = _unstorable_part(acc)
+            kind = type(acc if bad is None else bad).__name__
+            within = "" if bad is None or bad is acc else f" (in a {type(acc).__name__})"
+            if bad is None:  # (an int too large, say)
+                within = f" ({e})"
+            instead = (
+                "a list (sorted(...) for a stable order)"
+                if isinstance(bad, (set, frozenset))
+                else "None/bool/int/float/str/bytes/list/tuple/dict"
+            )
+            return (
+                f"step {step!r} ({call}) can not store its value for {where}: a {kind}"
+                f"{within} can not be stored in state, which holds "
+                "None/bool/int/float/str/bytes/list/tuple/dict. Have the "
+                f"{'initializer and adder' if node.op == 'aggregate' else 'function'} return "
+                f"{instead} instead, or give {call}() a serde= that stores {kind} values"
+            )
+        return (
+            f"step {step!r} ({call}) can not store its value for {where}: its serde "
+            f"{getattr(node.state_serde, 'name', node.state_serde)!r} can not store a "
+            f"{type(acc).__name__} ({e})"
+        )
+
+    return explain
 
 
 @register_processor("aggregate", BUILDERS)
@@ -37,6 +114,7 @@ class AggregateProcessor(Processor):
         node = factory.node
         assert isinstance(node, n.AggregateNode)
         self.store_name = factory.stores[0]
+        self.agg_node = node
         self.user_fn = node.fn
         self.agg = agg = Aggregation.of(node)
         self.add = agg.adds  # partials merge with +
@@ -54,6 +132,7 @@ class AggregateProcessor(Processor):
     def init(self, ctx: StreamContext) -> None:
         super().init(ctx)
         self.store = ctx.store(self.store_name)
+        self.store.explain_unstorable(unstorable(self.name, self.agg_node))
         self.coalesce = ctx.config.coalesce
 
     def process(self, batch: Batch) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rstreams.dsl import nodes as n
 from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, register_processor
+from rstreams.runtime.engine.aggregate import unstorable
 from rstreams.runtime.engine.batch import Batch
 from rstreams.runtime.engine.context import StreamContext
 from rstreams.runtime.engine.processors import FnProcessor, Processor
@@ -184,6 +185,7 @@ class WindowAggregateProcessor(_TimedProcessor):
             Aggregation.of(node), node.window, node.emit, self.store, _Out().add,
             self._saved_time, self.idle,
         )  # fmt: skip
+        self.store.explain_unstorable(unstorable(self.name, node))
         self.core.now = ctx.clock()
         self.core.restore()
         # As other aggregations: in update mode only each window's latest update per

@@ -75,8 +75,10 @@ def spark_target(target: str | RedisTarget) -> RedisTarget:
     if t.password is not None and t.password_file is None:
         raise ConfigError(
             f"Spark shows a data source's options, so the password of {t.redacted} can "
-            f"not go to its executors in them: give it in a password file readable at "
-            f"the same path on every executor (RedisTarget.parse(url, password_file=...))"
+            f"not go to its executors in them: take it out of the URL and give it in a "
+            f"password file readable at the same path on every executor: "
+            f"--broker-password-file PATH with `rstreams run`, "
+            f"RedisTarget.parse(url, password_file=...) from Python"
         )
     return t
 
