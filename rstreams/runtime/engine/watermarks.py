@@ -164,17 +164,16 @@ def carries_time(topology: Any, topic: str, queue_count: Any) -> bool:
 
 def watermarked(topology: Any, topic: str, queue_count: Any) -> bool:
     """Does shuffle topic ``topic`` carry watermark control records (sent after each
-    processed batch)? When it has several producers, and when it feeds a join without
-    window: a producer's batch reaches such a join one side after the other (each
-    branch of the batch in turn), so a time told before a record would run ahead of
-    the other side's records of the same batch; a watermark sent after the whole batch
+    processed batch)? When it has several producers, and when it feeds a join: a
+    producer's batch reaches a join one side after the other (each branch of the batch
+    in turn), so a time told before a record would run ahead of the other side's
+    records of the same batch (a windowed join would then expire, or take for late,
+    what the other side still has to match); a watermark sent after the whole batch
     does not."""
     if len(producers_of(topology, topic, queue_count)) > 1:
         return True
     return any(
-        f.kind == "join" and getattr(f.node, "window", True) is None
-        for sub in topology.subtopology_of_topic(topic)
-        for f in sub.factories
+        f.kind == "join" for sub in topology.subtopology_of_topic(topic) for f in sub.factories
     )
 
 
