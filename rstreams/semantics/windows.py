@@ -27,6 +27,9 @@ from rstreams.windowed import Windowed
 
 __all__ = ["WindowCore"]
 
+#: Later than any close time.
+_NEVER = float("inf")
+
 
 class WindowCore(TimedCore):
     """The windows of one task/queue of a window step.
@@ -104,6 +107,111 @@ class WindowCore(TimedCore):
         ok = self._session(k, v, ts, off) if self.session else self._windows(k, v, ts, off)
         self.expire(off)
         return ok
+
+    def records(
+        self,
+        keys: list[Any],
+        values: list[Any],
+        timestamps: list[int],
+        offsets: list[int],
+        watermark: int | None,
+        failed: Callable[[int, Exception], None],
+    ) -> list[int]:
+        """A batch of records of tumbling or hopping windows (not sessions) whose
+        updates need not come out one by one (``emit="close"``, or a caller that keeps
+        only each window's latest update): the same state, closes and late records as
+        :meth:`record` on each in turn, with each window's records folded together
+        (one state read and write and one update result per window and batch, not per
+        record). ``failed(i, error)``: record ``i``'s aggregation raised (called once
+        per record; the record is left out of its other windows; it may raise to stop
+        the batch). Returns the indexes of the late records."""
+        assert not self.session
+        spec, grace, size = self.spec, self.grace, self.size
+        hopping = isinstance(spec, HoppingWindow)
+        windows_for = spec.windows_for
+        groups: dict[tuple[Any, int], list[int]] = {}  # (key, start) -> its records
+        soonest = _NEVER  # the earliest close time of the windows in groups
+        heap = self.heap
+        late: list[int] = []
+        for i, (k, ts) in enumerate(zip(keys, timestamps)):
+            if ts > self.max_time:
+                self.max_time = ts
+                if self.advance_time(watermark) and (
+                    soonest <= self.time or (heap and heap[0][0] <= self.time)
+                ):
+                    # Windows close: fold what they got first (this record is late for them).
+                    self._fold(groups, values, timestamps, offsets, failed)
+                    groups, soonest = {}, _NEVER
+                    self.expire(offsets[i])
+            low = self.time - grace
+            if hopping:
+                live = [s for s, e in windows_for(ts) if e > low]
+                if not live:
+                    late.append(i)
+                    continue
+                for s in live:
+                    rows = groups.get((k, s))
+                    if rows is None:
+                        groups[(k, s)] = [i]
+                        if s + size + grace < soonest:
+                            soonest = s + size + grace
+                    else:
+                        rows.append(i)
+            else:
+                s = ts - ts % size
+                if s + size <= low:
+                    late.append(i)
+                    continue
+                rows = groups.get((k, s))
+                if rows is None:
+                    groups[(k, s)] = [i]
+                    if s + size + grace < soonest:
+                        soonest = s + size + grace
+                else:
+                    rows.append(i)
+        self._fold(groups, values, timestamps, offsets, failed)
+        return late
+
+    def _fold(
+        self,
+        groups: dict[tuple[Any, int], list[int]],
+        values: list[Any],
+        timestamps: list[int],
+        offsets: list[int],
+        failed: Callable[[int, Exception], None],
+    ) -> None:
+        """Apply each window's records (``groups``) to its state, in order, and emit the
+        window's result once (update mode)."""
+        state, update, size = self.state, self.update, self.size
+        emit = None if self.emit_close else self.emit
+        bad: set[int] = set()
+        for (k, s), rows in groups.items():
+            skey = ("w", k, s)
+            old = state.get(skey)
+            acc = None if old is None else old[0]
+            top = NO_TIME if old is None else old[1]
+            done = -1
+            for i in rows:
+                if i in bad:
+                    continue
+                try:
+                    acc = update(acc, values[i])
+                except Exception as e:
+                    bad.add(i)
+                    failed(i, e)
+                    continue
+                done = i
+                if timestamps[i] > top:
+                    top = timestamps[i]
+            if done < 0:
+                continue  # (every record of the window failed: nothing changed)
+            state.put(skey, None if acc is None else (acc, top))
+            if old is None:
+                self._track(k, s, s + size)
+            elif self.idle is not None:
+                self.touched[(k, s)] = self.now
+            if emit is not None:
+                emit(Windowed(k, s, s + size), acc, top, offsets[done])
 
     def _windows(self, k: Any, v: Any, ts: int, off: int) -> bool:
         spec = self.spec

@@ -96,7 +96,7 @@ def build(kind: str, p: dict[str, Any]) -> Topology:
             grace = p.get("join_grace", 0)
             out = joined.apply(_joiner, name="j", queues=2, ttl=p["ttl"], grace=grace)
         else:
-            window = JoinWindow(p["before"], p["after"], grace=p["grace"])
+            window = JoinWindow(p["before"], p["after"], grace=p.get("join_grace", p["grace"]))
             out = joined.window(window).apply(_joiner, name="j", queues=2)
         out.sink("out")
         return b.build()
@@ -287,9 +287,10 @@ CRAFTED = [(0, "a", "L"), (3, "b", "L"), (25, "a", "L"), (17, "a", "R"), (4, "b"
 @pytest.mark.parametrize("state", ["memory", "rocksdb"])
 @pytest.mark.parametrize("kind", [k for k in KINDS if k not in OPS])
 def test_windows_and_joins_continue_from_restored_state(kind: str, state: str, tmp_path) -> None:
-    # A temporal join judges lateness by the watermark its producer sends after each
-    # batch, so which records are late would depend on where the restarts cut the
-    # input: its grace covers the input's disorder (21 ms), as docs/windows.md asks.
+    # A join judges lateness by the watermark its producer sends after each batch (its
+    # two sides come from one batch, one after the other), so which records are late
+    # would depend on where the restarts cut the input: its grace covers the input's
+    # disorder (21 ms), as docs/windows.md asks.
     params = {"grace": 0, "op": "count", "before": 5, "after": 5, "ttl": 8, "join_grace": 25}
     topology = build(kind, params)
     events = [(ts, {"k": k, "v": i, "side": side}) for i, (ts, k, side) in enumerate(CRAFTED)]

@@ -24,6 +24,7 @@ from rstreams.runtime.engine.watermarks import (
     encode_control,
     producers_of,
     send_told,
+    told_slack,
 )
 from rstreams.runtime.queues.memory import MemoryBroker
 
@@ -170,7 +171,8 @@ def test_send_told_tells_the_chosen_queue_of_each_record_behind_before_sending_i
         [100, 500, 30, 510, 40],
         90,
         lambda start, stop: steps.append(("send", queues[start:stop])),
-        lambda i, time: steps.append(("tell", (queues[i], time))),
+        lambda q, time: steps.append(("tell", (q, time))),
+        queues=queues,
     )
     assert top == 510
     assert steps == [
@@ -184,6 +186,47 @@ def test_send_told_tells_the_chosen_queue_of_each_record_behind_before_sending_i
     steps.clear()
     assert send_told([5, 7], 0, lambda a, b: steps.append(("send", (a, b))), print) == 7
     assert steps == [("send", (0, 2))]
+
+
+def test_send_told_sends_records_behind_by_slack_or_less_whole_and_tells_after() -> None:
+    # slack 100: 450 (50 behind) goes with the others, and its queue 1, which no later
+    # record brings to 500, is told 500 after the batch; 30 (470 behind) is told first;
+    # queue 0's 480 is followed by 510 on queue 0, which carries its time itself.
+    queues = [0, 1, 1, 0, 0, 1]
+    steps: list[tuple[str, object]] = []
+    top = send_told(
+        [100, 500, 450, 480, 510, 30],
+        90,
+        lambda start, stop: steps.append(("send", queues[start:stop])),
+        lambda q, time: steps.append(("tell", (q, time))),
+        slack=100,
+        queues=queues,
+    )
+    assert top == 510
+    assert steps == [
+        ("send", [0, 1, 1, 0, 0]),
+        ("tell", (1, 510)),
+        ("send", [1]),
+    ]
+    steps.clear()
+    send_told([100, 500, 450], 90, lambda a, b: steps.append(("send", (a, b))),
+              lambda q, time: steps.append(("tell", (q, time))), slack=100, queues=3)  # fmt: skip
+    assert steps == [("send", (0, 3)), ("tell", (3, 500))]
+
+
+def test_told_slack_is_the_grace_of_the_window_reading_the_shuffle() -> None:
+    from rstreams import HoppingWindow, SessionWindow, StreamBuilder
+
+    def slack(window: object) -> int:
+        b = StreamBuilder("s")
+        b.source("in").keyBy(lambda v: v).window(window).count().sink("out")
+        t = b.build()
+        (topic,) = [x for x in t.topics if x.endswith("shuffle")]
+        return told_slack(t, topic)
+
+    assert slack(HoppingWindow(10, 2, grace=7)) == 7
+    assert slack(SessionWindow(10, grace=7)) == 6  # (closes at end + gap + grace)
+    assert slack(SessionWindow(10)) == 0
 
 
 def test_an_idle_source_queue_stops_holding_the_watermark_back() -> None:

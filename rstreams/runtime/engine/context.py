@@ -163,6 +163,9 @@ class StreamContext:
         #: time, before a record sent behind it (set by the task; see the watermarks
         #: module).
         self.tell: dict[str, Callable[[int, int], None]] = {}
+        #: Shuffle topic -> how far behind a record may be before its queue is told
+        #: (watermarks.told_slack).
+        self.told_slack: dict[str, int] = {}
         #: (topic, queue, offset) -> (input file, line) of a record read from a file, for
         #: error messages (set by the task: source topics only); None: never known.
         self.locate: Callable[[str, int, int], tuple[str, int] | None] | None = None

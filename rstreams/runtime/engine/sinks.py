@@ -217,6 +217,7 @@ class ShuffleSinkProcessor(_SinkBase):
         self._origin: tuple[str, int, int] = ("", 0, 0)
         # Tells one queue of the topic the task's time (see send); None: not needed.
         self._tell = ctx.tell.get(self.topic)
+        self._slack = ctx.told_slack.get(self.topic, 0)
         if self._tell is not None:
             self._send_chosen = self._send_telling
 
@@ -319,10 +320,7 @@ class ShuffleSinkProcessor(_SinkBase):
                     headers[start:stop],
                 )  # fmt: skip
 
-        def tell_record(i: int, time: int) -> None:
-            tell(qs if isinstance(qs, int) else qs[i], time)
-
-        top = send_told(timestamps, self.ctx.out_time, send_part, tell_record)
+        top = send_told(timestamps, self.ctx.out_time, send_part, tell, self._slack, qs)
         self.ctx.out_time = max(self.ctx.out_time, top)
 
     def _count_into(self, batch: Batch) -> None:

@@ -89,6 +89,7 @@ from rstreams.runtime.engine.watermarks import (
     ingest_group,
     producer_time_group,
     producers_of,
+    told_slack,
     watermarked,
 )
 from rstreams.runtime.inputs import InputLocator
@@ -437,6 +438,7 @@ class Task:
                 and carries_time(topology, f.topic, count)
             ):
                 self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
+                self.ctx.told_slack[f.topic] = told_slack(topology, f.topic)
         self._told: dict[tuple[str, int], int] = {}
         self.ended = False
         self.idle = False

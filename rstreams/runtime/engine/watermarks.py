@@ -177,27 +177,68 @@ def watermarked(topology: Any, topic: str, queue_count: Any) -> bool:
     )
 
 
+def told_slack(topology: Any, topic: str) -> int:
+    """How far behind its producer's time a record sent to ``topic`` may be without
+    its queue being told that time first (see :func:`send_told`): the smallest grace of
+    the windowed aggregations reading it (sessions: one less). A record at most that far
+    behind updates the same windows and sessions whether its consumer's time is the
+    producer's or its own records' (a window of the record ends after it, so it closes
+    after ``ts + grace``); only the moment a window closes moves, up to the end of the
+    batch, where the queue is told. 0 (tell every record behind) where a step between
+    the shuffle and the window may change timestamps, or a join reads it."""
+    slack: int | None = None
+    for sub in topology.subtopology_of_topic(topic):
+        for f in sub.factories:
+            if f.kind in ("selectTimestamp", "join"):
+                return 0
+            if f.kind != "window-aggregate":
+                continue
+            window = f.node.window
+            grace = int(window.grace)
+            if type(window).__name__ == "SessionWindow":
+                grace = max(0, grace - 1)  # (a session closes at end + gap + grace, inclusive)
+            slack = grace if slack is None else min(slack, grace)
+    return slack or 0
+
+
 def send_told(
     timestamps: Sequence[int],
     top: int,
     send: Callable[[int, int], None],
     tell: Callable[[int, int], None],
+    slack: int = 0,
+    queues: Sequence[int] | int = 0,
 ) -> int:
     """Send a producer's records (``timestamps`` in its order) in parts, ``send(start,
-    stop)`` the records ``[start, stop)``: before a record behind ``top`` and the
-    timestamps before it, ``tell(i, time)`` tells the queue record ``i`` goes to that
-    time. Records in order need nothing: their own timestamp is that time. Returns the
-    largest timestamp sent."""
+    stop)`` the records ``[start, stop)``: before a record more than ``slack`` behind
+    ``top`` and the timestamps before it, ``tell(queue, time)`` tells the queue the
+    record goes to (``queues[i]``, or ``queues`` for all) that time. Records in order
+    need nothing: their own timestamp is that time. A record behind by ``slack`` or less
+    goes with the others (no part cut, no control record, the cost of out-of-order input
+    within grace), and its queue is told the time it would have had after the batch,
+    unless a later record of that queue brought it there. Returns the largest timestamp
+    sent."""
     start = 0
+    queue_of: Sequence[int] = [queues] * len(timestamps) if isinstance(queues, int) else queues
+    later: dict[int, int] = {}  # queue -> the time it is told after the batch
     for i, ts in enumerate(timestamps):
         if ts >= top:
             top = ts
+            if later:
+                later.pop(queue_of[i], None)
+            continue
+        q = queue_of[i]
+        if top - ts <= slack:
+            later[q] = top
             continue
         if i > start:
             send(start, i)
             start = i
-        tell(i, top)
+        tell(q, top)
+        later.pop(q, None)
     send(start, len(timestamps))
+    for q, time in later.items():
+        tell(q, time)
     return top
 
 

@@ -193,6 +193,9 @@ class WindowAggregateProcessor(_TimedProcessor):
         # sent one by one, a window of 10 advancing 1 multiplied the sink's records by 10).
         self.coalesce = ctx.config.coalesce and node.emit == "update"
         self.pending = _Pending()
+        #: Each window's records of a batch folded together (see WindowCore.records):
+        #: its updates go no further than the latest per commit, or out on close only.
+        self.folds = not self.core.session and (self.coalesce or node.emit == "close")
 
     @property
     def holds(self) -> bool:
@@ -222,13 +225,22 @@ class WindowAggregateProcessor(_TimedProcessor):
         if self.idle is not None:
             core.now = self.ctx.clock()
         record, wm = core.record, self.watermark()
-        rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
-        for i, (k, v, ts, off) in enumerate(rows):
-            try:
-                if not record(k, v, ts, off, wm):
-                    late.append(i)
-            except Exception as e:
+        if self.folds:
+
+            def failed(i: int, e: Exception) -> None:
                 self.ctx.handle_error(self.name, batch.row(i), e, self.node.fn)
+
+            late = core.records(
+                batch.keys, batch.values, batch.timestamps, batch.offsets, wm, failed
+            )
+        else:
+            rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
+            for i, (k, v, ts, off) in enumerate(rows):
+                try:
+                    if not record(k, v, ts, off, wm):
+                        late.append(i)
+                except Exception as e:
+                    self.ctx.handle_error(self.name, batch.row(i), e, self.node.fn)
         self.save_time()
         self.emit(out, batch)
         self.emit_late(batch, late)
