@@ -145,23 +145,14 @@ class WindowCore(TimedCore):
                     self.expire(offsets[i])
             low = self.time - grace
             if hopping:
-                live = [s for s, e in windows_for(ts) if e > low]
-                if not live:
-                    late.append(i)
-                    continue
-                for s in live:
-                    rows = groups.get((k, s))
-                    if rows is None:
-                        groups[(k, s)] = [i]
-                        if s + size + grace < soonest:
-                            soonest = s + size + grace
-                    else:
-                        rows.append(i)
+                live: Any = [s for s, e in windows_for(ts) if e > low]
             else:
                 s = ts - ts % size
-                if s + size <= low:
-                    late.append(i)
-                    continue
+                live = (s,) if s + size > low else ()
+            if not live:
+                late.append(i)
+                continue
+            for s in live:
                 rows = groups.get((k, s))
                 if rows is None:
                     groups[(k, s)] = [i]
