@@ -5,12 +5,14 @@ against the snapshot before it)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.filesize import decimal
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -24,18 +26,129 @@ __all__ = ["MAX_QUEUES", "plain_line", "render"]
 MAX_QUEUES = 12
 
 
-def _table(title: str, *columns: str) -> Table:
-    """A table without edges (as many rows as possible fit a terminal), its title on the
-    left; ``"name:<"`` is a column of text, ``"name"`` one of numbers (right-aligned)."""
-    table = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True, title=title,
-        title_justify="left", title_style="bold",
-    )  # fmt: skip
-    for column in columns:
-        name, _, align = column.partition(":")
-        # (a row per line: a cell too wide for the terminal is cut, not wrapped)
-        table.add_column(name, justify="left" if align == "<" else "right", no_wrap=True)
-    return table
+#: In a :class:`_Sheet`'s ``drop``: shorten the names from here on (down to
+#: ``_SHORT_NAME`` cells) rather than leave out the columns named after it.
+_SHORTEN = "…"
+#: The fewest cells :data:`_SHORTEN` shortens a name to.
+_SHORT_NAME = 20
+#: The fewest cells the narrowest layout shortens a name to (then the terminal cuts).
+_MIN_NAME = 12
+
+
+class _Sheet:
+    """A table drawn to fit the width it is given (the terminal's, each time it is
+    drawn): the columns named in ``drop`` are left out, in that order (the least useful
+    first), until it fits; from :data:`_SHORTEN` in ``drop`` on, and in the narrowest
+    layout, the names in the first column are shortened in the middle instead
+    (``wordcount…shuffle[0]``). Headers are never cut while a layout fits, and there is
+    no edge, so that as many rows as possible fit a terminal.
+
+    ``"name:<"`` is a column of text, ``"name"`` one of numbers (right-aligned); the first
+    column holds the rows' names. ``title``: a text, or the text for the headers shown;
+    without what it says in parentheses when that does not fit the width.
+
+    >>> import io
+    >>> from rich.console import Console
+    >>> sheet = _Sheet("queues", ["queue:<", "committed", "end", "lag"], drop=["end"])
+    >>> sheet.add_row("a-long-topic-name[3]", "1,000", "1,200", "200")
+    >>> for width in (50, 40, 30):
+    ...     console = Console(file=io.StringIO(), width=width, color_system=None)
+    ...     console.print(sheet)
+    ...     print(console.file.getvalue().splitlines()[1])
+    ...     print(console.file.getvalue().splitlines()[3])
+    queue                 committed    end  lag
+    a-long-topic-name[3]      1,000  1,200  200
+    queue                 committed  lag
+    a-long-topic-name[3]      1,000  200
+    queue           committed  lag
+    a-long…name[3]      1,000  200
+    """
+
+    def __init__(
+        self,
+        title: str | Callable[[list[str]], str],
+        columns: Iterable[str],
+        drop: Iterable[str] = (),
+    ) -> None:
+        self.title = title
+        self.columns = [(c.partition(":")[0], c.partition(":")[2] == "<") for c in columns]
+        self.drop = list(drop)
+        self.rows: list[tuple[list[str], str | None]] = []
+
+    def add_row(self, *cells: str, style: str | None = None) -> None:
+        self.rows.append((list(cells), style))
+
+    def _layouts(self) -> Iterator[tuple[list[int], int | None]]:
+        """The columns shown and the fewest cells names may be shortened to (None: not
+        shortened), widest layout first."""
+        shown, shortest = list(range(len(self.columns))), None
+        yield shown, shortest
+        for name in self.drop:
+            if name == _SHORTEN:
+                shortest = _SHORT_NAME
+            else:
+                shown = [i for i in shown if self.columns[i][0] != name]
+            yield shown, shortest
+        yield shown, _MIN_NAME
+
+    def _table(self, shown: list[int], names: int | None = None) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        for i in shown:
+            name, text = self.columns[i]
+            # (a row per line: a cell too wide for the terminal is cut, not wrapped)
+            table.add_column(name, justify="left" if text else "right", no_wrap=True)
+        for cells, style in self.rows:
+            row = [cells[i] for i in shown]
+            if names is not None and row:
+                row[0] = _squeeze(row[0], names)
+            table.add_row(*row, style=style)
+        return table
+
+    def _fit(self, console: Console, options: ConsoleOptions) -> tuple[str, Table]:
+        width = options.max_width
+        natural = options.update_width(1_000_000)  # (no column squeezed)
+        for shown, shortest in self._layouts():
+            table = self._table(shown)
+            excess = Measurement.get(console, natural, table).maximum - width
+            if excess <= 0:
+                break
+            if shortest is not None and shown:
+                header = cell_len(self.columns[shown[0]][0])
+                longest = max((cell_len(cells[shown[0]]) for cells, _ in self.rows), default=0)
+                names = max(longest - excess, header, shortest)
+                if names + excess <= longest or shortest == _MIN_NAME:
+                    table = self._table(shown, names)
+                    break
+        headers = [self.columns[i][0] for i in shown]
+        title = self.title if isinstance(self.title, str) else self.title(headers)
+        if cell_len(title) > width:
+            title = title.partition(" (")[0]
+        return title, table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        title, table = self._fit(console, options)
+        yield Text(title, style="bold")
+        yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        title, table = self._fit(console, options)
+        return Measurement.get(console, options, Group(Text(title), table))
+
+
+def _squeeze(name: str, width: int) -> str:
+    """``name`` in ``width`` cells at most, cut in the middle so that both ends show (a
+    queue's number, a store's suffix).
+
+    >>> _squeeze("wordcount-sentences-count-3-shuffle[0]", 20)
+    'wordcount…shuffle[0]'
+    >>> _squeeze("w0-1", 20)
+    'w0-1'
+    """
+    if cell_len(name) <= width:
+        return name
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return name[:head] + "…" + (name[-tail:] if tail > 0 else "")
 
 
 # -- rates --------------------------------------------------------------------------------
@@ -299,18 +412,34 @@ def _topology(snap: LiveSnapshot, previous: LiveSnapshot | None) -> RenderableTy
     rest = [name for name in counts if name not in shown]
     if not rest:
         return tree
-    table = _table("steps", "step:<", "in", "in/s", "out")
+    table = _Sheet("steps", ["step:<", "in", "in/s", "out"], drop=[_SHORTEN, "out"])
     for name in sorted(rest):
         n_in, n_out = counts[name]
         table.add_row(name, f"{n_in:,}", _per_s(rates.get(name)), f"{n_out:,}")
     return table if tree is None else Group(tree, table)
 
 
-def _workers(snap: LiveSnapshot, previous: LiveSnapshot | None) -> Table:
-    table = _table(
-        "workers (records processed, late, skipped, dead-lettered, restored from changelogs)",
-        "worker:<", "pid", "gen", "tasks", "records", "rate", "commit avg", "late", "skip",
-        "dead", "restored", "seen",
+#: What the workers' table's terse headers stand for (in its title, for those shown).
+_WORKER_LEGEND = {
+    "records": "records processed", "late": "late", "skip": "skipped", "dead": "dead-lettered",
+    "restored": "restored from changelogs",
+}  # fmt: skip
+
+
+def _workers_title(headers: list[str]) -> str:
+    legend = [_WORKER_LEGEND[h] for h in headers if h in _WORKER_LEGEND]
+    return f"workers ({', '.join(legend)})" if legend else "workers"
+
+
+def _workers(snap: LiveSnapshot, previous: LiveSnapshot | None) -> _Sheet:
+    # Narrower terminals: the generation is in the header, late, skipped and dead-lettered
+    # records are summed there too, and what was restored is in the state stores' table.
+    table = _Sheet(
+        _workers_title,
+        ["worker:<", "pid", "gen", "tasks", "records", "rate", "commit avg", "late", "skip",
+         "dead", "restored", "seen"],
+        drop=["gen", "restored", "dead", "skip", "late", "pid", _SHORTEN, "tasks", "seen",
+              "commit avg"],
     )  # fmt: skip
     stats = {str(w.get("member")): w for w in snap.workers}
     for member in sorted(set(stats) | set(snap.members)):
@@ -335,16 +464,18 @@ def _workers(snap: LiveSnapshot, previous: LiveSnapshot | None) -> Table:
     return table
 
 
-def _queues(snap: LiveSnapshot) -> Table:
+def _queues(snap: LiveSnapshot) -> _Sheet:
     rows = list(snap.queues)
     hidden: list[QueueRow] = []
     if len(rows) > MAX_QUEUES:  # the ones that lag most, in their order
         keep = sorted(rows, key=lambda r: -r.lag)[:MAX_QUEUES]
         hidden = [r for r in rows if r not in keep]
         rows = [r for r in rows if r in keep]
-    table = _table(
+    # (narrower: the end is the committed offset plus the lag)
+    table = _Sheet(
         "queues (lag: records past the committed offset)",
-        "queue:<", "owner:<", "committed", "position", "end", "lag",
+        ["queue:<", "owner:<", "committed", "position", "end", "lag"],
+        drop=["position", "end", _SHORTEN],
     )  # fmt: skip
     for r in rows:
         table.add_row(
@@ -359,7 +490,7 @@ def _queues(snap: LiveSnapshot) -> Table:
     return table
 
 
-def _stores(snap: LiveSnapshot) -> Table | None:
+def _stores(snap: LiveSnapshot) -> _Sheet | None:
     per_store: dict[str, list[int]] = {}  # tasks, entries, bytes (-1: unknown), restored
     restoring: dict[str, list[int]] = {}
     for w in snap.workers:
@@ -379,7 +510,11 @@ def _stores(snap: LiveSnapshot) -> Table | None:
                 r[1] += int(progress[1])
     if not per_store:
         return None
-    table = _table("state stores", "store:<", "tasks", "entries", "size", "restored", "restoring")
+    table = _Sheet(
+        "state stores",
+        ["store:<", "tasks", "entries", "size", "restored", "restoring"],
+        drop=["restored", "tasks", _SHORTEN, "entries"],
+    )  # fmt: skip
     for name, (tasks, entries, nbytes, restored) in sorted(per_store.items()):
         progress = restoring.get(name)
         table.add_row(

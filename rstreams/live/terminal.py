@@ -16,7 +16,7 @@ from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
-from rstreams.runtime.engine.stats import read_stats
+from rstreams.runtime.engine.stats import PUBLISH_INTERVAL, read_stats
 from rstreams.runtime.layout import JobLayout, job_id_arg
 
 __all__ = ["LiveRunView", "LiveWatcher", "RunProgress", "add_parsers", "progress_text", "run_top"]
@@ -76,6 +76,26 @@ class LiveWatcher:
         self._topology = topology
 
 
+#: Seconds between two looks at the supervisor's statistics while ``--once`` waits.
+_POLL = 0.1
+
+
+def _await_publication(coord: Any, first: LiveSnapshot, span: float) -> None:
+    """Wait until the job's supervisor has published statistics ``span`` seconds (by its
+    own clock) after those in ``first``, so that the rates of ``rstreams top --once``
+    span that much of the job's work, however late a busy supervisor publishes; or until
+    the job ended, or the supervisor is more than two publications late (then the
+    rates cover what it did publish, or are unknown)."""
+    assert first.supervisor is not None
+    since = float(first.supervisor["time"])
+    deadline = time.monotonic() + span + 2 * PUBLISH_INTERVAL
+    while time.monotonic() < deadline:
+        time.sleep(_POLL)
+        sup = read_stats(coord).supervisor
+        if sup is None or sup.get("state") != "running" or float(sup["time"]) >= since + span:
+            return
+
+
 def run_top(
     data_dir: str,
     job: str | None = None,
@@ -88,8 +108,9 @@ def run_top(
 ) -> int:
     """Watch a job until Ctrl-C: the dashboard when ``console`` (stdout) is a terminal,
     else one :func:`plain_line` per refresh until the job ends. ``once``: one view and
-    return (while the job runs, of two snapshots two seconds or ``refresh`` apart, for
-    its rates). ``access``: the job on a Redis broker (then ``job`` is its job).
+    return (while the job runs, of two snapshots for its rates: the second once the
+    supervisor published statistics two seconds, or ``refresh``, after the first).
+    ``access``: the job on a Redis broker (then ``job`` is its job).
     ``pipeline``: a pipeline file the user names, loaded for the tree (else the tree the
     job published; no file named in the data directory is ever loaded)."""
     from rich.live import Live
@@ -114,7 +135,8 @@ def run_top(
     snap, previous = watcher.take()
     if once:
         if snap.running:
-            time.sleep(max(refresh, 2.0))  # (statistics are published once a second)
+            coord = JobLayout.of(data_dir, job).coordination.dir
+            _await_publication(coord, snap, span=max(refresh, 2.0))
             previous, (snap, _) = snap, watcher.take()
         if console.is_terminal:
             console.print(render(snap, previous))

@@ -4,17 +4,21 @@ them), rendered to text."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
 
 from rstreams.errors import ConfigError, RStreamsError
@@ -32,6 +36,7 @@ from rstreams.loader import load_topology
 from rstreams.planner.describe import tree_data
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import create_topics
+from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.worker import open_broker
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.runtime.results import Progress
@@ -377,6 +382,131 @@ def test_run_top_once_on_a_terminal_draws_the_dashboard(job):
     assert run_top(str(job.data), None, refresh=0.1, once=True, console=console) == 0
     text = console.file.getvalue()
     assert "topology of wordcount" in text and "sentences[3]" in text and "w1-2" in text
+
+
+# -- the width of the terminal ----------------------------------------------------------
+
+
+@pytest.fixture
+def busy(job: Job) -> tuple[LiveSnapshot, LiveSnapshot]:
+    """Two snapshots of the job two seconds apart, an hour into its run: records in the
+    millions, so cells as wide as a long run makes them."""
+    now = time.time()
+    job.publish(now - 2, 3600)
+    before = snapshot(job.data, JOB)
+    job.publish(now, 3602)
+    return snapshot(job.data, JOB), before
+
+
+def headers_of(text: str) -> list[str]:
+    """The header of each table drawn: the line above its rule."""
+    lines = text.splitlines()
+    return [lines[i - 1] for i, line in enumerate(lines) if i and set(line.strip()) == {"─"}]
+
+
+def widest(text: str) -> int:
+    return max(cell_len(line.rstrip()) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120])
+def test_every_table_fits_the_terminal_with_whole_headers(busy, width):
+    """Before: the tables were as wide as their cells, and on a terminal of 80 columns
+    rich cut every column of the workers' table to fit, headers too (``wor… pid …
+    tas…``). Now the columns least needed go first, names are shortened in the middle
+    only when that is not enough, and headers are never cut."""
+    snap, before = busy
+    text = text_of(render(snap, before), width)
+    assert widest(text) <= width, text
+    workers, queues, stores = headers_of(text)
+    for header in (workers, queues, stores):
+        assert "…" not in header, text
+    # What matters most is always there, whole.
+    assert workers.split()[:1] == ["worker"] and {"records", "rate"} <= set(workers.split())
+    assert {"queue", "owner", "committed", "lag"} <= set(queues.split())
+    assert {"store", "size", "restoring"} <= set(stores.split())
+    w0 = line_with(text, "w0-1 ").split()
+    assert "3,602,000" in w0 and "1,000/s" in w0
+    assert "shuffle[2]" in text  # (a shortened name keeps its queue)
+    if width >= 80:  # no name shortened
+        assert f"{SHUFFLE}[2]" in text and STORE in text and "20 ms (p99 ≤100 ms)" in text
+    if width >= 100:  # every column
+        assert workers.split() == [
+            "worker", "pid", "gen", "tasks", "records", "rate", "commit", "avg", "late",
+            "skip", "dead", "restored", "seen",
+        ]  # fmt: skip
+        assert queues.split() == ["queue", "owner", "committed", "position", "end", "lag"]
+        assert text.count("workers (records processed, late, skipped, dead-lettered, ") == 1
+
+
+@contextlib.contextmanager
+def busy_supervisor(job: Job, late: float) -> Iterator[None]:
+    """The job's supervisor publishing its statistics (with the publisher of ``rstreams
+    run``) as a busy one does: now, then not for ``late`` seconds, then every second;
+    records in at 3,000 a second, out at 500."""
+    coord = job.root / "coordination" / JOB
+    sup = SupervisorStats(
+        coord, job=JOB, pipeline=str(WORDCOUNT), workers_wanted=2, tree=WORDCOUNT_TREE
+    )
+    pids: dict[int, int | None] = {0: os.getpid(), 1: os.getpid()}
+    start = time.time()
+
+    def status() -> dict[str, int]:
+        elapsed = time.time() - start
+        return {
+            "records_in": 100_000 + round(3000 * elapsed),
+            "records_out": 20_000 + round(500 * elapsed),
+            "bytes_read": 2_500_000, "bytes_total": 10_000_000, "lag": 4321,
+        }  # fmt: skip
+
+    job.publish(start, 3600)  # (the workers' files; the supervisor's is replaced now)
+    sup.publish(status(), pids)
+    stop = threading.Event()
+
+    def publish() -> None:
+        wait = late
+        while not stop.wait(wait):
+            sup.publish(status(), pids)
+            wait = 1.0
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_top_once_measures_rates_over_what_the_supervisor_publishes(job, capsys):
+    """Before: ``--once`` slept two seconds and took what had been published by then; a
+    supervisor that had not published again (busy: it publishes between turns of its
+    loop) left no rates, however much the output grew meanwhile. Now it waits for
+    statistics published two seconds after the first it read."""
+    with busy_supervisor(job, late=2.8):
+        console = Console(file=io.StringIO())  # (not a terminal: one line on stdout)
+        assert run_top(str(job.data), None, refresh=0.2, once=True, console=console) == 0
+    line = capsys.readouterr().out
+    rates = re.search(r"\(([\d,]+)/s in, ([\d,]+)/s out\)", line)
+    assert rates, line
+    assert 2700 <= int(rates[1].replace(",", "")) <= 3300, line
+    assert 450 <= int(rates[2].replace(",", "")) <= 550, line
+
+
+def test_top_once_on_a_terminal_of_80_columns(job, monkeypatch):
+    """``rstreams top --once`` in a terminal of the usual width (rich takes it from
+    COLUMNS): every line fits, no header is cut, and the output's rate is measured."""
+    monkeypatch.setenv("COLUMNS", "80")
+    console = Console(file=io.StringIO(), force_terminal=True, color_system=None)
+    assert console.width == 80
+    with busy_supervisor(job, late=2.8):
+        assert run_top(str(job.data), None, refresh=0.2, once=True, console=console) == 0
+    text = console.file.getvalue()
+    assert widest(text) <= 80, text
+    headers = headers_of(text)
+    assert len(headers) == 3 and not any("…" in header for header in headers), text
+    assert "worker" in headers[0] and "records" in headers[0] and "rate" in headers[0]
+    rate_out = re.search(r"out [\d,]+\s+\(([\d,]+)/s\)", text)
+    assert rate_out and 450 <= int(rate_out[1].replace(",", "")) <= 550, text
 
 
 def test_run_progress_on_a_terminal_is_a_bar_and_is_cleared():
