@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,6 +33,7 @@ from json.encoder import encode_basestring as _encode_basestring  # the C one
 from typing import Any
 
 import msgpack
+import msgspec
 
 from rstreams.errors import SerdeError
 from rstreams.windowed import Windowed
@@ -174,6 +176,81 @@ class BytesSerde(Serde):
         return [self.serialize(o) for o in objs]
 
 
+#: msgspec's JSON encoder and decoder (thread-safe; several times the speed of the json
+#: module's). They are used only where they give what the json module gives, byte for
+#: byte and object for object: see :func:`fast_json` and :meth:`JsonSerde.deserialize`.
+_ms_encode: Callable[[Any], bytes] = msgspec.json.Encoder().encode
+_ms_decode: Callable[[bytes], Any] = msgspec.json.Decoder().decode
+
+#: The exact types (no subclasses) msgspec writes as ``json.dumps`` does, and the exact
+#: types of dict keys it writes so (``json.dumps`` writes a float key with its float
+#: repr, a bool or None key as "true" or "null": msgspec differs or refuses).
+_MS_SCALARS = frozenset({str, int, bool, type(None)})
+_MS_KEYS = frozenset({str, int})
+_all_scalars = _MS_SCALARS.issuperset
+_all_keys = _MS_KEYS.issuperset
+_all_bytes = frozenset({bytes}).issuperset
+
+
+def _plain(obj: Any) -> bool:
+    """Whether msgspec surely writes ``obj`` as ``json.dumps(obj, separators=(",", ":"),
+    ensure_ascii=False)`` does: when it is made of dicts (with str or int keys), lists,
+    tuples, str, int, bool, None and floats from 1e-4 to 1e16, of exactly these types.
+
+    Not so for others: msgspec writes sets, bytes, datetimes, enums, attrs classes (such
+    as :class:`Windowed`)... where json.dumps refuses them or calls its ``default``; a
+    float's repr has an exponent below 1e-4 and from 1e16 on, and msgspec writes
+    another one (``1e16`` for ``1e+16``, ``0.00001`` for ``1e-05``); NaN and infinities
+    are ``NaN`` and ``Infinity`` for json.dumps, ``null`` for msgspec. Raises
+    RecursionError on values nested too deep."""
+    t = type(obj)
+    if t is dict:
+        return _all_keys(map(type, obj)) and _plain_items(obj.values())
+    if t is list or t is tuple:
+        return _plain_items(obj)
+    if t is float:
+        return 1e-4 <= abs(obj) < 1e16 or obj == 0.0
+    return t in _MS_SCALARS
+
+
+def _plain_items(items: Any) -> bool:
+    if _all_scalars(map(type, items)):  # (one C loop for a flat record)
+        return True
+    for v in items:
+        t = type(v)
+        if t in _MS_SCALARS:
+            continue
+        if t is dict:
+            if not (_all_keys(map(type, v)) and _plain_items(v.values())):
+                return False
+        elif t is list or t is tuple:
+            if not _plain_items(v):
+                return False
+        elif t is float:
+            if not (1e-4 <= abs(v) < 1e16 or v == 0.0):
+                return False
+        else:
+            return False
+    return True
+
+
+def fast_json(obj: Any) -> bytes | None:
+    """``json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()`` written by
+    msgspec, or None where msgspec may write other bytes (see :func:`_plain`) or
+    refuses (a lone surrogate, an int of more than 4300 digits, too deep): the caller
+    then asks json.dumps, which writes or raises as it always did.
+
+    >>> fast_json({"n": [1, 2.5, None], "w": ("a",)}), fast_json([1e16]), fast_json({1, 2})
+    (b'{"n":[1,2.5,null],"w":["a"]}', None, None)
+    """
+    try:
+        if _plain(obj):
+            return _ms_encode(obj)
+    except Exception:
+        pass
+    return None
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, Windowed):
         out: dict[str, Any] = {"@windowed": [obj.key, obj.start, obj.end]}
@@ -188,6 +265,17 @@ def _json_object(d: dict[str, Any]) -> Any:
     if w is not None and len(d) <= 2:
         return Windowed(w[0], w[1], w[2], d.get("closed"))
     return d
+
+
+#: An escape of a character of 0x40..0x7F, which "@windowed" may be written with.
+_ESCAPED_LETTER = re.compile(rb"\\u00[4-7]")
+
+
+def _may_be_windowed(data: bytes) -> bool:
+    """Whether JSON text ``data`` may hold the key "@windowed" (that
+    :func:`_json_object` reads back as a :class:`Windowed`): written so, or with one of
+    its characters escaped (``\\u0040windowed``)."""
+    return b"@windowed" in data or (b"\\u00" in data and _ESCAPED_LETTER.search(data) is not None)
 
 
 def json_texts(objs: list[Any], dumps: Callable[[Any], str]) -> list[str]:
@@ -215,18 +303,26 @@ def json_texts(objs: list[Any], dumps: Callable[[Any], str]) -> list[str]:
 
 class JsonSerde(Serde):
     """Compact JSON. Tuples come back as lists, as JSON has no tuple; windowed keys are
-    written as ``{"@windowed": [key, start, end]}`` and read back as :class:`Windowed`."""
+    written as ``{"@windowed": [key, start, end]}`` and read back as :class:`Windowed`.
+
+    The bytes are ``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)``'s, and
+    the objects read ``json.loads``'s: msgspec writes and reads where it surely gives
+    the same (most values, several times faster), the json module the rest."""
 
     name = "json"
 
     def serialize(self, obj: Any) -> bytes:
-        # str and int (the usual keys and counts) without json.dumps's Python layers,
-        # as json_texts writes them.
+        # msgspec where it writes json.dumps's bytes (fast_json), json.dumps otherwise.
         t = type(obj)
-        if t is str:
-            return _encode_basestring(obj).encode("utf-8")
-        if t is int:
-            return int.__repr__(obj).encode("utf-8")
+        if t is str or t is int:  # (the usual keys and counts)
+            try:
+                return _ms_encode(obj)
+            except Exception:  # a lone surrogate, an int of over 4300 digits: raise as ever
+                return (_encode_basestring(obj) if t is str else int.__repr__(obj)).encode()
+        # A windowed key is written as json.dumps writes what _json_default makes of it.
+        raw = fast_json(_json_default(obj) if t is Windowed else obj)
+        if raw is not None:
+            return raw
         return self._text(obj).encode("utf-8")
 
     @staticmethod
@@ -240,18 +336,48 @@ class JsonSerde(Serde):
             ) from None
 
     def deserialize(self, data: bytes) -> Any:
+        # msgspec takes less than json.loads, and where it takes a text gives the same
+        # objects: json.loads also reads NaN, Infinity, numbers beyond a float (as inf),
+        # lone surrogates (escaped, or in bytes), UTF-16 and UTF-32 and a byte order
+        # mark. Whatever msgspec refuses goes to json.loads, which decides, and words
+        # the error. A text that may hold a windowed key goes to json.loads at once:
+        # its object hook turns those into Windowed (and raises on a malformed one).
+        if type(data) is bytes and not _may_be_windowed(data):
+            try:
+                return _ms_decode(data)
+            except Exception:
+                pass
         try:
             return json.loads(data, object_hook=_json_object)
         except ValueError as e:
             raise SerdeError(f"invalid JSON ({e}): {data[:60]!r}") from None
 
     def serialize_many(self, objs: list[Any]) -> list[bytes]:
-        return list(map(str.encode, json_texts(objs, self._text)))  # (UTF-8, strict)
+        try:
+            if _all_scalars(map(type, objs)):  # keys and counts: msgspec in one C loop
+                return list(map(_ms_encode, objs))
+            ser = self.serialize
+            return [ser(o) for o in objs]
+        except Exception:  # raise as json.dumps did (SerdeError, then UnicodeEncodeError)
+            return list(map(str.encode, json_texts(objs, self._text)))  # (UTF-8, strict)
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
+        # msgspec on each value (see deserialize), when none of them may hold a
+        # windowed key (one look at the first: a column of windowed keys; then at all
+        # of them) and msgspec takes them all.
+        first = data[0] if data else b""
+        if (
+            not (type(first) is bytes and b"@windowed" in first)
+            and _all_bytes(map(type, data))
+            and not _may_be_windowed(b"\n".join(data))  # (no newline in either pattern)
+        ):
+            try:
+                return list(map(_ms_decode, data))
+            except Exception:
+                pass
         # The C scanner on each value, without json.loads's per-call Python layers. A
         # value it does not take whole (surrounding blanks, other encodings, bad data)
-        # goes through json.loads, which decides.
+        # goes through deserialize, which decides.
         scan = json.scanner.make_scanner(json.JSONDecoder(object_hook=_json_object))  # type: ignore[arg-type]
         out: list[Any] = []
         append = out.append

@@ -8,6 +8,8 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from rstreams.serde import fast_json
+
 if TYPE_CHECKING:
     from rstreams.dsl.external import RedisStream
 
@@ -76,9 +78,18 @@ def entry_record(spec: RedisStream, eid: bytes, fields: dict[bytes, bytes]) -> R
         # (escaped) for a dead letter.
         doc = {_escaped(k): _escaped(v) for k, v in fields.items()}
         why = _bad_text(spec, eid, fields)
-        value = json.dumps(doc, separators=(",", ":")).encode()
-        return ts, key, value, ((BAD_ENTRY_HEADER, why.encode()),)
-    return ts, key, json.dumps(doc, separators=(",", ":")).encode(), ()
+        return ts, key, _json(doc), ((BAD_ENTRY_HEADER, why.encode()),)
+    return ts, key, _json(doc), ()
+
+
+def _json(obj: Any) -> bytes:
+    """``json.dumps(obj, separators=(",", ":"), default=str).encode()``: ASCII, the rest
+    escaped. msgspec writes the same where :func:`~rstreams.serde.fast_json` does and
+    its bytes are ASCII, but for DEL (which json.dumps escapes as ``\\u007f``)."""
+    raw = fast_json(obj)
+    if raw is not None and raw.isascii() and b"\x7f" not in raw:
+        return raw
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
 
 
 def _escaped(raw: bytes) -> str:
@@ -112,7 +123,7 @@ def _field(value: Any) -> str:
         return value
     if isinstance(value, bytes):
         return _text(value)
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return _json(value).decode()
 
 
 def entry_fields(spec: RedisStream, key: Any, value: Any, timestamp: int) -> dict[str, str]:

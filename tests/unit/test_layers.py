@@ -275,6 +275,11 @@ if __name__ == "__main__":
 
 def test_the_entry_mapping_of_redis_streams_sits_below_both_backends() -> None:
     """rstreams.runtime.streamentries (a RedisStream's entries as records and back) is
-    shared by the engine's ingest/egress and Spark's data source: it imports neither."""
+    shared by the engine's ingest/egress and Spark's data source: it imports neither
+    (rstreams.serde, for its JSON writer, sits below both too)."""
     found = {b for a, b, _ in EDGES if a == "rstreams.runtime.streamentries"}
-    assert found <= {"rstreams.dsl.external"}
+    assert found <= {"rstreams.dsl.external", "rstreams.serde"}
+    assert {b for a, b, _ in EDGES if a == "rstreams.serde"} <= {
+        "rstreams.errors",
+        "rstreams.windowed",
+    }

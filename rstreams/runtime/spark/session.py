@@ -273,7 +273,7 @@ def probe(_):
     out = {"executable": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
            "host": socket.gethostname()}
     missing = []
-    for name in ("rstreams", "msgpack", "mmh3", "attrs", "pyarrow", "pandas"):
+    for name in ("rstreams", "msgpack", "msgspec", "mmh3", "attrs", "pyarrow", "pandas"):
         try:
             module = __import__(name)
         except Exception as e:
