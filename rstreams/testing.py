@@ -58,6 +58,7 @@ from rstreams.runtime.positions import position_bases, position_header
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
 from rstreams.runtime.queues.memory import MemoryBroker, MemoryQueue
+from rstreams.runtime.results import hashable_key
 from rstreams.serde import SERDES, SHAREABLE, Serde, _deserialized
 
 __all__ = ["OutputRecord", "TopologyTestDriver"]
@@ -650,8 +651,29 @@ class TopologyTestDriver:
         return [r.value for r in self.read(topic)]
 
     def read_table(self, topic: str) -> dict[Any, Any]:
-        """The last value per key among the records not yet read from ``topic``."""
-        return {r.key: r.value for r in self.read(topic)}
+        """The last value per key among the records not yet read from ``topic``, as
+        ``rstreams run --output`` and Spark's ``outputs=`` keep it: a key whose last
+        value is None (a tombstone: a session merged into another) is left out, and a
+        key that is a list (a JSON key of several parts) is read as a tuple.
+
+        >>> from rstreams import SessionWindow, StreamBuilder
+        >>> b = StreamBuilder("s")
+        >>> (b.source("clicks").keyBy(lambda v: "u").window(SessionWindow(20, grace=20)).count()
+        ...     .sink("sessions"))
+        >>> with TopologyTestDriver(b.build()) as d:
+        ...     for ts in (0, 30, 15):  # 15 joins the sessions at 0 and 30 into one
+        ...         d.pipe("clicks", "c", timestamp=ts)
+        ...     d.read_table("sessions")
+        {Windowed(key='u', start=0, end=30, closed=None): 3}
+        """
+        table: dict[Any, Any] = {}
+        for r in self.read(topic):
+            key = hashable_key(r.key)
+            if r.value is None:
+                table.pop(key, None)
+            else:
+                table[key] = r.value
+        return table
 
     def state(self, store: str) -> dict[Any, Any]:
         """Current content of state store ``store`` (all queues together) as a dict."""

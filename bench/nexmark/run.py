@@ -1,68 +1,181 @@
 """Nexmark on every mode against the plain-Python baseline, in one run.
 
-For each query: the baseline (bench/nexmark/baseline.py) and ``rstreams run
-examples/nexmark/qN.py`` on each mode, each writing its table to a file (reading the
-results is part of what a user waits for), the median wall time of ``--repeat`` runs,
-events per second, and the share of the baseline's speed (1.0: as fast as plain Python).
+For each query and mode, ``--repeat`` times in turn: the baseline (bench/nexmark/
+baseline.py) and ``rstreams run examples/nexmark/qN.py`` on the mode, each writing its
+table to a file (reading the results is part of what a user waits for), the two files
+compared (a mismatch is reported, and the script exits 1 at the end). Printed per query
+and mode: the median wall time, events per second, the share of the baseline's speed
+(1.0: as fast as plain Python, both medians of the same run), the peak RSS of the
+largest process, and for ``redis`` (``--workers 2 --broker``, a redis-server started
+here) the commit latency p50/p99 from the workers' statistics.
+
+Modes: ``in-memory``, ``workers1``, ``workers2``, ``redis`` and ``spark``
+(``--backend spark``, ``local[*]``: its start-up of about 10 s included).
 
     python bench/nexmark/generate.py --events 1000000 --out /tmp/events.jsonl
-    python bench/nexmark/run.py /tmp/events.jsonl --queries q0 q1 q7 --repeat 3
+    python bench/nexmark/run.py /tmp/events.jsonl --repeat 3
+    python bench/nexmark/run.py /tmp/events.jsonl --queries q5 q7 --modes in-memory workers2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # (the tests' redis-server helper)
+
+from rstreams.live.render import _quantile  # noqa: E402
+
+QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11"]
 MODES = {
     "in-memory": ["--in-memory"],
-    "workers 1": ["--workers", "1"],
-    "workers 2": ["--workers", "2"],
+    "workers1": ["--workers", "1"],
+    "workers2": ["--workers", "2"],
+    "redis": ["--workers", "2"],
+    "spark": ["--backend", "spark"],
 }
 
+#: Runs a command; prints its wall seconds, the peak RSS (KiB) of the largest process
+#: of its tree, and its exit code.
+_MEASURE = (
+    "import resource, subprocess, sys, time;"
+    "t = time.perf_counter(); r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL);"
+    "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
+    " r.returncode)"
+)
 
-def _time(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+
+def measure(cmd: list[str], stats: Path | None = None) -> tuple[float, int, dict[str, Any]]:
+    """Run ``cmd``: (seconds, peak RSS KiB, the workers' commit histogram summed, read
+    from ``stats`` while it runs: a worker deletes its file when it leaves)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MEASURE, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    commits: dict[str, dict[str, Any]] = {}
+    while stats is not None and proc.poll() is None:
+        for path in stats.glob("worker-*.json"):
+            try:
+                commits[path.name] = json.loads(path.read_text())["commits"]
+            except (OSError, ValueError, KeyError):
+                continue  # being rewritten
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    seconds, rss, code = out.split()
+    if code != "0":
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
+    return float(seconds), int(rss), _merged(commits)
+
+
+def _merged(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    count, total, buckets = 0, 0.0, {}
+    for doc in docs.values():
+        count += doc["count"]
+        total += doc["seconds_sum"]
+        for bound, n in doc["buckets"]:
+            buckets[bound] = buckets.get(bound, 0) + n
+    return {"count": count, "seconds_sum": total, "buckets": list(buckets.items())}
+
+
+def _commit_ms(commits: dict[str, Any]) -> str:
+    if not commits["count"]:
+        return "-"
+    q = [_quantile(commits, p) for p in (0.5, 0.99)]
+    return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in q)
+
+
+def available(mode: str) -> bool:
+    if mode == "redis":
+        return shutil.which("redis-server") is not None
+    if mode == "spark":
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            return False
+        return shutil.which("java") is not None
+    return True
+
+
+@contextmanager
+def redis_server(tmp: Path, wanted: bool) -> Iterator[str | None]:
+    if not wanted:
+        yield None
+        return
+    from tests.helpers.redisserver import RedisServer
+
+    server = RedisServer(tmp / "redis").start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("events")
-    p.add_argument("--queries", nargs="+", default=["q0", "q1", "q2", "q7", "q11"])
+    p.add_argument("--queries", nargs="+", default=QUERIES, choices=QUERIES)
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
     with open(args.events, "rb") as f:
         lines = sum(1 for _ in f)
-    print(f"{lines:,} events; median of {args.repeat}", flush=True)
-    print(f"{'query':6} {'mode':10} {'wall s':>8} {'events/s':>10} {'share':>6}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "out.jsonl")
+    mb = Path(args.events).stat().st_size / 1e6
+    modes = [m for m in args.modes if available(m)]
+    for m in sorted(set(args.modes) - set(modes)):
+        print(f"{m}: skipped (not installed here)")
+    print(f"{lines:,} events ({mb:.0f} MB); median of {args.repeat}", flush=True)
+    print(f"{'query':6}{'mode':11}{'wall s':>8}{'events/s':>11}{'share':>7}{'plain s':>9}"
+          f"{'peak RSS MB':>13}{'commit ms p50/p99':>19}", flush=True)  # fmt: skip
+    mismatch = False
+    with (
+        tempfile.TemporaryDirectory() as tmp_name,
+        redis_server(Path(tmp_name), "redis" in modes) as redis_url,
+    ):
+        tmp = Path(tmp_name)
+        plain_out, out = tmp / "plain.jsonl", tmp / "out.jsonl"
         for q in args.queries:
             base = [sys.executable, str(ROOT / "bench" / "nexmark" / "baseline.py"), q,
-                    args.events, out]  # fmt: skip
+                    args.events, str(plain_out)]  # fmt: skip
             run = [sys.executable, "-m", "rstreams", "run",
                    str(ROOT / "examples" / "nexmark" / f"{q}.py"), "--input", args.events,
-                   "--output", out, "-q"]  # fmt: skip
-            rows = {"plain Python": base}
-            for mode in args.modes:
-                data = (
-                    ["--data-dir", str(Path(tmp) / "d"), "--fresh"] if mode != "in-memory" else []
-                )
-                rows[mode] = [*run, *MODES[mode], *data]
-            times = {name: statistics.median(_time(cmd) for _ in range(args.repeat))
-                     for name, cmd in rows.items()}  # fmt: skip
-            for name, t in times.items():
-                share = times["plain Python"] / t
-                print(f"{q:6} {name:10} {t:8.2f} {lines / t:10,.0f} {share:6.2f}", flush=True)
+                   "--output", str(out), "-q"]  # fmt: skip
+            for mode in modes:
+                cmd, stats = [*run, *MODES[mode]], None
+                if mode in ("workers1", "workers2", "redis"):
+                    data = tmp / "d"
+                    cmd += ["--data-dir", str(data), "--fresh"]
+                    job = f"nexmark-{q}"
+                    stats = data / job / "coordination" / job / "stats"
+                if mode == "redis":
+                    cmd += ["--broker", str(redis_url)]
+                walls, plains, rss = [], [], 0
+                commits: dict[str, Any] = {"count": 0, "seconds_sum": 0.0, "buckets": []}
+                for _ in range(args.repeat):  # each mode paired with the baseline, in turn
+                    plains.append(measure(base)[0])
+                    wall, peak, hist = measure(cmd, stats if mode == "redis" else None)
+                    walls.append(wall)
+                    rss = max(rss, peak)
+                    commits = hist if hist["count"] else commits
+                    if out.read_bytes() != plain_out.read_bytes():
+                        mismatch = True
+                        print(f"{q} {mode}: MISMATCH with the plain-Python table", flush=True)
+                wall, plain = statistics.median(walls), statistics.median(plains)
+                print(f"{q:6}{mode:11}{wall:8.2f}{lines / wall:11,.0f}{plain / wall:7.2f}"
+                      f"{plain:9.2f}{rss / 1024:13.0f}{_commit_ms(commits):>19}",
+                      flush=True)  # fmt: skip
+    if mismatch:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

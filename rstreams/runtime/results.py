@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import attrs
+import msgspec
 
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.runtime.queues.base import RecordColumns
-from rstreams.serde import json_texts
+from rstreams.serde import fast_json, json_texts
 from rstreams.windowed import Windowed, result_row
 
 __all__ = [
@@ -175,7 +176,7 @@ def fold_records(table: dict[Any, Any], records: RecordColumns, spec: Any) -> No
     try:
         table.update(zip(keys, values))
     except TypeError:  # unhashable keys (lists, dicts): make them hashable
-        keys = [_hashable(k) for k in keys]
+        keys = [hashable_key(k) for k in keys]
         table.update(zip(keys, values))
     if None in values:
         for k, v in zip(keys, values):
@@ -190,11 +191,12 @@ def _decode_column(serde: Any, column: list[bytes | None]) -> list[Any]:
     return serde.deserialize_many(column)
 
 
-def _hashable(key: Any) -> Any:
+def hashable_key(key: Any) -> Any:
+    """A key as a final table holds it: JSON lists and objects made hashable (tuples)."""
     if isinstance(key, list):
-        return tuple(_hashable(k) for k in key)
+        return tuple(hashable_key(k) for k in key)
     if isinstance(key, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in key.items()))
+        return tuple(sorted((k, hashable_key(v)) for k, v in key.items()))
     return key
 
 
@@ -205,7 +207,15 @@ def _output_default(obj: Any) -> Any:
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
+_ms_format = msgspec.json.format
+
+
 def _table_json(obj: Any) -> str:
+    # json.dumps's default separators (", " and ": "): msgspec's compact JSON, spaced
+    # by msgspec.json.format(indent=0), where that gives json.dumps's text (fast_json).
+    raw = fast_json(obj)
+    if raw is not None:
+        return _ms_format(raw, indent=0).decode()
     return json.dumps(obj, ensure_ascii=False, default=_output_default)
 
 

@@ -443,7 +443,9 @@ def test_end_of_input_closes_the_last_sessions_and_emits_unmatched_left_records(
         early_orders = driver.read_table("order-payments")
         driver.end_of_input()
         last_sessions = driver.read("session-clicks")
-        last_orders = driver.read_table("order-payments")
+        # (read(), not read_table(): the joiner's None for an unpaid order is a value a
+        # table leaves out, as --output does.)
+        last_orders = {r.key: r.value for r in driver.read("order-payments")}
 
     assert early_sessions == {
         Windowed("ann", 0, 10 * minute): 2,

@@ -64,31 +64,27 @@ class _Pending:
     """Coalesced window results: the latest value per windowed key, with the timestamp
     and source offset of the record it came from, until the next commit."""
 
-    __slots__ = ("offsets", "origin", "timestamps", "values")
+    __slots__ = ("origin", "rows")
 
     def __init__(self) -> None:
-        self.values: dict[Any, Any] = {}
-        self.timestamps: dict[Any, int] = {}
-        self.offsets: dict[Any, int] = {}
+        self.rows: dict[Any, tuple[Any, int, int]] = {}  # key -> (value, ts, offset)
         self.origin: tuple[str, int] | None = None
 
     def add(self, out: _Out, batch: Batch | None) -> None:
+        rows = self.rows
+        pop = rows.pop
         # (a key emitted again moves to the end: its rows keep the order of the last updates)
-        for k in out.keys:
-            self.values.pop(k, None)
-        self.values.update(zip(out.keys, out.values))
-        self.timestamps.update(zip(out.keys, out.timestamps))
-        self.offsets.update(zip(out.keys, out.offsets))
+        for k, row in zip(out.keys, zip(out.values, out.timestamps, out.offsets)):
+            pop(k, None)
+            rows[k] = row
         if batch is not None:
             self.origin = (batch.topic, batch.queue)
 
     def take(self, queue: int) -> Batch:
-        keys = list(self.values)
+        rows, self.rows = self.rows, {}
         topic, q = self.origin or ("", queue)
-        b = Batch(topic, q, keys, list(self.values.values()),
-                  [self.timestamps[k] for k in keys], [self.offsets[k] for k in keys])  # fmt: skip
-        self.values, self.timestamps, self.offsets = {}, {}, {}
-        return b
+        values, timestamps, offsets = (list(c) for c in zip(*rows.values()))
+        return Batch(topic, q, list(rows), values, timestamps, offsets)
 
 
 class _TimedProcessor(Processor):
@@ -202,7 +198,7 @@ class WindowAggregateProcessor(_TimedProcessor):
         return self.coalesce
 
     def held(self) -> int:
-        return len(self.pending.values)
+        return len(self.pending.rows)
 
     def emit(self, out: _Out, batch: Batch | None = None) -> None:
         if not self.coalesce:
@@ -211,7 +207,7 @@ class WindowAggregateProcessor(_TimedProcessor):
             self.pending.add(out, batch)
 
     def flush(self) -> None:
-        if self.pending.values:
+        if self.pending.rows:
             self.send_to(self.results, self.pending.take(self.ctx.queue))
 
     def process(self, batch: Batch) -> None:

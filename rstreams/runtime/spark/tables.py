@@ -71,9 +71,15 @@ def _round_trips(serde: Any, values: list[Any]) -> bool:
 def add_rows(
     table: dict[Any, Any], keys: list[Any], values: list[Any], sink: n.SinkNode, policy: ErrorPolicy
 ) -> None:
-    """Fold (key, value) rows into ``table`` through the sink's serdes."""
+    """Fold (key, value) rows into ``table`` through the sink's serdes. A value of
+    None (a tombstone: a session merged into another) deletes its key, as the embedded
+    runtime's tables do (``results.fold_records``)."""
     if _round_trips(sink.key_serde, keys) and _round_trips(sink.value_serde, values):
         table.update(zip(keys, values))  # the common case: str/int keys and values
+        if None in values:
+            for k, v in zip(keys, values):
+                if v is None:
+                    table.pop(k, None)
         return
     kser, vser = sink.key_serde.serialize, sink.value_serde.serialize
     kde, vde = sink.key_serde.deserialize, sink.value_serde.deserialize
@@ -84,8 +90,11 @@ def add_rows(
         except SerdeError as e:
             policy.failed(sink.name, e, key=k, value=v)
             continue
-        key = None if kb is None else kde(kb)
-        table[enc.hashable(key)] = None if vb is None else vde(vb)
+        key = enc.hashable(None if kb is None else kde(kb))
+        if vb is None:
+            table.pop(key, None)
+        else:
+            table[key] = vde(vb)
 
 
 def write_output(spark: SparkSession, table: dict[Any, Any], path: str) -> None:
