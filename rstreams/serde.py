@@ -393,11 +393,33 @@ class JsonSerde(Serde):
         return out
 
 
+#: ``msgpack.ExtType((code, data))`` without its Python ``__new__``'s checks (the codes
+#: and data here are right by construction): a tuple's extension is made per tuple.
+_ext = partial(tuple.__new__, msgpack.ExtType)
+
+
+def _pack_nested(obj: Any) -> bytes:
+    """``packb(obj)`` for the inside of an extension, by a packer kept per thread and
+    nesting depth (``msgpack.packb`` builds a packer per call: most of a tuple's cost)."""
+    local = _PACKERS
+    try:
+        depth, packers = local.depth, local.nested
+    except AttributeError:
+        depth, packers = local.depth, local.nested = 0, []
+    if depth == len(packers):
+        packers.append(msgpack.Packer(use_bin_type=True, strict_types=True, default=_pack_default))
+    local.depth = depth + 1
+    try:
+        return packers[depth].pack(obj)
+    finally:
+        local.depth = depth
+
+
 def _pack_default(obj: Any) -> Any:
-    if isinstance(obj, Windowed):
-        return msgpack.ExtType(_WINDOWED_EXT, _packb([obj.key, obj.start, obj.end, obj.closed]))
     if isinstance(obj, tuple):
-        return msgpack.ExtType(_TUPLE_EXT, _packb(list(obj)))
+        return _ext((_TUPLE_EXT, _pack_nested(list(obj))))
+    if isinstance(obj, Windowed):
+        return _ext((_WINDOWED_EXT, _pack_nested([obj.key, obj.start, obj.end, obj.closed])))
     if isinstance(obj, int):  # msgpack hands over only the ints it can not encode
         raise OverflowError(f"int {obj} is outside msgpack's range -2**63 .. 2**64-1")
     raise TypeError(f"can not serialize {type(obj).__name__!r} object")
