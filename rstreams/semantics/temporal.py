@@ -240,6 +240,7 @@ class TemporalJoinCore(TimedCore):
                       "R": VersionedTable("R", state, self.ttl)}  # fmt: skip
         #: records waiting to be answered: (ts, pos, side, offset)
         self.waiting: list[tuple[int, Any, str, int]] = []
+        self._put_new = getattr(state, "put_new", state.put)
         #: (due, side, key): when a key's versions need a look (expiry of its latest)
         self.expiry: list[tuple[int, str, HeapKey]] = []
 
@@ -312,7 +313,8 @@ class TemporalJoinCore(TimedCore):
             if self.looked_up[side] and self.sides[side].put(k, v, ts, pos, self.horizon):
                 heapq.heappush(self.expiry, (int(ts + self.ttl + 1), side, HeapKey(k)))
             if side in self.emits:
-                self.state.put(("p", ts, pos, side, off), [k, v])
+                # (new: a record answered before the next commit leaves no changelog record)
+                self._put_new(("p", ts, pos, side, off), [k, v])
                 heapq.heappush(self.waiting, (ts, pos, side, off))
         self.expire(off)
         return not late

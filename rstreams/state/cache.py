@@ -64,6 +64,9 @@ class CachedStore:
         self._max = max_entries
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+        #: Keys put since the last flush that the store below does not hold (put_new):
+        #: deleted before the next flush, they leave no trace (no changelog record).
+        self._born: set[Any] = set()
         #: Keys the cache could not answer, read from the store below (metered above).
         self.misses = 0
         #: Changes flushed (values, and deletes among them), metered above.
@@ -141,7 +144,23 @@ class CachedStore:
         self._cache[key] = value
         self._dirty.add(key)
 
+    def put_new(self, key: Any, value: Any) -> None:
+        """:meth:`put` of a key the store does not hold (the caller knows: a join's
+        record waiting for its answer, keyed by its offset), so that a delete before the
+        next flush cancels it: a record answered within a commit costs no changelog
+        record, neither its value nor a tombstone. (Replayed at least once after a
+        crash, such a key may be in the store already: then it stays until the record
+        is answered again, one more duplicate of those at-least-once allows.)"""
+        self._cache[key] = value
+        self._dirty.add(key)
+        self._born.add(key)
+
     def delete(self, key: Any) -> None:
+        if key in self._born:
+            self._born.discard(key)
+            self._dirty.discard(key)
+            del self._cache[key]
+            return
         self.put(key, None)
 
     @property
@@ -188,6 +207,7 @@ class CachedStore:
                 raise self._unstorable(k, v, e) from None
             self.wrapped.log_changes([kb], [vb], timestamp)
             self._dirty.clear()
+            self._born.clear()
             changes, deletes = 1, int(v is None)
         elif self._dirty:
             keys = list(self._dirty)
@@ -211,6 +231,7 @@ class CachedStore:
                         raise self._unstorable(k, v, e) from None
             self.wrapped.log_changes(kbs, vbs, timestamp)
             self._dirty.clear()
+            self._born.clear()
             changes = len(keys)
         if empty_full and self.full:
             self._cache.clear()
@@ -294,6 +315,7 @@ class CachedStore:
     def clear(self) -> None:
         self._cache.clear()
         self._dirty.clear()
+        self._born.clear()
         self._later_keys, self._later_values = [], []
         self.wrapped.clear()
 
@@ -301,5 +323,6 @@ class CachedStore:
         """Drop what is cached (committed changes are in the store) and close the store."""
         self._cache.clear()
         self._dirty.clear()
+        self._born.clear()
         self._later_keys, self._later_values = [], []
         self.wrapped.close()

@@ -69,6 +69,7 @@ class MeteredStore:
     get: Callable[..., Any]
     get_many: Callable[[list[Any]], list[Any]]
     put: Callable[[Any, Any], None]
+    put_new: Callable[[Any, Any], None]
     put_many: Callable[[list[Any], list[Any]], None]
     add: Callable[[Any, Any], Any]
     prepare: Callable[[int], None]
@@ -82,6 +83,7 @@ class MeteredStore:
         self.get = wrapped.get
         self.get_many = wrapped.get_many
         self.put = wrapped.put
+        self.put_new = wrapped.put_new
         self.put_many = wrapped.put_many
         self.add = wrapped.add
         self.delete = wrapped.delete

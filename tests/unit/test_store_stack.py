@@ -99,6 +99,27 @@ def test_a_commit_logs_first_and_writes_the_store_with_the_changelog_end(
     assert {INTERNAL_SERDE.deserialize(r.key) for r in logged if r.key} == {"a", "b"}
 
 
+def test_a_new_key_deleted_before_the_flush_leaves_no_changelog_record(
+    store: KeyValueStore,
+) -> None:
+    # put_new: a join's waiting record, answered within the commit, costs nothing.
+    s, broker = stack(store)
+    s.put_new(("p", 1), "waits")
+    s.put_new(("p", 2), "waits too")
+    s.delete(("p", 1))
+    assert s.get(("p", 1)) is None
+    assert s.flush(timestamp=1) == 1
+    s.send()
+    s.write()
+    assert broker.end_offset("s-changelog", 0) == 1 and dict(s.items()) == {("p", 2): "waits too"}
+    # Once flushed it is in the store: its delete is logged (a tombstone), as any other.
+    s.delete(("p", 2))
+    assert s.flush(timestamp=2) == 1
+    s.send()
+    s.write()
+    assert broker.end_offset("s-changelog", 0) == 2 and dict(s.items()) == {}
+
+
 def test_metered_counts_a_batch_at_a_time(store: KeyValueStore) -> None:
     s, _ = stack(store)
     # The per-record methods are the cache's own: metering adds no call per record.
