@@ -67,6 +67,14 @@ class WindowCore(TimedCore):
         self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
         self.starts: dict[Any, list[int]] = {}  # key -> its sessions' starts, in order
         self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
+        #: ``emit_window(key, start, end, value, ts, offset)``: an update-mode result
+        #: (None: a session merged away); by default ``emit(Windowed(key, start, end),
+        #: ...)``. A caller that keeps only the latest per window may take the bounds as
+        #: they are and make the key once (the engine's coalesced updates).
+        self.emit_window: Callable[[Any, int, int, Any, int, int], None] = self._emit_windowed
+
+    def _emit_windowed(self, k: Any, start: int, end: int, v: Any, ts: int, off: int) -> None:
+        self.emit(Windowed(k, start, end), v, ts, off)
 
     def restore(self, heap: list[tuple[int, Any, int]] | None = None) -> None:
         """Rebuild the indexes from the state (every window in it is open: a closed one
@@ -174,7 +182,7 @@ class WindowCore(TimedCore):
         """Apply each window's records (``groups``) to its state, in order, and emit the
         window's result once (update mode)."""
         state, update, size = self.state, self.update, self.size
-        emit = None if self.emit_close else self.emit
+        emit = None if self.emit_close else self.emit_window
         bad: set[int] = set()
         for (k, s), rows in groups.items():
             skey = ("w", k, s)
@@ -202,14 +210,14 @@ class WindowCore(TimedCore):
             elif self.idle is not None:
                 self.touched[(k, s)] = self.now
             if emit is not None:
-                emit(Windowed(k, s, s + size), acc, top, offsets[done])
+                emit(k, s, s + size, acc, top, offsets[done])
 
     def _windows(self, k: Any, v: Any, ts: int, off: int) -> bool:
         spec = self.spec
         assert isinstance(spec, (TumblingWindow, HoppingWindow))
         low = self.time - self.grace
         live = [(s, e) for s, e in spec.windows_for(ts) if e > low]
-        state, emit = self.state, self.emit
+        state, emit = self.state, self.emit_window
         for s, e in live:
             skey = ("w", k, s)
             # (aggregate, largest timestamp of the window's records), the value and
@@ -224,7 +232,7 @@ class WindowCore(TimedCore):
             elif self.idle is not None:
                 self.touched[(k, s)] = self.now
             if not self.emit_close:
-                emit(Windowed(k, s, e), new, top, off)
+                emit(k, s, e, new, top, off)
         return bool(live)
 
     def _session(self, k: Any, v: Any, ts: int, off: int) -> bool:
@@ -253,13 +261,13 @@ class WindowCore(TimedCore):
             state.delete(("s", k, s))
             self.touched.pop((k, s), None)
             if not self.emit_close and (s, e) != (start, end):
-                self.emit(Windowed(k, s, e), None, e, off)  # the merged-away session
+                self.emit_window(k, s, e, None, e, off)  # the merged-away session
         del starts[lo:hi]
         state.put(("s", k, start), (end, agg))
         self._track(k, start, end)
         if not self.emit_close:
             # A session's end is its largest record timestamp: results carry it.
-            self.emit(Windowed(k, start, end), agg, end, off)
+            self.emit_window(k, start, end, agg, end, off)
         return True
 
     def expire(self, off: int) -> None:

@@ -31,6 +31,7 @@ from rstreams.semantics.temporal import TemporalJoinCore
 from rstreams.semantics.timing import NO_TIME, TimedCore
 from rstreams.semantics.windows import WindowCore
 from rstreams.state.stores import STREAM_TIME_KEY as _STREAM_TIME
+from rstreams.windowed import Windowed
 
 log = logging.getLogger("rstreams.windows")
 
@@ -61,30 +62,32 @@ class _Out:
 
 
 class _Pending:
-    """Coalesced window results: the latest value per windowed key, with the timestamp
-    and source offset of the record it came from, until the next commit."""
+    """Coalesced window results: the latest value per window, with the timestamp and
+    source offset of the record it came from, until the next commit. Keyed by ``(key,
+    start, end)``: the :class:`Windowed` keys are made once, when they go on."""
 
     __slots__ = ("origin", "rows")
 
     def __init__(self) -> None:
-        self.rows: dict[Any, tuple[Any, int, int]] = {}  # key -> (value, ts, offset)
+        #: (key, start, end) -> (value, ts, offset)
+        self.rows: dict[tuple[Any, int, int], tuple[Any, int, int]] = {}
         self.origin: tuple[str, int] | None = None
 
-    def add(self, out: _Out, batch: Batch | None) -> None:
+    def add(self, k: Any, start: int, end: int, v: Any, ts: int, off: int) -> None:
+        """The core's ``emit_window``. (A window emitted again moves to the end: rows
+        keep the order of the last updates.)"""
         rows = self.rows
-        pop = rows.pop
-        # (a key emitted again moves to the end: its rows keep the order of the last updates)
-        for k, row in zip(out.keys, zip(out.values, out.timestamps, out.offsets)):
-            pop(k, None)
-            rows[k] = row
-        if batch is not None:
-            self.origin = (batch.topic, batch.queue)
+        w = (k, start, end)
+        if w in rows:
+            del rows[w]
+        rows[w] = (v, ts, off)
 
     def take(self, queue: int) -> Batch:
         rows, self.rows = self.rows, {}
         topic, q = self.origin or ("", queue)
+        keys = [Windowed(k, s, e) for k, s, e in rows]
         values, timestamps, offsets = (list(c) for c in zip(*rows.values()))
-        return Batch(topic, q, list(rows), values, timestamps, offsets)
+        return Batch(topic, q, keys, values, timestamps, offsets)
 
 
 class _TimedProcessor(Processor):
@@ -189,6 +192,8 @@ class WindowAggregateProcessor(_TimedProcessor):
         # sent one by one, a window of 10 advancing 1 multiplied the sink's records by 10).
         self.coalesce = ctx.config.coalesce and node.emit == "update"
         self.pending = _Pending()
+        if self.coalesce:
+            self.core.emit_window = self.pending.add
         #: Each window's records of a batch folded together (see WindowCore.records):
         #: its updates go no further than the latest per commit, or out on close only.
         self.folds = not self.core.session and (self.coalesce or node.emit == "close")
@@ -201,10 +206,11 @@ class WindowAggregateProcessor(_TimedProcessor):
         return len(self.pending.rows)
 
     def emit(self, out: _Out, batch: Batch | None = None) -> None:
+        # (Coalesced, the core's updates went to the pending rows: nothing comes here.)
         if not self.coalesce:
             super().emit(out, batch)
-        elif out.keys:
-            self.pending.add(out, batch)
+        elif batch is not None:
+            self.pending.origin = (batch.topic, batch.queue)
 
     def flush(self) -> None:
         if self.pending.rows:
