@@ -67,13 +67,17 @@ class WindowCore(TimedCore):
         self.sessions: dict[Any, dict[int, int]] = {}  # key -> {start: end}
         self.starts: dict[Any, list[int]] = {}  # key -> its sessions' starts, in order
         self.touched: dict[tuple[Any, int], int] = {}  # (key, start) -> wall ms of update
-        #: ``emit_window(key, start, end, value, ts, offset)``: an update-mode result
-        #: (None: a session merged away); by default ``emit(Windowed(key, start, end),
-        #: ...)``. A caller that keeps only the latest per window may take the bounds as
-        #: they are and make the key once (the engine's coalesced updates).
-        self.emit_window: Callable[[Any, int, int, Any, int, int], None] = self._emit_windowed
+        #: ``emit_window(key, start, end, value, ts, offset, new)``: an update-mode
+        #: result (None: a session merged away or grown longer; ``new``: the window's
+        #: first result); by default ``emit(Windowed(key, start, end), ...)``. A caller
+        #: that keeps only the latest per window may take the bounds as they are and
+        #: make the key once (the engine's coalesced updates), and leave out the None of
+        #: a window whose first result it has not sent yet.
+        self.emit_window: Callable[[Any, int, int, Any, int, int, bool], None] = self._emit_windowed
 
-    def _emit_windowed(self, k: Any, start: int, end: int, v: Any, ts: int, off: int) -> None:
+    def _emit_windowed(
+        self, k: Any, start: int, end: int, v: Any, ts: int, off: int, new: bool
+    ) -> None:
         self.emit(Windowed(k, start, end), v, ts, off)
 
     def restore(self, heap: list[tuple[int, Any, int]] | None = None) -> None:
@@ -210,7 +214,7 @@ class WindowCore(TimedCore):
             elif self.idle is not None:
                 self.touched[(k, s)] = self.now
             if emit is not None:
-                emit(k, s, s + size, acc, top, offsets[done])
+                emit(k, s, s + size, acc, top, offsets[done], old is None)
 
     def _windows(self, k: Any, v: Any, ts: int, off: int) -> bool:
         spec = self.spec
@@ -232,7 +236,7 @@ class WindowCore(TimedCore):
             elif self.idle is not None:
                 self.touched[(k, s)] = self.now
             if not self.emit_close:
-                emit(k, s, e, new, top, off)
+                emit(k, s, e, new, top, off, old is None)
         return bool(live)
 
     def _session(self, k: Any, v: Any, ts: int, off: int) -> bool:
@@ -256,18 +260,35 @@ class WindowCore(TimedCore):
         merge = self.agg.merge
         for s in merged:
             agg = merge(state.get(("s", k, s))[1], agg)
+        if len(merged) == 1 and merged[0] == start:
+            # The common case: the record falls in one session, or extends its end.
+            e = mine[start]
+            mine[start] = end
+            state.put(("s", k, start), (end, agg))
+            if self.idle is not None:
+                self.touched[(k, start)] = self.now
+            if end != e:
+                heapq.heappush(self.heap, (end + self.grace + gap, HeapKey(k), start))
+            if not self.emit_close:
+                if end != e:
+                    self.emit_window(k, start, e, None, e, off, False)  # (now longer)
+                self.emit_window(k, start, end, agg, end, off, end != e)
+            return True
+        kept = False  # (start, end) was a session already
         for s in merged:
             e = mine.pop(s)
             state.delete(("s", k, s))
             self.touched.pop((k, s), None)
-            if not self.emit_close and (s, e) != (start, end):
-                self.emit_window(k, s, e, None, e, off)  # the merged-away session
+            if (s, e) == (start, end):
+                kept = True
+            elif not self.emit_close:
+                self.emit_window(k, s, e, None, e, off, False)  # the merged-away session
         del starts[lo:hi]
         state.put(("s", k, start), (end, agg))
         self._track(k, start, end)
         if not self.emit_close:
             # A session's end is its largest record timestamp: results carry it.
-            self.emit_window(k, start, end, agg, end, off)
+            self.emit_window(k, start, end, agg, end, off, not kept)
         return True
 
     def expire(self, off: int) -> None:

@@ -66,24 +66,34 @@ class _Pending:
     source offset of the record it came from, until the next commit. Keyed by ``(key,
     start, end)``: the :class:`Windowed` keys are made once, when they go on."""
 
-    __slots__ = ("origin", "rows")
+    __slots__ = ("born", "origin", "rows")
 
     def __init__(self) -> None:
         #: (key, start, end) -> (value, ts, offset)
         self.rows: dict[tuple[Any, int, int], tuple[Any, int, int]] = {}
+        #: The windows whose first result is among the rows: none went on yet.
+        self.born: set[tuple[Any, int, int]] = set()
         self.origin: tuple[str, int] | None = None
 
-    def add(self, k: Any, start: int, end: int, v: Any, ts: int, off: int) -> None:
+    def add(self, k: Any, start: int, end: int, v: Any, ts: int, off: int, new: bool) -> None:
         """The core's ``emit_window``. (A window emitted again moves to the end: rows
-        keep the order of the last updates.)"""
+        keep the order of the last updates.) The None of a window born since the last
+        commit drops its row: nothing downstream ever saw it (a session that grew
+        longer, or merged into another, within a commit)."""
         rows = self.rows
         w = (k, start, end)
         if w in rows:
             del rows[w]
+            if v is None and w in self.born:
+                self.born.discard(w)
+                return
+        if new:
+            self.born.add(w)
         rows[w] = (v, ts, off)
 
     def take(self, queue: int) -> Batch:
         rows, self.rows = self.rows, {}
+        self.born = set()
         topic, q = self.origin or ("", queue)
         keys = [Windowed(k, s, e) for k, s, e in rows]
         values, timestamps, offsets = (list(c) for c in zip(*rows.values()))
