@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -34,8 +33,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # (the tests' redis-server helper)
+sys.path.insert(0, str(ROOT / "bench"))
 
-from rstreams.live.render import _quantile  # noqa: E402
+from joins import _MEASURE, available  # noqa: E402
+from redis_broker import merge_commits, quantiles_ms  # noqa: E402
 
 QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11"]
 MODES = {
@@ -45,15 +46,6 @@ MODES = {
     "redis": ["--workers", "2"],
     "spark": ["--backend", "spark"],
 }
-
-#: Runs a command; prints its wall seconds, the peak RSS (KiB) of the largest process
-#: of its tree, and its exit code.
-_MEASURE = (
-    "import resource, subprocess, sys, time;"
-    "t = time.perf_counter(); r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL);"
-    "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,"
-    " r.returncode)"
-)
 
 
 def measure(cmd: list[str], stats: Path | None = None) -> tuple[float, int, dict[str, Any]]:
@@ -75,36 +67,7 @@ def measure(cmd: list[str], stats: Path | None = None) -> tuple[float, int, dict
     seconds, rss, code = out.split()
     if code != "0":
         raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
-    return float(seconds), int(rss), _merged(commits)
-
-
-def _merged(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    count, total, buckets = 0, 0.0, {}
-    for doc in docs.values():
-        count += doc["count"]
-        total += doc["seconds_sum"]
-        for bound, n in doc["buckets"]:
-            buckets[bound] = buckets.get(bound, 0) + n
-    return {"count": count, "seconds_sum": total, "buckets": list(buckets.items())}
-
-
-def _commit_ms(commits: dict[str, Any]) -> str:
-    if not commits["count"]:
-        return "-"
-    q = [_quantile(commits, p) for p in (0.5, 0.99)]
-    return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in q)
-
-
-def available(mode: str) -> bool:
-    if mode == "redis":
-        return shutil.which("redis-server") is not None
-    if mode == "spark":
-        try:
-            import pyspark  # noqa: F401
-        except ImportError:
-            return False
-        return shutil.which("java") is not None
-    return True
+    return float(seconds), int(rss), merge_commits(commits)
 
 
 @contextmanager
@@ -171,8 +134,9 @@ def main(argv: list[str] | None = None) -> None:
                         mismatch = True
                         print(f"{q} {mode}: MISMATCH with the plain-Python table", flush=True)
                 wall, plain = statistics.median(walls), statistics.median(plains)
+                latency = quantiles_ms(commits) if commits["count"] else "-"
                 print(f"{q:6}{mode:11}{wall:8.2f}{lines / wall:11,.0f}{plain / wall:7.2f}"
-                      f"{plain:9.2f}{rss / 1024:13.0f}{_commit_ms(commits):>19}",
+                      f"{plain:9.2f}{rss / 1024:13.0f}{latency:>19}",
                       flush=True)  # fmt: skip
     if mismatch:
         raise SystemExit(1)
