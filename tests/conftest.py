@@ -21,6 +21,19 @@ settings.register_profile("rstreams", deadline=None)
 settings.load_profile("rstreams")
 
 
+#: The fast subset (``./dev test --fast`` runs ``pytest -m fast``): every test of these
+#: directories that is not marked slow (pytest_collection_modifyitems below marks them),
+#: and elsewhere the tests marked ``@pytest.mark.fast`` by hand, a few per layer.
+FAST_DIRECTORIES = ("tests/unit/", "tests/golden/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(FAST_DIRECTORIES) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.fast)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Cheaper JVMs for every Spark test (tests/helpers/jvm.py), also in subprocesses,
     unless the environment sets its own."""
@@ -88,10 +101,19 @@ def failing_pipeline() -> Callable[[Path], Path]:
     return write
 
 
-# Test files whose tests run in one pytest-xdist worker under --dist loadgroup, by
-# directory: every Spark test in one process, so a run starts one SparkSession and one
-# standalone cluster, not one per worker (two JVMs, or two clusters, on 2 cores).
-XDIST_GROUPS = {"tests/spark/": "spark"}
+# Tests that run in one pytest-xdist worker under --dist loadgroup, by the start of their
+# id (a directory, a file or a test): every test that starts Spark in one process, so a
+# run starts one SparkSession and one standalone cluster, not one per worker (two JVMs,
+# or two clusters, on 2 cores). A test outside tests/spark/ that starts Spark (a
+# SparkSession, `rstreams run --backend spark`, a Spark block of the docs) is named here.
+XDIST_GROUPS = {
+    "tests/spark/": "spark",
+    # test_spark_batch_gives_the_count_and_the_join_as_worked_out: `rstreams run --backend
+    # spark --master local[2]`
+    "tests/integration/test_watermarks.py::test_spark_batch_": "spark",
+    # The docs' blocks marked slow are the Spark ones (docs/spark.md's word count).
+    "tests/docs/test_snippets.py::test_page_with_slow_blocks": "spark",
+}
 
 
 @pytest.hookimpl(optionalhook=True)

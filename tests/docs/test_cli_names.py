@@ -13,6 +13,8 @@ import pytest
 
 from rstreams.cli import build_parser
 
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: A command line as the docs show one: in a code span or block, maybe after "$ ".

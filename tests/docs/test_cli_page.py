@@ -24,6 +24,8 @@ CLI_PAGE = ROOT / "docs" / "cli.md"
 
 pytest.importorskip("mkdocs", reason="the docs hook needs pip install 'rstreams[docs]'")
 
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
+
 
 @pytest.fixture(scope="module")
 def hook() -> ModuleType:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.extras import importable
 from tests.helpers.redisserver import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,6 +333,8 @@ def run_python(block: Block, namespace: dict[str, object]) -> None:
 
 def run_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool) -> None:
     blocks = parse(page)
+    if any(b.redis and not b.skip for b in blocks) and not importable("redis.client"):
+        pytest.skip("the page's Redis blocks need pip install 'rstreams[redis]'")
     cwd, env = make_workdir(tmp_path)
     monkeypatch.chdir(cwd)
     redis = PageRedis(tmp_path / "redis")
@@ -371,7 +374,16 @@ def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
-@pytest.mark.parametrize("page", PAGES, ids=page_id)
+#: The pages whose test is in ./dev test --fast (see pyproject.toml's markers): the front
+#: page (in-memory and durable runs, Redis) and the first steps.
+FAST_PAGES = {"README.md", "docs/getting-started.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=[pytest.mark.fast] if page_id(p) in FAST_PAGES else []) for p in PAGES],
+    ids=page_id,
+)
 def test_page(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's blocks run and print what it shows (its slow blocks left out)."""
     run_page(page, tmp_path, monkeypatch, slow=False)

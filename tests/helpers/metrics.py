@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
@@ -47,6 +45,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
 
 
 def scrape(url: str) -> dict[str, list[Any]]:
+    # Imported here: the other helpers (wait_for...) serve tests without the ops extra.
+    from prometheus_client.parser import text_string_to_metric_families
+
     status, text = get(url)
     assert status == 200, text
     out: dict[str, list[Any]] = {}

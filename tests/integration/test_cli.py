@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
 WORDCOUNT = ROOT / "examples" / "wordcount.py"

@@ -15,8 +15,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.queues import FileBroker
+
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
 
 WRITER = textwrap.dedent(
     """

@@ -23,6 +23,8 @@ from tests.helpers.metrics import (
     write_corpus,
 )
 
+pytest.importorskip("prometheus_client", reason="--metrics-port needs pip install 'rstreams[ops]'")
+
 pytestmark = pytest.mark.slow
 
 

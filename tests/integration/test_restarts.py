@@ -50,6 +50,7 @@ def test_describe_exit():
     assert describe_exit(1) == "exit code 1"
 
 
+@pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
 def test_processing_error_ends_the_run_at_once_without_restarts(tmp_path, capsys):
     pipeline = write(
         tmp_path,

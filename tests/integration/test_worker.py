@@ -20,6 +20,8 @@ from rstreams.runtime.engine.worker import Worker, WorkerConfig, open_broker
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
+
 GUARANTEES = ["at-least-once", "exactly-once"]
 
 

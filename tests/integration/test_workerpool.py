@@ -16,6 +16,8 @@ from rstreams.errors import ConfigError, PipelineFileError, RStreamsError
 from rstreams.runtime.engine.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 
+pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)
+
 UPPER = """
     from rstreams import StreamBuilder
 

@@ -9,7 +9,25 @@ from pathlib import Path
 import pytest
 from redisserver import RedisServer
 
+from tests.helpers.extras import importable, skipped_module
+
 _databases = itertools.count()
+
+#: Every test here needs the redis client (the `redis` extra); without it they are skipped.
+#: Looked for as redis.client: without the extra, `import redis` does not fail under
+#: pytest but finds this directory, a namespace package named redis (pytest puts tests/
+#: on sys.path, for tests/conftest.py).
+MISSING = (
+    "the Redis broker needs pip install 'rstreams[redis]'"
+    if not importable("redis.client")
+    else None
+)
+
+
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    return skipped_module(module_path, parent, MISSING) if MISSING else None
 
 
 @pytest.fixture(scope="session")

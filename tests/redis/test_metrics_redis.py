@@ -13,6 +13,8 @@ from redisserver import RedisServer, free_port
 from rstreams.loader import load_topology
 from tests.helpers.metrics import WORDCOUNT, get, scrape, start_run, stop_run, total, wait_for
 
+pytest.importorskip("prometheus_client", reason="--metrics-port needs pip install 'rstreams[ops]'")
+
 pytestmark = pytest.mark.slow
 
 PASSWORD = "metrics-s3cret-pw"

@@ -54,7 +54,8 @@ def big_corpus(tmp_path: Path, times: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+# (2 workers: the Redis test of ./dev test --fast, see pyproject.toml's markers)
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.fast)])
 def test_wordcount_over_redis_equals_counter(tmp_path, redis_url, workers):
     out = tmp_path / "counts.jsonl"
     r = subprocess.run(

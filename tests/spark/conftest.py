@@ -17,12 +17,23 @@ from typing import Any
 
 import pytest
 
-pyspark = pytest.importorskip(
-    "pyspark", reason="the Spark backend needs pip install rstreams[spark]"
+from tests.helpers.extras import importable, skipped_module
+
+#: Why the tests here can not run on this machine, if they can not: they are skipped.
+MISSING = (
+    "the Spark backend needs pip install 'rstreams[spark]'"
+    if not importable("pyspark")
+    else "the Spark backend needs Java 17+"
+    if shutil.which("java") is None
+    else None
 )
 
-if shutil.which("java") is None:  # pragma: no cover - depends on the machine
-    pytest.skip("the Spark backend needs Java 17+", allow_module_level=True)
+
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    return skipped_module(module_path, parent, MISSING) if MISSING else None
+
 
 STUB = """#!/bin/sh
 echo "stub $0: this is not the interpreter rstreams should run" >&2

@@ -83,6 +83,7 @@ def test_findall_identical(pattern: str, spark: Any, unicode_file: Path) -> None
     assert got == dict(expected)
 
 
+@pytest.mark.fast  # the Spark test of ./dev test --fast (see pyproject.toml's markers)
 def test_words_example_identical_on_driver_and_spark(spark: Any, unicode_file: Path) -> None:
     """examples/wordcount_spark.py's steps, on the test driver and on Spark."""
     b = StreamBuilder("wc")

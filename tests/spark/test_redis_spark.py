@@ -9,15 +9,18 @@ from typing import Any
 
 import pytest
 
-redis = pytest.importorskip("redis")
+# (redis.client, not redis: see tests/redis/conftest.py)
+pytest.importorskip("redis.client", reason="needs pip install 'rstreams[redis]'")
 
-from rstreams import RedisStream, StreamBuilder  # noqa: E402
-from rstreams.cli import main  # noqa: E402
-from rstreams.loader import load_topology  # noqa: E402
-from rstreams.runtime.queues.redisstreams.target import RedisTarget  # noqa: E402
-from rstreams.runtime.spark import run_spark  # noqa: E402
-from tests.helpers.redisserver import RedisServer  # noqa: E402
-from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write  # noqa: E402
+import redis
+
+from rstreams import RedisStream, StreamBuilder
+from rstreams.cli import main
+from rstreams.loader import load_topology
+from rstreams.runtime.queues.redisstreams.target import RedisTarget
+from rstreams.runtime.spark import run_spark
+from tests.helpers.redisserver import RedisServer
+from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write
 
 pytestmark = pytest.mark.slow
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from types import ModuleType
 from typing import get_args
 
 import attrs
@@ -30,9 +31,17 @@ from rstreams.config import (
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.supervisor import Supervisor
-from rstreams.runtime.spark import runner as spark_runner
 
 FIELDS = attrs.fields_dict(RunConfig)
+
+
+def spark_runner() -> ModuleType:
+    """rstreams.runtime.spark.runner; the rest of the test is skipped without the spark
+    extra (the module imports pyspark)."""
+    pytest.importorskip("pyspark", reason="the Spark backend needs pip install 'rstreams[spark]'")
+    from rstreams.runtime.spark import runner
+
+    return runner
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -68,7 +77,7 @@ def test_run_supervisor_and_spark_take_a_runconfig_and_no_defaults_of_their_own(
         params = inspect.signature(fn).parameters
         assert "config" in params
         assert not set(params) & (set(FIELDS) - {"config"}), fn
-    assert "config" in inspect.signature(spark_runner.run_spark).parameters
+    assert "config" in inspect.signature(spark_runner().run_spark).parameters
 
 
 def test_engine_defaults_come_from_the_same_place() -> None:
@@ -83,8 +92,9 @@ def test_dead_letter_topic_is_defined_once() -> None:
     from rstreams.runtime.engine import context
 
     assert context.dead_letter_topic is dead_letter_topic
-    assert spark_runner.dead_letter_topic is dead_letter_topic
-    assert not hasattr(spark_runner, "ON_ERROR") or spark_runner.ON_ERROR is ON_ERROR
+    runner = spark_runner()
+    assert runner.dead_letter_topic is dead_letter_topic
+    assert not hasattr(runner, "ON_ERROR") or runner.ON_ERROR is ON_ERROR
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from rstreams import StreamBuilder
 from rstreams.errors import ConfigError
@@ -23,6 +21,20 @@ from rstreams.runtime.metrics import JobCollector, MetricsServer, health
 from tests.helpers.metrics import get
 
 LINES = ["a b a", "c a", "b"]
+
+
+def prometheus_client() -> Any:
+    """The ``prometheus_client`` module; the test is skipped without the ops extra (the
+    tests of what rstreams says without it run either way)."""
+    return pytest.importorskip("prometheus_client", reason="needs pip install 'rstreams[ops]'")
+
+
+def parse_exposition(text: str) -> Any:
+    """The metric families of a Prometheus exposition text."""
+    prometheus_client()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(text)
 
 
 def publish_job(coord: Path, *, dead_worker: bool = False) -> None:
@@ -55,10 +67,11 @@ def publish_job(coord: Path, *, dead_worker: bool = False) -> None:
 
 
 def scrape(coord: Path) -> dict[str, Any]:
-    registry = CollectorRegistry(auto_describe=False)
+    prom = prometheus_client()
+    registry = prom.CollectorRegistry(auto_describe=False)
     registry.register(JobCollector(coord))
-    text = generate_latest(registry).decode()
-    return {f.name: f for f in text_string_to_metric_families(text)}
+    text = prom.generate_latest(registry).decode()
+    return {f.name: f for f in parse_exposition(text)}
 
 
 def samples(family: Any, name: str | None = None) -> dict[tuple[tuple[str, str], ...], float]:
@@ -126,6 +139,7 @@ def test_health_names_what_is_wrong(tmp_path: Path) -> None:
 
 
 def test_the_server_answers_over_http(tmp_path: Path) -> None:
+    prometheus_client()
     coord = tmp_path / "coordination" / "wc"
     with MetricsServer(coord, 0) as server:
         assert server.port > 0
@@ -135,7 +149,7 @@ def test_the_server_answers_over_http(tmp_path: Path) -> None:
         assert get(f"{base}/healthz") == (200, "ok\n")
         status, text = get(server.url)
         assert status == 200
-        names = {f.name for f in text_string_to_metric_families(text)}
+        names = {f.name for f in parse_exposition(text)}
         assert {"rstreams_step_records_in", "rstreams_queue_lag"} <= names
         # A port in use is a usage error that names it.
         with pytest.raises(ConfigError, match=f"--metrics-port {server.port}: can not listen"):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("redis")
+# (redis.client, not redis: see tests/redis/conftest.py)
+pytest.importorskip("redis.client", reason="needs pip install 'rstreams[redis]'")
 
 from redis.commands.core import CoreCommands
 

@@ -162,6 +162,7 @@ def test_a_batch_folded_per_window_equals_its_records_one_by_one(seed: int) -> N
     c1.expire(len(rows) - 1)
     assert late2 == late1 and sorted(set(failed2)) == failed1
     assert c2.state.data == c1.state.data and c2.time == c1.time
+
     def closes(out: list[Any]) -> list[Any]:
         # Windows closing at the same time may come out in another order (their heap
         # entries compare equal). A record whose aggregation raises closes nothing in
