@@ -8,6 +8,7 @@ Exit codes: 0 success, 1 a record failed processing (or another runtime failure)
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from rstreams import __version__
 from rstreams.cli_run import add_run_parser
@@ -89,11 +90,43 @@ MODULE_COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line (the command, what is wrong,
+    a close option name where one was mistyped, and where the options are listed)
+    instead of a usage block of twenty lines with the error under it. Its subparsers are
+    of this class too (argparse gives them the class of their parent)."""
+
+    #: The command the arguments name (set on the top parser), for the errors it reports
+    #: about them: unknown arguments are found by the top parser, not the command's.
+    command: argparse.ArgumentParser | None = None
+
+    def error(self, message: str) -> NoReturn:
+        parser = self.command if self.command is not None else self
+        hint = _did_you_mean(parser, message)
+        listed = "commands" if parser._subparsers is not None else "options"
+        self.exit(
+            EXIT_USAGE,
+            f"{parser.prog}: error: {message}{hint}; `{parser.prog} --help` lists the {listed}\n",
+        )
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """' (did you mean --input?)' for an unrecognized option close to one of ``parser``'s."""
+    if not message.startswith("unrecognized arguments: "):
+        return ""
+    options = [s for a in parser._actions for s in a.option_strings]
+    guesses = []
+    for word in message.removeprefix("unrecognized arguments: ").split():
+        if word.startswith("-"):
+            guesses += difflib.get_close_matches(word.partition("=")[0], options, n=1)
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``rstreams`` command's parser. With ``command`` (the one about to run), the
     commands of :data:`MODULE_COMMANDS` other modules define are left out unless it is
     one of theirs; an unknown ``command`` gets every command (to list them)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rstreams",
         description="Run, describe and draw rstreams pipelines.",
         epilog="A pipeline file defines build() returning a Topology or a StreamBuilder.",
@@ -191,6 +224,23 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _chosen_command(
+    parser: argparse.ArgumentParser, words: Sequence[str]
+) -> argparse.ArgumentParser | None:
+    """The parser of the (sub)command ``words`` name, ``spark pack-env``'s for
+    ``spark pack-env -o x``; None when they name none."""
+    chosen = None
+    for word in words:
+        if word.startswith("-"):
+            continue
+        sub = parser._subparsers
+        choices = sub._group_actions[0].choices if sub is not None else None
+        if not isinstance(choices, dict) or word not in choices:
+            break
+        chosen = parser = choices[word]
+    return chosen
+
+
 def _fail(code: int, msg: str) -> int:
     print(f"rstreams: error: {msg}", file=sys.stderr)
     return code
@@ -224,7 +274,10 @@ def _flush_stdout() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser(_command_of(sys.argv[1:] if argv is None else argv))
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(words))
+    if isinstance(parser, _Parser):
+        parser.command = _chosen_command(parser, words)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

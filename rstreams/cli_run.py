@@ -36,7 +36,7 @@ class RunCommandOptions:
         None,
         flag="--input",
         metavar="PATH",
-        help="text file for the only source topic (- for stdin)",
+        help="text file for the only source topic (- for stdin, with --in-memory)",
     )
     bind: tuple[str, ...] = option(
         (),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import runpy
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from rstreams.dsl.stream import StreamBuilder
 from rstreams.errors import PipelineFileError, TopologyError
@@ -29,6 +31,17 @@ def load_topology(path: str) -> Topology:
     try:
         try:
             ns = runpy.run_path(str(p), run_name="__rstreams_pipeline__")
+        except SyntaxError as e:
+            if e.filename is None or os.path.abspath(e.filename) != str(p.resolve()):
+                raise PipelineFileError(
+                    f"pipeline file {path!r} raised while loading{_where(e, p)}: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+            # (the file's own: where it is, once, not in Python's words "(f.py, line 3)")
+            raise PipelineFileError(
+                f"pipeline file {path!r} is not valid Python: {type(e).__name__} at "
+                f"{p.name}:{e.lineno}: {e.msg}"
+            ) from e
         except Exception as e:
             raise PipelineFileError(
                 f"pipeline file {path!r} raised while loading{_where(e, p)}: "
@@ -40,6 +53,7 @@ def load_topology(path: str) -> Topology:
                 f"pipeline file {path!r} defines no build() function; define "
                 "`def build():` returning a Topology or a StreamBuilder"
             )
+        _check_no_parameters(build, path)
         try:
             result = build()
         except Exception as e:
@@ -51,6 +65,11 @@ def load_topology(path: str) -> Topology:
                 result = result.build()
             except TopologyError as e:
                 raise PipelineFileError(f"the pipeline in {path!r} does not compile: {e}") from e
+        if result is None:
+            raise PipelineFileError(
+                f"build() in {path!r} returned None: it must return its StreamBuilder "
+                "(or a Topology); end it with `return b`"
+            )
         if not isinstance(result, Topology):
             raise PipelineFileError(
                 f"build() in {path!r} must return a Topology or a StreamBuilder; "
@@ -59,6 +78,26 @@ def load_topology(path: str) -> Topology:
         return result
     finally:
         sys.path.remove(str(p.resolve().parent))
+
+
+def _check_no_parameters(build: Any, path: str) -> None:
+    """Refuse a ``build()`` that needs arguments: nothing passes it any."""
+    try:
+        signature = inspect.signature(build)
+    except (TypeError, ValueError):
+        return  # (a builtin or an object whose signature Python can not tell)
+    required = [
+        name
+        for name, param in signature.parameters.items()
+        if param.default is param.empty
+        and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+    ]
+    if required:
+        raise PipelineFileError(
+            f"build() in {path!r} is called with no arguments, but it requires "
+            f"{', '.join(required)}; give them defaults or read them another way "
+            "(e.g. os.environ)"
+        )
 
 
 def _where(e: BaseException, path: Path) -> str:

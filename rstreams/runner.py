@@ -33,11 +33,11 @@ from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
 from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
 from rstreams.runtime.gctune import tuned
+from rstreams.runtime.inputs import check_input_file, ingest_mark, open_input
 
 # Shared with the Spark backend, which must not import this module: they live below both
 # backends and are re-exported here under their old names.
 from rstreams.runtime.inputs import check_inputs as check_inputs
-from rstreams.runtime.inputs import ingest_mark, open_input
 from rstreams.runtime.inputs import line_chunks as line_chunks
 from rstreams.runtime.positions import line_headers, position_bases
 from rstreams.runtime.queues.base import Headers
@@ -253,6 +253,9 @@ def _run_durable(
         )
     from rstreams.runtime.engine.supervisor import run_durable
 
+    for path in inputs.values():
+        if path != "-":  # (the supervisor says that stdin needs --in-memory)
+            check_input_file(path)
     result: RunResult = run_durable(
         config.pipeline,
         topology,

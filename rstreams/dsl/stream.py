@@ -20,6 +20,7 @@ wrapper; wrappers never change, so one stream can feed several chains (branching
 from __future__ import annotations
 
 import datetime
+import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -55,7 +56,16 @@ __all__ = [
 ]
 
 
-def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False) -> Any:
+def _check_fn(
+    fn: Any,
+    method: str,
+    param: str = "fn",
+    *,
+    optional: bool = False,
+    called_with: tuple[str, ...] = ("value",),
+) -> Any:
+    """``fn``, unless it is no function or can not be called as ``fn(*called_with)``
+    (the arguments the step passes it, named as its docs name them)."""
     if fn is None and optional:
         return None
     if not callable(fn):
@@ -63,7 +73,51 @@ def _check_fn(fn: Any, method: str, param: str = "fn", *, optional: bool = False
             f"{method}() expects a function for {param!r}; got {type(fn).__name__} {fn!r:.60} "
             f"instead"
         )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn  # (a builtin or a class whose signature Python can not tell)
+    try:
+        signature.bind(*called_with)
+    except TypeError:
+        takes = f"({', '.join(map(str, signature.parameters.values()))})"
+        one = " (the record's value only, not its key)" if called_with == ("value",) else ""
+        raise InvalidFunctionError(
+            f"{method}() calls its function as {param}({', '.join(called_with)}){one}, "
+            f"but {describe_fn(fn)} takes {takes}"
+        ) from None
     return fn
+
+
+def _check_same_sink_topic(pipeline: n.Pipeline, topic: str, fields: dict[str, Any]) -> None:
+    """Several sinks may write one topic (their records interleave in it), as long as
+    they write it alike: one topic has one key and value serde (its readers, the final
+    table among them, decode every record with it) and one queue count."""
+    for other in pipeline.nodes:
+        if not isinstance(other, n.SinkNode) or other.topic != topic:
+            continue
+        differ = [
+            f"{what} {_serde_name(getattr(other, field))} there, {_serde_name(fields[field])} here"
+            for field, what in (("value_serde", "serializer"), ("key_serde", "key_serializer"))
+            if _serde_name(getattr(other, field)) != _serde_name(fields[field])
+        ]
+        if None not in (other.queues, fields["queues"]) and other.queues != fields["queues"]:
+            differ.append(f"queues={other.queues} there, queues={fields['queues']} here")
+        if differ:
+            raise TopologyError(
+                f"topic {topic!r} is written by sink step {other.name!r} with other "
+                f"settings ({'; '.join(differ)}): a topic's records are all read with one "
+                "serde and queue count; write it the same way, or sink to another topic"
+            )
+
+
+def _serde_name(serde: Any) -> str:
+    """A serde as a pipeline names it: a built-in by its name, a function by its own,
+    another Serde by its class."""
+    name = getattr(serde, "name", None)
+    if type(serde).__module__ == "rstreams.serde" and isinstance(name, str):
+        return repr(name)
+    return type(serde).__qualname__
 
 
 def _check_queues(queues: int | None, method: str) -> int | None:
@@ -289,15 +343,13 @@ class RStream(_Stream):
         if not topic:
             raise TopologyError("sink() needs a topic name; got an empty one")
         _check_topic(topic, "a sink topic", external)
-        self._add(
-            n.SinkNode,
-            name,
-            topic=topic,
-            value_serde=get_serde(serializer, default="json", role="serializer"),
-            key_serde=get_serde(key_serializer, default="json", role="serializer"),
-            queues=_check_queues(queues, "sink"),
-            external=external,
-        )
+        fields = {
+            "value_serde": get_serde(serializer, default="json", role="serializer"),
+            "key_serde": get_serde(key_serializer, default="json", role="serializer"),
+            "queues": _check_queues(queues, "sink"),
+        }
+        _check_same_sink_topic(self._builder.pipeline, topic, fields)
+        self._add(n.SinkNode, name, topic=topic, external=external, **fields)
 
     def _joined(self, other: RStream | StreamTable, join_type: str,
                 emits: str = "LR") -> JoinedStream:  # fmt: skip
@@ -475,7 +527,9 @@ class _Aggregations(_Sinkable):
     ) -> RTable:
         """``acc = fn(acc, value)`` per key (and window), starting from the key's first
         value. Session windows also merge two sessions with it: make it associative."""
-        return self._agg("reduce", name, queues, _check_fn(fn, "reduce"))
+        return self._agg(
+            "reduce", name, queues, _check_fn(fn, "reduce", called_with=("acc", "value"))
+        )
 
     def _aggregate(
         self,
@@ -490,9 +544,9 @@ class _Aggregations(_Sinkable):
             "aggregate",
             name,
             queues,
-            _check_fn(adder, "aggregate", "adder"),
-            _check_fn(initializer, "aggregate", "initializer"),
-            _check_fn(merger, "aggregate", "merger", optional=True),
+            _check_fn(adder, "aggregate", "adder", called_with=("acc", "value")),
+            _check_fn(initializer, "aggregate", "initializer", called_with=()),
+            _check_fn(merger, "aggregate", "merger", optional=True, called_with=("acc1", "acc2")),
             serde,
         )
 
@@ -862,7 +916,7 @@ class JoinedStream:
             join_type=self._join_type,
             left_key=self._left_key,
             right_key=self._right_key,
-            joiner=_check_fn(joiner, "apply", "joiner"),
+            joiner=_check_fn(joiner, "apply", "joiner", called_with=("left", "right")),
             window=self._window,
             ttl=(DEFAULT_JOIN_TTL if ttl is None else to_ms(ttl, "ttl"))
             if self._window is None

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from rstreams.brokeropts import JobAccess
-from rstreams.errors import ConfigError, RStreamsError
+from rstreams.errors import ConfigError
 from rstreams.runtime.engine.stats import pid_alive, read_stats
 from rstreams.runtime.layout import JobLayout
 
@@ -107,18 +107,23 @@ def list_jobs(data_dir: str | os.PathLike[str]) -> list[str]:
 def pick_job(data_dir: str, job: str | None) -> str:
     """``job`` if it exists under ``data_dir``, else the only job there.
 
-    Raises RStreamsError when there is no such job (exit 1) and ConfigError when
-    ``job`` was left out and there are several (exit 2: usage)."""
+    Raises ConfigError (exit 2: usage, as the admin commands' ``--job``) when there is
+    no such job, or when ``job`` was left out and there are several."""
     jobs = list_jobs(data_dir)
     if job is not None:
         if job not in jobs:
-            known = f"; jobs there: {', '.join(jobs)}" if jobs else ""
-            raise RStreamsError(f"no job {job!r} in {data_dir!r} (no {job}/log){known}")
+            known = (
+                f"; jobs there: {', '.join(jobs)}"
+                if jobs
+                else "; no job has run there: start it with `rstreams run`, or give the "
+                "--data-dir it runs in"
+            )
+            raise ConfigError(f"no job {job!r} in {data_dir!r} (no {job}/log){known}")
         return job
     if len(jobs) == 1:
         return jobs[0]
     if not jobs:
-        raise RStreamsError(
+        raise ConfigError(
             f"no job has run in {data_dir!r}; start one with `rstreams run` or give --data-dir"
         )
     raise ConfigError(
@@ -215,7 +220,7 @@ def snapshot(
     if access is None:
         access = JobAccess(str(data_dir), job)
         if not layout.log.is_dir():
-            raise RStreamsError(f"no job {job!r} in {str(data_dir)!r} (no {layout.log})")
+            raise ConfigError(f"no job {job!r} in {str(data_dir)!r} (no {layout.log})")
     coord = layout.coordination.dir
     taken = time.time()
     stats = read_stats(coord)

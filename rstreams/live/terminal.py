@@ -170,7 +170,7 @@ def cmd_top(args: Any) -> int:
             access = pick_redis_job(args, None, "", "rstreams top JOB")
             try:
                 if not access.exists():
-                    raise RStreamsError(f"no job {access.job!r} in {target.redacted}")
+                    raise ConfigError(f"no job {access.job!r} in {target.redacted}")
                 return run_top(
                     args.data_dir, access.job, args.refresh, args.once, access=access,
                     pipeline=args.pipeline,
@@ -200,8 +200,8 @@ skipped records, the last errors. It works from another terminal while
 `rstreams run` goes on. When stdout is not a terminal it prints one plain line
 per refresh instead, and stops when the job ends.
 
-exit codes: 0 ok, 1 no such job (or its files can not be read), 2 bad usage
-(e.g. several jobs and no JOB given), 130 interrupted (Ctrl-C)""",
+exit codes: 0 ok, 1 the job's files can not be read, 2 bad usage (e.g. no
+such job, or several jobs and no JOB given), 130 interrupted (Ctrl-C)""",
         epilog="""\
 example:
   rstreams run examples/wordcount.py --input big.txt --workers 2   # one terminal

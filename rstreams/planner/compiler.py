@@ -74,6 +74,9 @@ class _Build:
             # queues are what readers see); cycle detection runs later.
             if spec.role == "source":
                 self.topics[spec.name] = attrs.evolve(spec, queues=spec.queues or old.queues)
+            elif old.role == "sink" and old.queues is None and spec.queues is not None:
+                # (several sinks of one topic: the DSL refused queue counts that differ)
+                self.topics[spec.name] = attrs.evolve(old, queues=spec.queues)
             return
         raise TopologyError(
             f"topic {spec.name!r} is used as a {old.role} topic and as a {spec.role} topic"

@@ -137,14 +137,21 @@ def line_chunks(
         yield [last], consumed
 
 
-def open_input(path: str) -> tuple[BinaryIO, int | None]:
-    if path == "-":
-        return sys.stdin.buffer, None
+def check_input_file(path: str) -> Path:
+    """``path`` as a Path, unless it names nothing or a directory (the embedded runtimes
+    read files; Spark reads directories and globs too)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"input file {path!r} does not exist")
     if p.is_dir():
         raise ConfigError(f"input {path!r} is a directory; give a file (one record per line)")
+    return p
+
+
+def open_input(path: str) -> tuple[BinaryIO, int | None]:
+    if path == "-":
+        return sys.stdin.buffer, None
+    p = check_input_file(path)
     try:
         f = p.open("rb")
     except OSError as e:

@@ -255,7 +255,7 @@ def test_an_error_reply_in_a_command_is_one_line(capsys, broker, server):
 
 def test_top_of_a_job_redis_does_not_have(capsys, broker):
     code, _, err = cli(capsys, ["top", "nope", "--once", *broker])
-    assert code == 1 and "no job 'nope' in redis://:***@127.0.0.1" in err, err
+    assert code == 2 and "no job 'nope' in redis://:***@127.0.0.1" in err, err
 
 
 def test_the_commands_after_a_run_over_redis(capsys, broker, tmp_path):

@@ -21,7 +21,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from rstreams.errors import ConfigError, RStreamsError
+from rstreams.errors import ConfigError
 from rstreams.live import (
     LiveSnapshot,
     RunProgress,
@@ -332,11 +332,13 @@ def test_before_anything_is_published(job):
 
 
 def test_pick_job(tmp_path):
-    with pytest.raises(RStreamsError, match="no job has run in"):
+    with pytest.raises(ConfigError, match="no job has run in"):
         pick_job(str(tmp_path), None)
+    with pytest.raises(ConfigError, match=r"no job 'b' .* no job has run there: start it with"):
+        pick_job(str(tmp_path), "b")
     (tmp_path / "a" / "log").mkdir(parents=True)
     assert pick_job(str(tmp_path), None) == "a"
-    with pytest.raises(RStreamsError, match=r"no job 'b' .* jobs there: a"):
+    with pytest.raises(ConfigError, match=r"no job 'b' .* jobs there: a"):
         pick_job(str(tmp_path), "b")
     (tmp_path / "b" / "log").mkdir(parents=True)
     with pytest.raises(ConfigError, match="several jobs: a, b; name one"):
@@ -363,10 +365,15 @@ def test_top_once_prints_a_plain_line_when_stdout_is_no_terminal(job):
 
 
 def test_top_exit_codes(tmp_path, job):
+    # No such job is a usage error (2), as the admin commands' --job: one line.
     r = rstreams("top", "--data-dir", tmp_path / "nothing", "--once")
-    assert r.returncode == 1 and "no job has run in" in r.stderr
+    assert r.returncode == 2 and "no job has run in" in r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
     r = rstreams("top", "nope", "--data-dir", job.data, "--once")
-    assert r.returncode == 1 and "no job 'nope'" in r.stderr and "jobs there: wordcount" in r.stderr
+    assert r.returncode == 2 and "no job 'nope'" in r.stderr and "jobs there: wordcount" in r.stderr
+    r = rstreams("top", "nope", "--data-dir", tmp_path / "nothing", "--once")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "no job has run there: start it with `rstreams run`" in r.stderr
     (job.data / "other" / "log").mkdir(parents=True)
     r = rstreams("top", "--data-dir", job.data, "--once")
     assert r.returncode == 2 and "several jobs: other, wordcount" in r.stderr

@@ -137,6 +137,8 @@ def get_session(
         builder = builder.config(key, value)
     # Under spark-submit (or a gateway someone else runs) the JVM is not ours to stop.
     launches_jvm = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    if launches_jvm:
+        _check_java(effective)
     had_context = SparkContext._active_spark_context is not None
     previous = os.environ.get("PYSPARK_PYTHON")
     # SparkContext reads the workers' interpreter from the environment, once, as it
@@ -251,6 +253,40 @@ def _master_endpoints(master: str) -> list[tuple[str, int]]:
         if parts.hostname:
             return [(parts.hostname, parts.port or (80 if parts.scheme == "http" else 443))]
     return []
+
+
+def _check_java(master: str) -> None:
+    """Fail in one line when the JVM can not start for want of Java (Spark's launcher
+    would print "JAVA_HOME is not set" and PySpark a gateway error under it)."""
+    if _spark_env_script() is not None:
+        return  # (it may set JAVA_HOME for the launcher: let the launcher say)
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise ConfigError(
+                f"can not start Spark (master {master!r}): JAVA_HOME is {home!r}, which has "
+                "no bin/java; point JAVA_HOME at a Java 17 or later installation, or unset "
+                "it to use the java on PATH"
+            )
+    elif shutil.which("java") is None:
+        raise ConfigError(
+            f"can not start Spark (master {master!r}): no Java found (no java on PATH and "
+            "JAVA_HOME is not set); the Spark backend needs Java 17 or later: install it "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+
+
+def _spark_env_script() -> str | None:
+    """The ``spark-env.sh`` Spark's launcher sources before it looks for Java, if any."""
+    conf = os.environ.get("SPARK_CONF_DIR")
+    if not conf:
+        import pyspark
+
+        home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        conf = os.path.join(home, "conf")
+    script = os.path.join(conf, "spark-env.sh")
+    return script if os.path.isfile(script) else None
 
 
 def _start_failure(master: str, e: BaseException) -> str:

@@ -313,7 +313,10 @@ def _connect_once(target: RedisTarget, **options: Any) -> redis.Redis:
                 f"TLS with {where} failed: {text} (check the CA and client certificate files, "
                 "and that the server listens for TLS on this port)"
             ) from None
-        raise RedisUnreachableError(f"cannot reach {where}: {text}") from None
+        raise RedisUnreachableError(
+            f"cannot reach {where}: {text.rstrip('.')}; is a redis-server (7.0 or newer) running "
+            f"there, and is the URL right ({target.redacted})?"
+        ) from None
     try:
         check_version(str(info.get("redis_version", "0")), where)
     except RedisVersionError:
