@@ -153,3 +153,113 @@ def test_a_joiner_failing_on_a_waiting_record_goes_to_on_error_and_on() -> None:
     without_hook.record("L", "c", "bad", 1, 10, pos=1)
     with pytest.raises(ValueError):
         without_hook.record("L", "c", "good", 2, 11, pos=2)
+
+
+class _ManyState(DictState):
+    """A dict state that reads many keys at once (as the engine's store does)."""
+
+    def get_many(self, keys: list[Any]) -> list[Any]:
+        return [self.data.get(k) for k in keys]
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_batch_of_records_equals_its_records_one_by_one(seed: int) -> None:
+    # TemporalJoinCore.records (the engine's path) against record() per record, over
+    # batches of random records: the same results (values, keys, times, offsets, order),
+    # late and failed records, on_error calls and, after each batch, the same state.
+    rnd = random.Random(seed)
+    join_type = rnd.choice(["inner", "left", "outer"])
+    emits = rnd.choice(["L", "R", "LR"])
+    ttl = rnd.choice([None, 5, 20])
+    grace = rnd.choice([0, 3])
+    transient = rnd.random() < 0.5  # on_error raises the first time (a record stays)
+    top, rows = 0, []
+    for off in range(rnd.randint(1, 150)):
+        top += rnd.choice([0, 0, 1, 2, 7])
+        ts = max(0, top - rnd.choice([0, 0, 1, 2, 5, 12]))
+        tag: tuple[Any, ...] = (rnd.choice("LR"), rnd.randint(0, 30))
+        if rnd.random() < 0.9:
+            tag += (rnd.randint(0, 3),)  # (a position; ties at equal ts)
+        rows.append((rnd.choice(["a", "b", "c", None]), tag, ts, off))
+    cuts = sorted(rnd.sample(range(1, len(rows) + 1), min(len(rows), rnd.randint(1, 6))))
+
+    def joiner(a: Any, b: Any) -> Any:
+        if a == 13 or b == 13:
+            raise ValueError("thirteen")
+        return (a, b)
+
+    def core(out: list[Any], errors: list[Any], state: DictState) -> TemporalJoinCore:
+        seen: set[int] = set()
+
+        def on_error(e: Exception, k: Any, v: Any, ts: int, off: int) -> None:
+            errors.append((k, v, ts, off))
+            if transient and off not in seen:
+                seen.add(off)
+                raise RuntimeError("stays waiting")
+
+        c = TemporalJoinCore(
+            join_type, joiner, ttl, grace, state, lambda *r: out.append(r),
+            emits=emits, on_error=on_error,
+        )  # fmt: skip
+        c.restore()
+        return c
+
+    one: list[Any] = []
+    folded: list[Any] = []
+    err1: list[Any] = []
+    err2: list[Any] = []
+    kind = rnd.choice([DictState, _ManyState])
+    s1, s2 = kind(), kind()
+    c1, c2 = core(one, err1, s1), core(folded, err2, s2)
+    late1: list[int] = []
+    late2: list[int] = []
+    failed1: list[int] = []
+    failed2: list[int] = []
+    nulls2 = 0
+    start, wm = 0, None
+    for cut in cuts:
+        batch = rows[start:cut]
+        if rnd.random() < 0.5:  # a watermark for this batch (it may move in between)
+            wm = max(wm or 0, max(ts for _, _, ts, _ in batch) - rnd.randint(0, 8))
+            if rnd.random() < 0.3:
+                moved: list[bool | None] = []
+                for c in (c1, c2):
+                    try:
+                        moved.append(c.advance(wm - 1))
+                    except RuntimeError:
+                        moved.append(None)
+                assert moved[0] == moved[1]
+        else:
+            wm = None
+        for k, tag, ts, off in batch:
+            try:
+                if not c1.record(tag[0], k, tag[1], ts, off, wm, *tag[2:]):
+                    late1.append(off)
+            except Exception:
+                failed1.append(off)
+        offsets = [r[3] for r in batch]
+
+        def failed(i: int, e: Exception) -> None:
+            failed2.append(offsets[i])  # noqa: B023 (called within the loop's turn)
+
+        late, nulls = c2.records(
+            [r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch],
+            offsets, wm, failed,
+        )  # fmt: skip
+        late2 += [batch[i][3] for i in late]
+        nulls2 += nulls
+        assert folded == one and err2 == err1
+        assert late2 == late1 and failed2 == failed1
+        assert s2.data == s1.data
+        assert (c2.time, c2.max_time) == (c1.time, c1.max_time)
+        assert sorted(c2.waiting) == sorted(c1.waiting) and c2.sizes() == c1.sizes()
+        start = cut
+    assert nulls2 == sum(r[0] is None for r in rows[:start])
+    for c in (c1, c2):
+        for _ in rows:  # (a raising on_error stops it: again, until none is left)
+            try:
+                c.end_of_input()
+                break
+            except RuntimeError:
+                pass
+    assert folded == one and err2 == err1 and s2.data == s1.data

@@ -350,6 +350,22 @@ class JoinProcessor(_TimedProcessor):
         late: list[int] = []
         wm = self.watermark()
         self.factory_topic = batch.topic
+        core = self.core
+        if isinstance(core, TemporalJoinCore):
+            # A temporal join's tag carries the record's position: (side, value, position).
+            def failed(i: int, e: Exception) -> None:
+                self.ctx.handle_error(self.name, batch.row(i), e, self.joiner)
+
+            late, nulls = core.records(
+                batch.keys, batch.values, batch.timestamps, batch.offsets, wm, failed
+            )
+            if nulls:
+                self.ctx.metrics[NULL_KEYS] += nulls
+            self._sizes()
+            self.save_time()
+            self.emit(out, batch)
+            self.emit_late(batch, late)
+            return
         record = self.core.record
         rows = zip(batch.keys, batch.values, batch.timestamps, batch.offsets)
         # A temporal join's tag carries the record's position: (side, value, position).
