@@ -107,7 +107,7 @@ def test_a_fatal_error_ends_the_run_at_once(tmp_path, capsys):
     data.write_text("a\nb\n")
     sup = supervisor(pipeline, {"in": str(data)}, tmp_path, workers=2)
     try:
-        with pytest.raises(RStreamsError, match=r"serializ") as info:
+        with pytest.raises(RStreamsError, match=r"can not be stored in state") as info:
             sup.run()
     finally:
         sup.close()
@@ -120,7 +120,7 @@ def test_a_fatal_error_ends_the_run_at_once(tmp_path, capsys):
     )  # fmt: skip
     assert code == 1
     err = capsys.readouterr().err
-    assert "rstreams: error: " in err and "serializ" in err
+    assert "rstreams: error: " in err and "can not be stored in state" in err
 
 
 def test_a_worker_error_keeps_its_kind():

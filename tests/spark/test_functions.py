@@ -37,7 +37,8 @@ UNICODE_LINES = [
 
 
 def python_table(fn: Any, lines: list[str]) -> dict[str, Any]:
-    return {line: fn(line) for line in lines}
+    # (A None value leaves the table, as --output and Spark's tables leave it out.)
+    return {line: v for line in lines if (v := fn(line)) is not None}
 
 
 def spark_map_table(spark: Any, fn: Any, path: Path) -> dict[str, Any]:
