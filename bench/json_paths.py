@@ -50,6 +50,7 @@ from rstreams.serde import (
     _json_object,
     get_serde,
     json_texts,
+    scan_json_many,
 )
 from rstreams.windowed import Windowed
 
@@ -88,19 +89,7 @@ class StdlibJsonSerde(JsonSerde):
         return list(map(str.encode, json_texts(objs, self._text)))
 
     def deserialize_many(self, data: list[bytes]) -> list[Any]:
-        scan = json.scanner.make_scanner(json.JSONDecoder(object_hook=_json_object))  # type: ignore[arg-type]
-        out: list[Any] = []
-        append = out.append
-        try:
-            for d in data:
-                text = d.decode("utf-8")
-                obj, end = scan(text, 0)
-                if end != len(text):
-                    raise ValueError
-                append(obj)
-        except Exception:
-            return [self.deserialize(d) for d in data]
-        return out
+        return scan_json_many(data, self.deserialize)
 
 
 def stdlib_table_json(obj: Any) -> str:

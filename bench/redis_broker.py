@@ -65,6 +65,21 @@ def redis_server(directory: Path, variant: str) -> Iterator[RedisServer | None]:
         server.stop()
 
 
+def watch_commits(proc: subprocess.Popen[Any], stats: Path) -> dict[str, dict[str, Any]]:
+    """The commit histogram of each worker of a run, read from its statistics files in
+    ``stats`` until ``proc`` ends (a worker deletes its file when it leaves: the last one
+    seen is kept)."""
+    commits: dict[str, dict[str, Any]] = {}
+    while proc.poll() is None:
+        for path in stats.glob("worker-*.json"):
+            try:
+                commits[path.name] = json.loads(path.read_text())["commits"]
+            except (OSError, ValueError, KeyError):
+                continue  # being rewritten
+        time.sleep(0.2)
+    return commits
+
+
 def merge_commits(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The commit histograms of every worker, added up."""
     count, total = 0, 0.0
@@ -85,17 +100,9 @@ def run_once(corpus: Path, out: Path, data: Path, workers: int, variant: str) ->
                "--output", str(out), "-q", "--workers", str(workers), "--data-dir", str(data),
                *broker]  # fmt: skip
         stats = data / "wordcount" / "coordination" / "wordcount" / "stats"
-        commits: dict[str, dict[str, Any]] = {}
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        while proc.poll() is None:
-            # A worker deletes its file when it leaves: keep the last one seen.
-            for path in stats.glob("worker-*.json"):
-                try:
-                    commits[path.name] = json.loads(path.read_text())["commits"]
-                except (OSError, ValueError, KeyError):
-                    continue  # being rewritten
-            time.sleep(0.2)
+        commits = watch_commits(proc, stats)
         seconds = time.perf_counter() - t0
         if proc.returncode:
             raise SystemExit(f"rstreams run failed: {proc.stderr.read() if proc.stderr else ''}")

@@ -301,6 +301,26 @@ def json_texts(objs: list[Any], dumps: Callable[[Any], str]) -> list[str]:
     return out
 
 
+def scan_json_many(data: list[bytes], deserialize: Callable[[bytes], Any]) -> list[Any]:
+    """``json.loads`` of each of ``data`` (with :func:`_json_object`): the C scanner on
+    each value, without json.loads's per-call Python layers. A value it does not take
+    whole (surrounding blanks, other encodings, bad data) sends the column through
+    ``deserialize``, which decides."""
+    scan = json.scanner.make_scanner(json.JSONDecoder(object_hook=_json_object))  # type: ignore[arg-type]
+    out: list[Any] = []
+    append = out.append
+    try:
+        for d in data:
+            text = d.decode("utf-8")
+            obj, end = scan(text, 0)
+            if end != len(text):
+                raise ValueError
+            append(obj)
+    except Exception:
+        return [deserialize(d) for d in data]
+    return out
+
+
 class JsonSerde(Serde):
     """Compact JSON. Tuples come back as lists, as JSON has no tuple; windowed keys are
     written as ``{"@windowed": [key, start, end]}`` and read back as :class:`Windowed`.
@@ -375,22 +395,7 @@ class JsonSerde(Serde):
                 return list(map(_ms_decode, data))
             except Exception:
                 pass
-        # The C scanner on each value, without json.loads's per-call Python layers. A
-        # value it does not take whole (surrounding blanks, other encodings, bad data)
-        # goes through deserialize, which decides.
-        scan = json.scanner.make_scanner(json.JSONDecoder(object_hook=_json_object))  # type: ignore[arg-type]
-        out: list[Any] = []
-        append = out.append
-        try:
-            for d in data:
-                text = d.decode("utf-8")
-                obj, end = scan(text, 0)
-                if end != len(text):
-                    raise ValueError
-                append(obj)
-        except Exception:
-            return [self.deserialize(d) for d in data]
-        return out
+        return scan_json_many(data, self.deserialize)
 
 
 #: ``msgpack.ExtType((code, data))`` without its Python ``__new__``'s checks (the codes
@@ -416,6 +421,7 @@ def _pack_nested(obj: Any) -> bytes:
 
 
 def _pack_default(obj: Any) -> Any:
+
     if isinstance(obj, tuple):
         return _ext((_TUPLE_EXT, _pack_nested(list(obj))))
     if isinstance(obj, Windowed):

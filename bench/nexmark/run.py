@@ -20,12 +20,10 @@ Modes: ``in-memory``, ``workers1``, ``workers2``, ``redis`` and ``spark``
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +34,7 @@ sys.path.insert(0, str(ROOT))  # (the tests' redis-server helper)
 sys.path.insert(0, str(ROOT / "bench"))
 
 from joins import _MEASURE, available  # noqa: E402
-from redis_broker import merge_commits, quantiles_ms  # noqa: E402
+from redis_broker import merge_commits, quantiles_ms, watch_commits  # noqa: E402
 
 QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11"]
 MODES = {
@@ -55,14 +53,7 @@ def measure(cmd: list[str], stats: Path | None = None) -> tuple[float, int, dict
         [sys.executable, "-c", _MEASURE, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    commits: dict[str, dict[str, Any]] = {}
-    while stats is not None and proc.poll() is None:
-        for path in stats.glob("worker-*.json"):
-            try:
-                commits[path.name] = json.loads(path.read_text())["commits"]
-            except (OSError, ValueError, KeyError):
-                continue  # being rewritten
-        time.sleep(0.2)
+    commits = {} if stats is None else watch_commits(proc, stats)
     out, err = proc.communicate()
     seconds, rss, code = out.split()
     if code != "0":

@@ -65,6 +65,8 @@ from typing import Any, NamedTuple, Protocol
 
 import msgpack
 
+from rstreams.dsl.windows import SessionWindow
+
 #: No event time yet.
 NO_TIME = -(2**62)
 #: The watermark of an input that has ended.
@@ -195,7 +197,7 @@ def told_slack(topology: Any, topic: str) -> int:
                 continue
             window = f.node.window
             grace = int(window.grace)
-            if type(window).__name__ == "SessionWindow":
+            if isinstance(window, SessionWindow):
                 grace = max(0, grace - 1)  # (a session closes at end + gap + grace, inclusive)
             slack = grace if slack is None else min(slack, grace)
     return slack or 0
