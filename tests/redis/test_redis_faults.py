@@ -46,12 +46,36 @@ def _committed(client: redis.Redis) -> int:
     return total
 
 
-def _start(tmp_path: Path, server: RedisServer, corpus: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        run_cmd("--input", corpus, "--broker", server.url, "--workers", 2,
-                "--data-dir", tmp_path / "data", "--output", tmp_path / "counts.jsonl"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+#: examples/wordcount.py at a pace no machine can beat: a line takes at least 0.1 ms, so
+#: a pull of 5,000 lines of a queue takes at least 0.5 s and a worker's round over its
+#: four queues at least 2 s. With three pulls per queue (_lost_run's input), a fault
+#: injected within 2 s of the first commit always meets records the job still needs,
+#: however fast the machine (a whole queue in one pull would be committed whole by the
+#: first commit: that raced the fault).
+_PACED_WORDCOUNT = """
+import re, time
+from rstreams import StreamBuilder
+WORD = re.compile(r"\\w+")
+def words(line):
+    time.sleep(0.0001)
+    return WORD.findall(line.lower())
+def build():
+    b = StreamBuilder("wordcount")
+    b.source("sentences").flatMap(words).keyBy(lambda w: w).count().toRStream().sink("word-counts")
+    return b
+"""
+
+
+def _start(
+    tmp_path: Path, server: RedisServer, corpus: Path, *, paced: bool = False
+) -> subprocess.Popen:
+    cmd = run_cmd("--input", corpus, "--broker", server.url, "--workers", 2,
+                "--data-dir", tmp_path / "data", "--output", tmp_path / "counts.jsonl")  # fmt: skip
+    if paced:
+        pipeline = tmp_path / "wordcount.py"
+        pipeline.write_text(_PACED_WORDCOUNT, encoding="utf-8")
+        cmd[cmd.index("run") + 1] = str(pipeline)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -83,11 +107,11 @@ def test_redis_restarted_with_its_data_mid_run_results_exact(tmp_path, sig):
 
 
 def _lost_run(tmp_path: Path, fault) -> tuple[int, str]:
-    corpus = big_corpus(tmp_path, 6)
+    corpus = big_corpus(tmp_path, 14)  # 87,000 lines: 10,900 a source queue
     server = RedisServer(tmp_path / "redis", persist=False).start()
     try:
         client = redis.Redis(port=server.port)
-        proc = _start(tmp_path, server, corpus)
+        proc = _start(tmp_path, server, corpus, paced=True)
         _wait_for(lambda: _committed(client) > 0, "a first commit", proc)
         fault(server, client, proc)
         return _finish(proc)
