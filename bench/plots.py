@@ -150,7 +150,7 @@ def _role(pid: int, root: int) -> str:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "other"
-    return "worker" if b"rstreams.runtime.engine.worker" in cmdline else "other"
+    return "worker" if b"rstreams.runtime.engine.coordination.worker" in cmdline else "other"
 
 
 def run_cli(path: Path, workers: int, pipeline: Path) -> tuple[dict[str, int], TreeSampler]:

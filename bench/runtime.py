@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wordcount import make_corpus
 
-from rstreams.runtime.engine.context import EngineConfig
+from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.state.rocksdb import RocksDBConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,10 @@ def worker_peak_rss(pipeline: Path, corpus: Path, out: Path, data_dir: Path) -> 
         for status in Path("/proc").glob("[0-9]*/status"):
             try:
                 cmdline = (status.parent / "cmdline").read_bytes()
-                if b"rstreams.runtime.engine.worker" in cmdline and parent in status.read_text():
+                if (
+                    b"rstreams.runtime.engine.coordination.worker" in cmdline
+                    and parent in status.read_text()
+                ):
                     for line in status.read_text().splitlines():
                         if line.startswith("VmHWM:"):
                             peak = max(peak, int(line.split()[1]))

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import create_topics, wall_clock_ms
-from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.coordination.local import create_topics, wall_clock_ms
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.tasks.task import Task
 from rstreams.runtime.queues.filelog import FileBroker
 from rstreams.serde import INTERNAL_SERDE
 

@@ -23,7 +23,7 @@ from rstreams.brokeropts import (
     target_of,
 )
 from rstreams.errors import ConfigError, SerdeError
-from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.operators.producer import Producer
 from rstreams.runtime.layout import JobLayout, job_id_arg
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.queues.mapper import ModuloQueueMapper
@@ -226,8 +226,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from rstreams.runtime.engine.joblock import JobLock
     from rstreams.runtime.queues.fsck import repair_queue
+    from rstreams.runtime.queues.joblock import JobLock
 
     if not args.name or args.queue is None or args.truncate_at is None:
         raise ConfigError("topics repair needs TOPIC, --queue Q and --truncate-at OFFSET")

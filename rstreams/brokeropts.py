@@ -67,7 +67,7 @@ def target_of(args: argparse.Namespace) -> Any:
             f"--broker needs the Redis client: pip install 'rstreams[redis]' ({e.name} missing)"
         ) from None
     from rstreams.config import RunConfig
-    from rstreams.runtime.engine.brokers import broker_target
+    from rstreams.runtime.queues.brokers import broker_target
 
     # (RunConfig checks the options as `rstreams run` does; broker_target parses them)
     return broker_target(RunConfig(**{name: getattr(args, name) for name in BROKER_OPTIONS}))
@@ -211,11 +211,11 @@ class JobAccess:
     def open_broker(self) -> Broker:
         """The job's broker (the caller closes it)."""
         if self.target is None:
-            from rstreams.runtime.engine.brokers import open_broker
             from rstreams.runtime.layout import JobLayout
+            from rstreams.runtime.queues.brokers import open_broker
 
             return open_broker(JobLayout.of(self.data_dir, self.job).root)
-        from rstreams.runtime.engine.brokers import open_redis_broker
+        from rstreams.runtime.queues.brokers import open_redis_broker
 
         with broker_errors(self.target):
             return open_redis_broker(self.target, self.job, patience=1.0)

@@ -206,7 +206,7 @@ def _redis_target(config: RunConfig, spark_options: dict[str, Any]) -> Any:
         return spark_options["redis"]
     if config.broker is None:
         return None
-    from rstreams.runtime.engine.brokers import broker_target
+    from rstreams.runtime.queues.brokers import broker_target
 
     return broker_target(config)
 
@@ -442,7 +442,7 @@ def _metrics_server(
             "--metrics-port serves the statistics of the embedded runtime's workers; "
             "drop --in-memory and --backend spark"
         )
-    from rstreams.runtime.engine.stats import coordination_dir
+    from rstreams.runtime.engine.coordination.stats import coordination_dir
     from rstreams.runtime.metrics import MetricsServer
 
     server = MetricsServer(coordination_dir(args.data_dir, job_id), config.metrics_port)

@@ -30,8 +30,9 @@ import attrs
 from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import LocalEngine, wall_clock_ms
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.operators.record import wall_clock_ms
 from rstreams.runtime.gctune import tuned
 from rstreams.runtime.inputs import check_input_file, ingest_mark, open_input
 
@@ -130,7 +131,7 @@ def _run_embedded(
     if config.data_dir is not None or config.broker or (config.workers or 1) > 1:
         return _run_durable(topology, inputs, config, progress)
     if topology.external_sources or topology.external_sinks:
-        from rstreams.runtime.engine.external import check_external_broker
+        from rstreams.runtime.engine.io.external import check_external_broker
 
         check_external_broker(topology, None)  # (raises: they need --broker redis://)
     on_error, chunk_lines = config.on_error, config.chunk_lines
@@ -251,7 +252,7 @@ def _run_durable(
             "the durable runtime starts worker processes that load the pipeline from its "
             "file: pass pipeline='path/to/pipeline.py' (or run without data_dir/workers)"
         )
-    from rstreams.runtime.engine.supervisor import run_durable
+    from rstreams.runtime.engine.coordination.supervisor import run_durable
 
     for path in inputs.values():
         if path != "-":  # (the supervisor says that stdin needs --in-memory)

@@ -50,10 +50,10 @@ from typing import Any
 
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import EngineConfig, dead_letter_topic
-from rstreams.runtime.engine.lifecycle import TaskState
-from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.operators.context import EngineConfig, dead_letter_topic
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.tasks.lifecycle import TaskState
 from rstreams.runtime.positions import position_bases, position_header
 from rstreams.runtime.queues.base import Headers, RecordColumns
 from rstreams.runtime.queues.mapper import QueueMapper, get_mapper
@@ -265,7 +265,7 @@ class TopologyTestDriver:
         queues: queue count per topic (default: as declared, else 1 for user topics;
             shuffle topics use the count the planner chose).
         on_error: ``"fail"`` (default), ``"skip"`` or ``"dead-letter"``; see
-            :class:`~rstreams.runtime.engine.context.EngineConfig`.
+            :class:`~rstreams.runtime.engine.operators.context.EngineConfig`.
         start_time: initial wall-clock time in epoch ms (see :meth:`advance_time`).
         queue_mapper: how keys map to queues: ``"modulo"`` (default) or ``"hash-ring"``.
     """

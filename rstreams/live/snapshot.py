@@ -12,7 +12,7 @@ import attrs
 
 from rstreams.brokeropts import JobAccess
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.stats import pid_alive, read_stats
+from rstreams.runtime.engine.coordination.stats import pid_alive, read_stats
 from rstreams.runtime.layout import JobLayout
 
 __all__ = [
@@ -213,8 +213,8 @@ def snapshot(
     log under ``data_dir``. Statistics are read from ``data_dir`` either way: on Redis,
     those of the workers of this host (if it runs any)."""
     from rstreams.admin import lag_rows
-    from rstreams.runtime.engine.taskid import TaskId
-    from rstreams.runtime.engine.worker import restore_progress
+    from rstreams.runtime.engine.coordination.worker import restore_progress
+    from rstreams.runtime.engine.tasks.taskid import TaskId
 
     layout = JobLayout.of(data_dir, job)
     if access is None:

@@ -16,7 +16,7 @@ from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
-from rstreams.runtime.engine.stats import PUBLISH_INTERVAL, read_stats
+from rstreams.runtime.engine.coordination.stats import PUBLISH_INTERVAL, read_stats
 from rstreams.runtime.layout import JobLayout, job_id_arg
 
 __all__ = ["LiveRunView", "LiveWatcher", "RunProgress", "add_parsers", "progress_text", "run_top"]

@@ -181,7 +181,7 @@ def check_inputs(topology: Topology, inputs: dict[str, str]) -> None:
 
 def ingest_position(value: bytes) -> tuple[str, int]:
     """``(real path, byte position)`` of an :data:`INGEST_HEADER` value: the JSON of the
-    durable runtime's read mark (see ``rstreams.runtime.engine.ingest.ReadMark``), or
+    durable runtime's read mark (see ``rstreams.runtime.engine.io.ingest.ReadMark``), or
     ``<path>@<position>`` (the in-memory runtime's, and older jobs').
 
     >>> ingest_position(b'{"file":"/d/in.txt","position":6,"newline":true}')

@@ -3,7 +3,7 @@
 ``rstreams run --data-dir DIR`` keeps everything of job ``JOB`` here (as Kafka Streams'
 ``StateDirectory`` does for an application)::
 
-    DIR/.JOB.lock                  the job lock: one run at a time (engine/joblock.py)
+    DIR/.JOB.lock                  the job lock: one run at a time (queues/joblock.py)
     DIR/JOB/                       JobLayout.root, "the job's directory"
         log/                       the file log: topics, consumer group offsets
         state/<store>/<queue>/     local copies of the state stores
@@ -76,7 +76,7 @@ class GroupLayout:
         eoi/<sub-topology>, <task>.done  end of input declared, and a task done with it
         restore/<task>                   a task's restore progress while it restores
         skipped/<task>                   a task's count of skipped records per commit
-        stats/supervisor.json, worker-<member>.json    live statistics (engine/stats.py)
+        stats/supervisor.json, worker-<member>.json    live statistics (coordination/stats.py)
 
     >>> g = GroupLayout("/d/wc/coordination/wc")
     >>> g.member_lock("w0-1").as_posix(), g.worker_stats("w0-1").name

@@ -1,7 +1,7 @@
 """Prometheus metrics of a running embedded job (``rstreams run --metrics-port PORT``).
 
 Every scrape reads the statistics the job's supervisor and workers publish (see
-:mod:`rstreams.runtime.engine.stats`) and turns them into metric families: nothing is
+:mod:`rstreams.runtime.engine.coordination.stats`) and turns them into metric families: nothing is
 kept between scrapes, and the server needs nothing from the run but its coordination
 directory. docs/operations.md lists the metrics.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.stats import JobStats, read_stats
+from rstreams.runtime.engine.coordination.stats import JobStats, read_stats
 
 if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -79,7 +79,7 @@ class JobCollector:
     """A ``prometheus_client`` collector of one job's statistics.
 
     ``coord_dir`` is the job's coordination directory
-    (:func:`~rstreams.runtime.engine.stats.coordination_dir`); ``job`` the value of
+    (:func:`~rstreams.runtime.engine.coordination.stats.coordination_dir`); ``job`` the value of
     the ``job`` label (default: that directory's name, the job id).
     """
 

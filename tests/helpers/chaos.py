@@ -55,7 +55,7 @@ def run_with_kills(
     random (:class:`RandomKills`, over ``records`` input records): the final table of
     ``sink``. Asserts that every kill happened."""
     from rstreams.loader import load_topology
-    from rstreams.runtime.engine.supervisor import Supervisor
+    from rstreams.runtime.engine.coordination.supervisor import Supervisor
 
     chaos = RandomKills(seed=seed, limit=kills, records=records, gap=(0.1, 0.5))
     sup = Supervisor(

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 
 #: The sum per ``id`` of the stream ``orders`` into the stream ``totals``.
 PIPELINE = """

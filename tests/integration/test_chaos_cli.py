@@ -49,7 +49,7 @@ def worker_pids(pid: int) -> list[int]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         for child in map(int, children):
-            if alive(child) and "rstreams.runtime.engine.worker" in cmdline(child):
+            if alive(child) and "rstreams.runtime.engine.coordination.worker" in cmdline(child):
                 out.append(child)
     return out
 
@@ -124,7 +124,9 @@ def test_workers_killed_at_random_through_the_cli_give_the_exact_table(tmp_path)
             expected.update(WORD.findall(line.lower()))
     assert read_jsonl(out) == dict(expected)
     time.sleep(0.2)
-    assert not [p for p in seen if alive(p) and "rstreams.runtime.engine.worker" in cmdline(p)]
+    assert not [
+        p for p in seen if alive(p) and "rstreams.runtime.engine.coordination.worker" in cmdline(p)
+    ]
 
 
 INTS = """

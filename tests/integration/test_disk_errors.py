@@ -19,10 +19,10 @@ from collections import Counter
 
 import pytest
 
-import rstreams.runtime.engine.local as local
+import rstreams.runtime.engine.coordination.local as local
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.worker import Worker, open_broker
+from rstreams.runtime.engine.coordination.worker import Worker, open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.runtime.faults import set_faults
 
 WORD = re.compile(r"\w+")

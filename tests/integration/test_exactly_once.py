@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from rstreams.serde import get_serde
 from tests.helpers.chaos import RandomKills
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rstreams.runtime.engine.producer import Producer
+from rstreams.runtime.engine.operators.producer import Producer
 from rstreams.runtime.queues import FileBroker
 
 pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rstreams.errors import JobRunningError
-from rstreams.runtime.engine import joblock
-from rstreams.runtime.engine.joblock import JobLock
+from rstreams.runtime.queues import joblock
+from rstreams.runtime.queues.joblock import JobLock
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
@@ -73,7 +73,7 @@ def test_a_second_run_of_a_running_job_fails_at_once_with_exit_2(tmp_path: Path)
 def test_a_lock_left_by_a_killed_run_does_not_block(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from rstreams.runtime.engine.joblock import JobLock; "
+         "import sys, time; from rstreams.runtime.queues.joblock import JobLock; "
          "JobLock(sys.argv[1], 'job').acquire(); print('held', flush=True); time.sleep(600)",
          str(tmp_path)],
         stdout=subprocess.PIPE, text=True,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.stats import coordination_dir, read_stats
+from rstreams.runtime.engine.coordination.stats import coordination_dir, read_stats
 from tests.helpers.metrics import (
     WORDCOUNT,
     get,

@@ -16,9 +16,9 @@ import pytest
 from rstreams.cli import main as cli_main
 from rstreams.errors import ConfigError, ProcessingError, RStreamsError, SerdeError
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.exitreport import ExitReport, describe_exit, worker_error
-from rstreams.runtime.engine.supervisor import Supervisor
-from rstreams.runtime.engine.worker import EXIT_FATAL, EXIT_PROCESSING_ERROR
+from rstreams.runtime.engine.coordination.exitreport import ExitReport, describe_exit, worker_error
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.worker import EXIT_FATAL, EXIT_PROCESSING_ERROR
 
 
 def write(tmp_path: Path, body: str, name: str = "p.py") -> Path:
@@ -200,7 +200,7 @@ def _worker_pids() -> list[int]:
         except OSError:  # (a process that ended meanwhile)
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"rstreams.runtime.engine.worker" in cmdline:
+        if ppid == os.getpid() and b"rstreams.runtime.engine.coordination.worker" in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -211,8 +211,8 @@ def test_restarts_under_at_least_once_end_with_a_warning_of_duplicates(tmp_path,
     then count records twice, and the run says so with the number of restarts (an
     over-count that exits 0 without a word looks exact). Exactly-once says nothing."""
     from rstreams.config import RunConfig
-    from rstreams.runtime.engine.supervisor import run_durable
-    from rstreams.runtime.engine.worker import open_broker
+    from rstreams.runtime.engine.coordination.supervisor import run_durable
+    from rstreams.runtime.engine.coordination.worker import open_broker
 
     pipeline = write(tmp_path, WORDS)
     data = tmp_path / "in.txt"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"

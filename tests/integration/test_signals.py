@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from tests.helpers.metrics import wait_for as wait
 
 PIPELINE = """

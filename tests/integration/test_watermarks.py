@@ -27,12 +27,12 @@ import pytest
 from rstreams import StreamBuilder, TumblingWindow
 from rstreams.loader import load_topology
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.supervisor import Supervisor
-from rstreams.runtime.engine.task import TXN_HEADER
-from rstreams.runtime.engine.watermarks import decode_control
-from rstreams.runtime.engine.worker import open_broker
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.worker import open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.operators.watermarks import decode_control
+from rstreams.runtime.engine.tasks.task import TXN_HEADER
 from rstreams.runtime.results import row_json
 from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver

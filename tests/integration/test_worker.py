@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-import rstreams.runtime.engine.local as local
+import rstreams.runtime.engine.coordination.local as local
 import rstreams.runtime.rebalance.membership as membership
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.worker import Worker, WorkerConfig, open_broker
+from rstreams.runtime.engine.coordination.worker import Worker, WorkerConfig, open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.tasks.taskid import TaskId
 from rstreams.runtime.queues.broker import Broker
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 
@@ -330,11 +330,11 @@ def test_restore_progress_is_published_and_shown(tmp_path, monkeypatch, capsys) 
 
     from rstreams.live import RunProgress
     from rstreams.runner import Progress
-    from rstreams.runtime.engine.context import EngineConfig
-    from rstreams.runtime.engine.local import create_topics
-    from rstreams.runtime.engine.producer import Producer
-    from rstreams.runtime.engine.task import Task
-    from rstreams.runtime.engine.worker import restore_dir, restore_progress
+    from rstreams.runtime.engine.coordination.local import create_topics
+    from rstreams.runtime.engine.coordination.worker import restore_dir, restore_progress
+    from rstreams.runtime.engine.operators.context import EngineConfig
+    from rstreams.runtime.engine.operators.producer import Producer
+    from rstreams.runtime.engine.tasks.task import Task
     from rstreams.serde import INTERNAL_SERDE
 
     b = StreamBuilder("r")
@@ -388,10 +388,10 @@ def test_restore_progress_is_published_and_shown(tmp_path, monkeypatch, capsys) 
 )
 def test_an_unreadable_transaction_stops_the_task_naming_the_record(tmp_path, payload) -> None:
     from rstreams import SerdeError
-    from rstreams.runtime.engine.context import EngineConfig
-    from rstreams.runtime.engine.local import create_topics
-    from rstreams.runtime.engine.producer import Producer
-    from rstreams.runtime.engine.task import Task, transactions_topic
+    from rstreams.runtime.engine.coordination.local import create_topics
+    from rstreams.runtime.engine.operators.context import EngineConfig
+    from rstreams.runtime.engine.operators.producer import Producer
+    from rstreams.runtime.engine.tasks.task import Task, transactions_topic
 
     b = StreamBuilder("x")
     b.source("in", queues=1).keyBy(lambda v: v).count(name="c", queues=1).sink("out")

@@ -15,8 +15,8 @@ import pytest
 
 from rstreams.config import RunConfig
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
-from rstreams.runtime.engine.worker import EXIT_FATAL
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.worker import EXIT_FATAL
 
 PIPELINE = """
 from rstreams import StreamBuilder
@@ -30,7 +30,7 @@ def build():
 
 def start_worker(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rstreams.runtime.engine.worker", *args],
+        [sys.executable, "-m", "rstreams.runtime.engine.coordination.worker", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -117,4 +117,6 @@ def test_worker_args_reach_the_worker(tmp_path, caplog):
     assert "allocation='consistent_hash'" in log, log
     # Nothing of the configuration travels as an argument: it came on the worker's stdin.
     assert cmdlines, "no worker seen"
-    assert all(c[1:] == ["-m", "rstreams.runtime.engine.worker", "-"] for c in cmdlines), cmdlines
+    assert all(
+        c[1:] == ["-m", "rstreams.runtime.engine.coordination.worker", "-"] for c in cmdlines
+    ), cmdlines

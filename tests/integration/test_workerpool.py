@@ -13,7 +13,7 @@ import pytest
 
 from rstreams.config import RunConfig
 from rstreams.errors import ConfigError, PipelineFileError, RStreamsError
-from rstreams.runtime.engine.workerpool import WorkerPool
+from rstreams.runtime.engine.coordination.workerpool import WorkerPool
 from rstreams.runtime.layout import JobLayout
 
 pytestmark = pytest.mark.fast  # in ./dev test --fast (see pyproject.toml's markers)

@@ -12,7 +12,7 @@ import redis
 from rstreams import RedisStream, StreamBuilder
 from rstreams.errors import ConfigError, TopologyError
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write
 
 #: A job topic (refunds, from a file) and an external stream (all fields) in one pipeline.
@@ -92,7 +92,7 @@ def test_entries_trimmed_before_the_job_copied_them_stop_the_run(
 
 
 def test_a_stream_deleted_under_the_job_is_reported(tmp_path: Path, redis_url: str) -> None:
-    from rstreams.runtime.engine.external import ExternalIngest, StreamPosition
+    from rstreams.runtime.engine.io.external import ExternalIngest, StreamPosition
     from rstreams.runtime.queues.memory import MemoryBroker
 
     r = redis.Redis.from_url(redis_url)
@@ -201,7 +201,7 @@ def test_rstreams_run_reads_and_writes_redis_streams(tmp_path: Path, redis_url: 
 
 
 def _copy_setup(r: redis.Redis, follow: bool) -> tuple[Any, Any]:
-    from rstreams.runtime.engine.external import ExternalIngest
+    from rstreams.runtime.engine.io.external import ExternalIngest
     from rstreams.runtime.queues.memory import MemoryBroker
 
     b = StreamBuilder("j")
@@ -225,7 +225,7 @@ def test_a_bounded_copy_ends_when_the_last_entries_were_deleted(redis_url: str) 
 
 
 def test_two_egresses_of_one_sink_never_add_an_entry_twice(redis_url: str) -> None:
-    from rstreams.runtime.engine.external import Egress
+    from rstreams.runtime.engine.io.external import Egress
     from rstreams.runtime.queues.memory import MemoryBroker
 
     r = redis.Redis.from_url(redis_url)
@@ -258,7 +258,7 @@ def test_two_egresses_of_one_sink_never_add_an_entry_twice(redis_url: str) -> No
 KILLED_RUN = """
 import sys
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from tests.helpers.redisstreams import PIPELINE, orders, run, totals, write
 
 path, data, url = sys.argv[1:4]

@@ -13,7 +13,7 @@ import pytest
 import redis
 from redisserver import RedisServer
 
-from rstreams.runtime.engine.redis_preflight import RedisPermissionError, check_permissions
+from rstreams.runtime.queues.redis_preflight import RedisPermissionError, check_permissions
 from rstreams.runtime.queues.redisstreams import RedisTarget, connect
 
 ROOT = Path(__file__).resolve().parents[2]

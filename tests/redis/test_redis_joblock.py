@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from rstreams.errors import JobRunningError
-from rstreams.runtime.engine.redis_joblock import RedisJobLock
+from rstreams.runtime.queues.redis_joblock import RedisJobLock
 
 
 def client(url: str) -> redis.Redis:
@@ -71,7 +71,7 @@ def test_a_killed_owner_s_lock_expires(redis_url: str) -> None:
     code = textwrap.dedent(
         """
         import sys, time, redis
-        from rstreams.runtime.engine.redis_joblock import RedisJobLock
+        from rstreams.runtime.queues.redis_joblock import RedisJobLock
         RedisJobLock(redis.Redis.from_url(sys.argv[1]), "j", ttl=3).acquire()
         print("ready", flush=True)
         time.sleep(60)
@@ -106,7 +106,7 @@ _OWNER = textwrap.dedent(
     """
     import json, sys
     from rstreams.loader import load_topology
-    from rstreams.runtime.engine.supervisor import Supervisor
+    from rstreams.runtime.engine.coordination.supervisor import Supervisor
     pipeline, corpus, url, out, data = sys.argv[1:6]
     sup = Supervisor(
         pipeline, load_topology(pipeline), {"sentences": corpus}, data_dir=data,

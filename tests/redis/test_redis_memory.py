@@ -11,8 +11,8 @@ from redisserver import RedisServer
 from test_run_redis import WORDCOUNT, big_corpus, expected_counts
 
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.ingest import AHEAD_CHUNKS
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.io.ingest import AHEAD_CHUNKS
 from rstreams.runtime.queues.redisstreams import RedisBroker
 
 CHUNK = 300

@@ -20,10 +20,10 @@ from redisserver import running as running_redis
 
 from rstreams.errors import FencedError
 from rstreams.loader import load_topology
-from rstreams.runtime.engine.commit import Committer
-from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.redis_joblock import RedisJobLock
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.tasks.commit import Committer
+from rstreams.runtime.queues.redis_joblock import RedisJobLock
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 from tests.helpers.chaos import RandomKills
@@ -244,7 +244,9 @@ def test_no_password_in_worker_argv_stats_or_logs(tmp_path):
             time.sleep(0.1)
         out, err = p.communicate()
         assert p.returncode == 0, err
-        assert any("rstreams.runtime.engine.worker" in a for a in argvs)  # workers were seen
+        assert any(
+            "rstreams.runtime.engine.coordination.worker" in a for a in argvs
+        )  # workers were seen
         seen = [*argvs, out, err]
         seen += [f.read_text(errors="replace") for f in data.rglob("*") if f.is_file()
                  and f.suffix in (".json", ".log")]  # fmt: skip

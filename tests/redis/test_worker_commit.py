@@ -1,5 +1,5 @@
 """A worker's commit of several tasks is one Redis transaction: every task's fence is
-checked first, then everything is written, or nothing (see rstreams.runtime.engine.commit)."""
+checked first, then everything is written, or nothing (see rstreams.runtime.engine.tasks.commit)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from test_worker_fencing import upper_worker
 
 from rstreams.errors import FencedError
-from rstreams.runtime.engine import task as task_module
+from rstreams.runtime.engine.tasks import task as task_module
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 

@@ -8,9 +8,9 @@ import redis
 
 from rstreams import StreamBuilder
 from rstreams.config import WorkerConfig
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.eoiflags import RedisEoiFlags
-from rstreams.runtime.engine.worker import Worker
+from rstreams.runtime.engine.coordination.worker import Worker
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.queues.eoiflags import RedisEoiFlags
 from rstreams.runtime.queues.redisstreams import RedisBroker, RedisTarget
 from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstreams.runtime.engine.agent import AgentPool, PullingAgent, QueueCache
+from rstreams.runtime.engine.io.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.queues.base import LogRecord
 from rstreams.runtime.queues.memory import MemoryBroker
 

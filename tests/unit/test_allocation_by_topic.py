@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.worker import task_queue
+from rstreams.runtime.engine.coordination.worker import task_queue
+from rstreams.runtime.engine.tasks.taskid import TaskId
 from rstreams.runtime.rebalance import (
     AllocateAveragely,
     AllocateAveragelyByCircle,

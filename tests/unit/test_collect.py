@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.collect import FOLD_CHUNK, Collector, publish_stats
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.endofinput import EndOfInput
-from rstreams.runtime.engine.stats import SupervisorStats, read_stats
-from rstreams.runtime.engine.worker import Worker, open_broker
+from rstreams.runtime.engine.coordination.collect import FOLD_CHUNK, Collector, publish_stats
+from rstreams.runtime.engine.coordination.stats import SupervisorStats, read_stats
+from rstreams.runtime.engine.coordination.worker import Worker, open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.tasks.endofinput import EndOfInput
 from rstreams.runtime.layout import JobLayout
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from rstreams import StreamBuilder
 from rstreams import functions as F
-from rstreams.runtime.engine.batch import Batch
+from rstreams.runtime.engine.operators.batch import Batch
 from rstreams.runtime.queues.base import LogRecord, RecordColumns
 from rstreams.runtime.queues.mapper import HashRingQueueMapper, ModuloQueueMapper
 from rstreams.serde import get_serde

@@ -29,8 +29,8 @@ from rstreams.config import (
     dead_letter_topic,
 )
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.supervisor import Supervisor
+from rstreams.runtime.engine.coordination.supervisor import Supervisor
+from rstreams.runtime.engine.operators.context import EngineConfig
 
 FIELDS = attrs.fields_dict(RunConfig)
 
@@ -89,7 +89,7 @@ def test_engine_defaults_come_from_the_same_place() -> None:
 
 
 def test_dead_letter_topic_is_defined_once() -> None:
-    from rstreams.runtime.engine import context
+    from rstreams.runtime.engine.operators import context
 
     assert context.dead_letter_topic is dead_letter_topic
     runner = spark_runner()
@@ -143,7 +143,7 @@ def test_run_refuses_a_bad_option_before_reading_anything(tmp_path) -> None:
 
 
 def test_broker_options_hide_the_password_and_need_broker():
-    from rstreams.runtime.engine.launch import WorkerLaunch
+    from rstreams.runtime.engine.coordination.launch import WorkerLaunch
 
     c = RunConfig(broker="redis://app:s3cret@db:6379/0", pipeline="wc.py")
     assert "s3cret" not in repr(c) and "redis://app:***@db:6379/0" in repr(c)

@@ -31,7 +31,7 @@ from rstreams import (
     TumblingWindow,
 )
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import dead_letter_topic
+from rstreams.runtime.engine.operators.context import dead_letter_topic
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.serde import FunctionSerde
 from rstreams.testing import TopologyTestDriver

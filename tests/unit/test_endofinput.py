@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.endofinput import EndOfInput
-from rstreams.runtime.engine.local import create_topics
-from rstreams.runtime.engine.taskid import TaskId
-from rstreams.runtime.engine.worker import open_broker
+from rstreams.runtime.engine.coordination.local import create_topics
+from rstreams.runtime.engine.coordination.worker import open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.tasks.endofinput import EndOfInput
+from rstreams.runtime.engine.tasks.taskid import TaskId
 from rstreams.runtime.layout import JobLayout
 
 

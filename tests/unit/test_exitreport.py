@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rstreams.errors import ConfigError, PipelineFileError, ProcessingError, RStreamsError
-from rstreams.runtime.engine.exitreport import (
+from rstreams.runtime.engine.coordination.exitreport import (
     EXIT_FATAL,
     EXIT_PROCESSING_ERROR,
     TAG,

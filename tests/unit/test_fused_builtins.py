@@ -1,4 +1,4 @@
-"""Runs of built-ins over a whole batch (rstreams.runtime.engine.fused) give the records
+"""Runs of built-ins over a whole batch (rstreams.runtime.engine.operators.fused) give the records
 the per-record definition gives, on the test driver (batches of one) and the engine
 (batches of many), with non-str values following on_error as before."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rstreams import StreamBuilder, run
 from rstreams import functions as F
-from rstreams.runtime.engine.fused import JOINABLE
+from rstreams.runtime.engine.operators.fused import JOINABLE
 from rstreams.testing import TopologyTestDriver
 
 # Map built-ins a run may hold, and the flatMap patterns it may end with.

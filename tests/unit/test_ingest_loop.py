@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.ingest import Ingest, Input, last_mark, read_marks
-from rstreams.runtime.engine.watermarks import ingest_group
-from rstreams.runtime.engine.worker import open_broker
+from rstreams.runtime.engine.coordination.worker import open_broker
+from rstreams.runtime.engine.io.ingest import Ingest, Input, last_mark, read_marks
+from rstreams.runtime.engine.operators.watermarks import ingest_group
 from rstreams.runtime.queues.broker import Broker
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rstreams.runtime.engine.ingest import (
+from rstreams.runtime.engine.coordination.worker import open_broker
+from rstreams.runtime.engine.io.ingest import (
     MIN_SPREAD_LINES,
     SAMPLE,
     Ingest,
@@ -18,7 +19,6 @@ from rstreams.runtime.engine.ingest import (
     lines_per_chunk,
     read_marks,
 )
-from rstreams.runtime.engine.worker import open_broker
 from rstreams.runtime.queues.broker import Broker
 
 QUEUES = 8

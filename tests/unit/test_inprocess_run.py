@@ -10,7 +10,7 @@ import pytest
 
 import rstreams.runner
 from rstreams import StreamBuilder
-from rstreams.runtime.engine.batch import Batch
+from rstreams.runtime.engine.operators.batch import Batch
 from rstreams.testing import TopologyTestDriver
 
 # Keys: the text before ":"; None when empty; a list (unhashable) for "L".

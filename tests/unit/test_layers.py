@@ -165,7 +165,7 @@ def imports_from(importers: str, *imported: str) -> list[Edge]:
 
 
 def test_the_graph_is_read() -> None:
-    assert ("rstreams.runner", "rstreams.runtime.engine.local", "module") in EDGES
+    assert ("rstreams.runner", "rstreams.runtime.engine.coordination.local", "module") in EDGES
     assert ("rstreams.dsl.stream", "rstreams.planner.compiler", "function") in EDGES
     assert ("rstreams.dsl.stream", "rstreams.planner.topology", "type") in EDGES
 
@@ -283,3 +283,41 @@ def test_the_entry_mapping_of_redis_streams_sits_below_both_backends() -> None:
         "rstreams.errors",
         "rstreams.windowed",
     }
+
+
+#: The engine's rooms, lowest first: a package may import the ones before it, never the
+#: ones after (docs/architecture.md, "The engine's rooms").
+ENGINE_ROOMS = ("operators", "tasks", "io", "coordination")
+
+
+def _room(module: str) -> str | None:
+    prefix = "rstreams.runtime.engine."
+    return module[len(prefix) :].split(".")[0] if module.startswith(prefix) else None
+
+
+def _rank(module: str) -> int:
+    room = _room(module)
+    return ENGINE_ROOMS.index(room) if room in ENGINE_ROOMS else -1
+
+
+def test_every_engine_module_lives_in_a_room() -> None:
+    loose = [
+        m
+        for m in MODULES
+        if m.startswith("rstreams.runtime.engine.") and _room(m) not in ENGINE_ROOMS
+    ]
+    assert loose == [], "put these in one of the engine's packages " + str(ENGINE_ROOMS)
+
+
+def test_the_engine_rooms_import_only_downwards() -> None:
+    upward = [(a, b, kind) for a, b, kind in sorted(EDGES) if _rank(a) >= 0 and _rank(b) > _rank(a)]
+    assert upward == []
+    # (the rule has something to hold: coordination does import every room below it)
+    assert {_room(b) for a, b, _ in EDGES if _room(a) == "coordination"} >= set(ENGINE_ROOMS)
+
+
+def test_the_queue_layer_chooses_the_broker_and_knows_no_engine() -> None:
+    """File log or Redis is decided in rstreams.runtime.queues (brokers.py), which
+    imports nothing of the engine, so the engine only asks it for a broker."""
+    assert imports_from("rstreams.runtime.queues", "rstreams.runtime.engine") == []
+    assert "rstreams.runtime.queues.brokers" in MODULES

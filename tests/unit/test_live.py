@@ -34,10 +34,10 @@ from rstreams.live import (
 )
 from rstreams.loader import load_topology
 from rstreams.planner.describe import tree_data
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import create_topics
-from rstreams.runtime.engine.stats import SupervisorStats
-from rstreams.runtime.engine.worker import open_broker
+from rstreams.runtime.engine.coordination.local import create_topics
+from rstreams.runtime.engine.coordination.stats import SupervisorStats
+from rstreams.runtime.engine.coordination.worker import open_broker
+from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.runtime.rebalance.membership import FileGroupMembership
 from rstreams.runtime.results import Progress
 

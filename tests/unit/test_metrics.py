@@ -14,9 +14,9 @@ import pytest
 
 from rstreams import StreamBuilder
 from rstreams.errors import ConfigError
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.stats import StatsPublisher, SupervisorStats, read_stats
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.coordination.stats import StatsPublisher, SupervisorStats, read_stats
+from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.runtime.metrics import JobCollector, MetricsServer, health
 from tests.helpers.metrics import get
 

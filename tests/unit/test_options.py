@@ -16,8 +16,8 @@ from rstreams.cli_run import RUN_OPTIONS, RunCommandOptions
 from rstreams.config import ALLOCATIONS, RunConfig, WorkerConfig
 from rstreams.errors import ConfigError
 from rstreams.options import cli_default, declared, flagged, from_json, parse_flags, to_json
-from rstreams.runtime.engine import worker
-from rstreams.runtime.engine.launch import WorkerLaunch
+from rstreams.runtime.engine.coordination import worker
+from rstreams.runtime.engine.coordination.launch import WorkerLaunch
 
 DECLARING = (RunConfig, WorkerConfig, RunCommandOptions)
 

@@ -10,13 +10,13 @@ from rstreams import StreamBuilder, Topology, TopologyError, UnsupportedOperatio
 from rstreams.dsl import nodes as n
 from rstreams.planner import ProcessorFactory
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES
-from rstreams.runtime.engine.aggregate import AggregateProcessor
-from rstreams.runtime.engine.processors import (
+from rstreams.runtime.engine.operators.aggregate import AggregateProcessor
+from rstreams.runtime.engine.operators.processors import (
     FlatMapProcessor,
     Processor,
     UserSourceProcessor,
 )
-from rstreams.runtime.engine.registry import PROCESSORS
+from rstreams.runtime.engine.operators.registry import PROCESSORS
 
 WORD = re.compile(r"\w+")
 

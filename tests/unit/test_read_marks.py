@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstreams.runtime.engine.ingest import BLOCK, ReadMark, Tap, what_changed
+from rstreams.runtime.engine.io.ingest import BLOCK, ReadMark, Tap, what_changed
 from rstreams.runtime.inputs import line_chunks
 
 

@@ -16,12 +16,12 @@ pytest.importorskip("redis.client", reason="needs pip install 'rstreams[redis]'"
 
 from redis.commands.core import CoreCommands
 
-from rstreams.runtime.engine.redis_preflight import COMMANDS
+from rstreams.runtime.queues.redis_preflight import COMMANDS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "rstreams"
 #: Not the job's user's commands: the Spark backend reads and writes a pipeline's own
 #: streams (no job keys), and the check itself.
-SKIPPED = ("runtime/spark/", "runtime/engine/redis_preflight.py")
+SKIPPED = ("runtime/spark/", "runtime/queues/redis_preflight.py")
 #: Commands whose first argument is a subcommand (ACL rules name ``xgroup|create``).
 CONTAINERS = {"xgroup", "xinfo", "script", "client", "config", "object", "memory", "function"}
 #: What the names of a Redis client (or its pipelines and subscriptions) are in the code.

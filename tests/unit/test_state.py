@@ -265,9 +265,9 @@ def test_process_cache_budget_bounds_memory_and_keeps_counts_exact() -> None:
     from collections import Counter
 
     from rstreams import StreamBuilder
-    from rstreams.runtime.engine.context import EngineConfig
-    from rstreams.runtime.engine.local import LocalEngine
-    from rstreams.runtime.engine.task import relieve_memory
+    from rstreams.runtime.engine.coordination.local import LocalEngine
+    from rstreams.runtime.engine.operators.context import EngineConfig
+    from rstreams.runtime.engine.tasks.task import relieve_memory
 
     b = StreamBuilder("budget")
     b.source("in", queues=2).flatMap(str.split).keyBy(lambda w: w).count(queues=2).sink("out")

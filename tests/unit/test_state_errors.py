@@ -10,8 +10,8 @@ import pytest
 
 from rstreams import SerdeError, StreamBuilder, Topology
 from rstreams.runtime.engine import EngineConfig, LocalEngine
-from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.task import Task, transactions_topic
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.tasks.task import Task, transactions_topic
 from rstreams.runtime.queues import MemoryBroker
 from rstreams.state.metered import MeteredStore
 from rstreams.state.stores import KeyValueStore, LostStateError, MemoryStore, StoreDamagedError

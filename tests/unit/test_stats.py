@@ -13,16 +13,16 @@ import pytest
 
 from rstreams import StreamBuilder, TumblingWindow
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.stats import (
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.coordination.stats import (
     CommitHistogram,
     StatsPublisher,
     SupervisorStats,
     read_stats,
     stats_dir,
 )
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.tasks.task import Task
 from rstreams.runtime.queues.memory import MemoryBroker
 
 LINES = ["a b a", "c a", "b", "d d d d"]

@@ -9,8 +9,8 @@ import pytest
 
 from rstreams import StreamBuilder
 from rstreams.runtime.engine import EngineConfig, LocalEngine
-from rstreams.runtime.engine.task import transactions_topic
-from rstreams.runtime.engine.transaction import Transaction
+from rstreams.runtime.engine.tasks.task import transactions_topic
+from rstreams.runtime.engine.tasks.transaction import Transaction
 from rstreams.runtime.queues import MemoryBroker
 from rstreams.serde import INTERNAL_SERDE, get_serde
 from rstreams.state import KeyValueStore, MemoryStore, MeteredStore, store_stack

@@ -7,8 +7,8 @@ import pytest
 from rstreams import ProcessingError, StreamBuilder
 from rstreams.errors import IllegalStateError, RStreamsError
 from rstreams.runtime.engine import EngineConfig, LocalEngine
-from rstreams.runtime.engine.lifecycle import TRANSITIONS, Lifecycle, TaskState
-from rstreams.runtime.engine.task import Task
+from rstreams.runtime.engine.tasks.lifecycle import TRANSITIONS, Lifecycle, TaskState
+from rstreams.runtime.engine.tasks.task import Task
 from rstreams.runtime.queues import MemoryBroker
 
 

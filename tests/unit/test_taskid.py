@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rstreams.errors import RStreamsError
-from rstreams.runtime.engine.taskid import MalformedTaskIdError, TaskId
+from rstreams.runtime.engine.tasks.taskid import MalformedTaskIdError, TaskId
 
 
 def test_text_is_subtopology_underscore_queue() -> None:

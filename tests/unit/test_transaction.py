@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstreams.runtime.engine.commit import Committer
-from rstreams.runtime.engine.producer import Producer
-from rstreams.runtime.engine.transaction import (
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.operators.watermarks import NO_TIME
+from rstreams.runtime.engine.tasks.commit import Committer
+from rstreams.runtime.engine.tasks.transaction import (
     TXN_HEADER,
     Append,
     Transaction,
     TransactionFormatError,
     TransactionLog,
 )
-from rstreams.runtime.engine.watermarks import NO_TIME
 from rstreams.runtime.queues import MemoryBroker
 from rstreams.runtime.queues._logformat import encode_column_batch
 from rstreams.serde import get_serde

@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from rstreams import StreamBuilder, TumblingWindow
 from rstreams.planner.topology import Topology
-from rstreams.runtime.engine.context import EngineConfig
-from rstreams.runtime.engine.local import LocalEngine
-from rstreams.runtime.engine.task import RESEND_WATERMARK_MS, Task
-from rstreams.runtime.engine.watermarks import (
+from rstreams.runtime.engine.coordination.local import LocalEngine
+from rstreams.runtime.engine.operators.context import EngineConfig
+from rstreams.runtime.engine.operators.watermarks import (
     END,
     NO_TIME,
     InputWatermarks,
@@ -26,6 +25,7 @@ from rstreams.runtime.engine.watermarks import (
     send_told,
     told_slack,
 )
+from rstreams.runtime.engine.tasks.task import RESEND_WATERMARK_MS, Task
 from rstreams.runtime.queues.memory import MemoryBroker
 
 

@@ -123,7 +123,7 @@ class RedisBroker:
 
     #: Records live in the server's memory: the runtime purges what the job consumed of
     #: its shuffle topics after every commit, and trims its source topics as it ingests
-    #: (rstreams.runtime.engine.trim).
+    #: (rstreams.runtime.engine.tasks.trim).
     trims_after_commit = True
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:

@@ -1,0 +1,822 @@
+"""A task: the processor chain of one sub-topology for one queue, plus its state.
+
+A task does three things, each with its own part:
+
+* **processing** (here): records of its input queues go through the processor chain;
+  processors read and write the task's stores, each a stack of layers
+  (:mod:`rstreams.state.metered`: metered, caching, change-logging, RocksDB or memory);
+* **restore** (:mod:`rstreams.runtime.engine.tasks.restorer`), before any processor exists;
+* **commit** (:mod:`rstreams.runtime.engine.tasks.commit`, a committer per task, and
+  :func:`commit_tasks` here, which commits the tasks of a process together), whose
+  exactly-once record is a typed
+  :class:`~rstreams.runtime.engine.tasks.transaction.Transaction`.
+
+Commit protocol
+---------------
+A commit gathers everything the task did since the last one: the records it produced
+(per topic queue), the state changes of each store and the new input offsets. The task
+asks each store stack to *flush* (the cache serializes what changed; the change-logging
+layer takes it as changelog records), to *send* (the changelog records go to the
+broker, or into the transaction) and to *write* (the changes reach the byte store in one
+batch with the changelog offset they bring it to). Then:
+
+* **at-least-once**: append the outputs, send and write each store's changes, commit
+  the offsets. A crash in between replays the input since the last commit.
+* **exactly-once**: first append the whole transaction as *one* record to the job's
+  transaction topic (queue = the task's index) and make it durable: that is the commit
+  point. Then apply it as above, marking the first record of every frame it appends
+  with the header ``rs.txn = <task>:<seq>``. Nothing reaches an output topic before its
+  transaction is committed, so readers never see uncommitted output. If the worker dies
+  while applying, the task's next owner finds the last transaction not fully applied
+  (its offsets are not the committed ones) and applies it again, skipping every frame
+  whose marker is already in its queue (searched from the queue end noted in the
+  transaction): no record is lost or written twice. The stores are written last, once
+  the changelog records are durable.
+
+State is restored before the task builds its processors: a RocksDB store whose
+recorded changelog offset is still valid replays only the changelog tail after it (the
+data and that offset are written in one WriteBatch); otherwise, and for memory stores,
+the changelog is replayed from its start (latest value per key wins, tombstones
+delete). Processors are built and initialized afterwards, from the restored stores.
+
+Damaged state
+-------------
+A store is a cache of its changelog. A RocksDB store whose local copy can not be opened
+or read (:class:`~rstreams.state.stores.StoreDamagedError`: checksum mismatch, missing
+SST, bad manifest) is deleted, with a warning, and rebuilt from its changelog: while the
+task is built, by the task itself; later (damage found by a read or write while
+processing or committing), by its worker, which drops the task without committing and
+builds it again. Such an error is never a record's: ``on_error`` does not apply. A
+changelog that can not be read, or ends below the offset a store's checkpoint says it
+reached, can not rebuild anything: the task stops with a
+:class:`~rstreams.state.stores.LostStateError` naming the queue and offset (the job is
+then rebuilt from its input with ``--fresh``; see docs/state.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+from rstreams.errors import ConfigError, IllegalStateError, RStreamsError, StateStoreError
+from rstreams.planner.topology import SubTopology, Topology
+from rstreams.runtime.engine.operators.context import EngineConfig, StreamContext
+from rstreams.runtime.engine.operators.processors import Processor, SourceProcessor
+from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.operators.registry import PROCESSORS
+from rstreams.runtime.engine.operators.watermarks import (
+    END,
+    NO_TIME,
+    TIMED_KINDS,
+    InputWatermarks,
+    Positions,
+    carries_time,
+    decode_control,
+    encode_control,
+    ingest_group,
+    producer_time_group,
+    producers_of,
+    told_slack,
+    watermarked,
+)
+from rstreams.runtime.engine.tasks.commit import Commit, Committer
+from rstreams.runtime.engine.tasks.faults import maybe_crash
+from rstreams.runtime.engine.tasks.lifecycle import Lifecycle, TaskState
+from rstreams.runtime.engine.tasks.restorer import (
+    REBUILD_ADVICE,
+    Restorer,
+    discard_damaged_store,
+)
+from rstreams.runtime.engine.tasks.taskid import TaskId
+from rstreams.runtime.engine.tasks.transaction import TXN_HEADER
+from rstreams.runtime.inputs import InputLocator
+from rstreams.runtime.layout import store_dir
+from rstreams.runtime.queues.base import RecordColumns
+from rstreams.runtime.queues.broker import Broker
+from rstreams.serde import INTERNAL_SERDE
+from rstreams.state.metered import MeteredStore, store_stack
+from rstreams.state.stores import KeyValueStore, MemoryStore, StoreDamagedError
+
+__all__ = [
+    "REBUILD_ADVICE",
+    "RESEND_WATERMARK_MS",
+    "TXN_HEADER",
+    "InputEnds",
+    "Task",
+    "TaskState",
+    "commit_tasks",
+    "discard_damaged_store",
+    "relieve_memory",
+    "transactions_topic",
+]
+
+Fetch = Callable[[str, int, int, int], RecordColumns]
+
+#: How often (wall ms) a task tells its consumers an unchanged watermark again.
+RESEND_WATERMARK_MS = 10_000
+#: How often a consumer looks again at the queues of producers that said they were
+#: caught up (their input may have ended, or grown, since).
+REFRESH_CAUGHT_UP_MS = 200
+#: A task's mark before it said anything: nothing a consumer needs told again.
+_NOTHING_SENT: tuple[int, bool, None] = (NO_TIME, False, None)
+#: Records one broker transaction of a worker's commit holds before the next task's
+#: commit goes into another: a Redis script blocks the server while it runs (other
+#: clients get BUSY replies past ``lua-time-limit``, 5 s by default).
+MAX_TRANSACTION_RECORDS = 20_000
+#: ``TaskState.RUNNING`` once: an enum member read from its class costs ten times a
+#: global, and the per-record paths test it.
+_RUNNING = TaskState.RUNNING
+
+
+def commit_tasks(tasks: Collection[Task], broker: Broker) -> list[tuple[str, int]]:
+    """Commit several tasks of a process together (group commit): every task's
+    transaction is appended, then all are made durable with one flush (each file is
+    synced once, however many tasks wrote to it), then all outputs are written and made
+    durable with one more, then offsets are committed. Returns the queues written to.
+
+    Any error on the way (a full disk, an I/O error, a store that can not be written)
+    fails every one of the tasks: a task's first phase takes its outputs and state
+    changes out of it, so a later commit of that task would move its input positions
+    past them with nothing written. Its next owner finishes or drops the transaction
+    that was cut short, exactly (``Committer.recover``), and goes on from there."""
+    begun: list[tuple[Task, Commit]] = []
+    try:
+        begun = _begin_commits(tasks, broker)
+        if not begun:
+            return []
+        broker.flush()  # exactly-once: the commit point of every transaction
+        for t, c in begun:
+            t._commit_apply(c)
+        if any(c.txn is not None for _, c in begun):
+            broker.flush()
+        # Every task's offsets at once (on the file log, their files synced together).
+        offsets = [o for t, c in begun for o in t.committer.offset_commits(c, t.positions)]
+        broker.commit_many(offsets)
+        for t, c in begun:
+            t._commit_end(c)
+    except BaseException:
+        for t in tasks:
+            t.mark_failed()  # nothing more of it is committed
+        raise
+    return [q for _, c in begun for q in c.written]
+
+
+def _begin_commits(tasks: Collection[Task], broker: Broker) -> list[tuple[Task, Commit]]:
+    """Every task's first phase. Fenced commits (Redis) join a broker transaction,
+    applied all or nothing (every fence in it checked first) in one round trip: one for
+    all the tasks, or one per MAX_TRANSACTION_RECORDS records (a task's commit is never
+    split)."""
+    begun: list[tuple[Task, Commit]] = []
+    transaction = getattr(broker, "transaction", None)
+    if transaction is None:
+        for t in tasks:
+            if (c := t._commit_begin()) is not None:
+                begun.append((t, c))
+        return begun
+    todo = list(tasks)
+    while todo:
+        with transaction() as tx:  # applied when the block ends
+            while todo and tx.records < MAX_TRANSACTION_RECORDS:
+                t = todo.pop(0)
+                if (c := t._commit_begin(tx)) is not None:
+                    begun.append((t, c))
+    return begun
+
+
+def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]]:
+    """Keep what the tasks of a process hold in memory under ``budget`` entries: first
+    forget cached state that is already stored, then commit the tasks that hold the
+    most (a commit writes out their changed state, combined partials and coalesced
+    updates). Returns the queues the commits wrote to."""
+    if sum(t.held() for t in tasks) <= budget:
+        return []
+    for t in tasks:
+        t.drop_clean()
+    held = {t: t.held() for t in tasks}
+    total = sum(held.values())
+    written: list[tuple[str, int]] = []
+    for t in sorted(tasks, key=held.__getitem__, reverse=True):
+        if total <= budget:
+            break
+        written += t.commit()
+        t.drop_clean()  # what the commit stored
+        total -= held[t] - t.held()
+    return written
+
+
+def _marked_inputs(
+    topology: Topology, sources: Iterable[str], count: Any
+) -> tuple[set[str], set[str], list[Any]]:
+    """Of the shuffle topics among ``sources``: those with several producers (with the
+    producers), and those whose one producer tells its time."""
+    marked: set[str] = set()
+    told: set[str] = set()
+    producers: list[tuple[int, int]] = []
+    for topic in sources:
+        if topology.topics[topic].role == "shuffle":
+            if watermarked(topology, topic, count):
+                marked.add(topic)
+                producers += producers_of(topology, topic, count)
+            elif carries_time(topology, topic, count):
+                told.add(topic)
+    return marked, told, producers
+
+
+def transactions_topic(job_id: str) -> str:
+    return f"{job_id}-transactions"
+
+
+class Task:
+    """Runs sub-topology ``sub`` on queue ``queue`` of every topic it reads.
+
+    Built in phase 3, in this order: the stores of this queue are opened; the previous
+    owner's unfinished transaction, if any, is completed; the stores are restored from
+    their changelogs; only then are fresh processors built from the factories and
+    initialized. A processor's ``init()`` rebuilds what it keeps in memory (window and
+    join indexes, stream time) from the restored store, so nothing a processor holds
+    can predate its queue's state.
+
+    Its :attr:`state` follows :mod:`~rstreams.runtime.engine.tasks.lifecycle`: RESTORING
+    while built, then RUNNING until it fails or is closed.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        sub: SubTopology,
+        queue: int,
+        broker: Broker,
+        producer: Producer,
+        config: EngineConfig,
+        group: str,
+        clock: Callable[[], int],
+        fetch: Fetch | None = None,
+        txn_queue: int | None = None,
+        on_restore: Callable[[str, int, int], None] | None = None,
+        fence: Callable[[], tuple[str, str]] | None = None,
+    ) -> None:
+        self.id = str(TaskId(sub.id, queue))  # its name on disk and in transactions
+        self.lifecycle = Lifecycle(self.id)
+        self.topology = topology
+        #: Called with (task id, changelog offsets replayed, offsets to replay) while
+        #: restoring (about twice a second) and once at the end.
+        self.on_restore = on_restore
+        self.sub = sub
+        self.queue = queue
+        self.broker = broker
+        self.producer = producer
+        self.group = group
+        self.config = config
+        self.clock = clock
+        self.exactly_once = config.guarantee == "exactly-once"
+        if self.exactly_once and txn_queue is None:
+            raise RStreamsError(f"task {self.id}: exactly-once needs a transaction queue")
+        self.txn_queue = txn_queue
+        self.committer = Committer(
+            self.id, queue, group, broker, producer, transactions_topic(topology.job_id),
+            txn_queue if self.exactly_once else None, fence,
+        )  # fmt: skip
+        self.fetch: Fetch = fetch or broker.read_columns
+        self.changelogs = {name: topology.stores[name].changelog_topic for name in sub.stores}
+        #: The task's stores, each the top of its stack of layers.
+        self.stores: dict[str, MeteredStore] = {}
+        discarded: set[str] = set()
+        self.lifecycle.to(TaskState.RESTORING)
+        while True:
+            try:
+                self._build(topology, sub, producer, clock)
+                break
+            except StoreDamagedError as e:
+                if e.path is None or e.path in discarded:
+                    self.abandon()
+                    raise  # a new copy is damaged too: not the store's files
+                self._close_stores()  # a RocksDB store stays locked until closed
+                discarded.add(e.path)
+                discard_damaged_store(e, config.state_dir, f"task {self.id}")
+            except BaseException:
+                self.abandon()
+                raise
+        self.positions = {t: broker.committed(group, t, queue) for t in self.sources}
+        self.committer.committed = dict(self.positions)
+        self.lifecycle.to(TaskState.RUNNING)
+
+    def _build(
+        self, topology: Topology, sub: SubTopology, producer: Producer, clock: Callable[[], int]
+    ) -> None:
+        """Open the stores, finish the last transaction, restore, build the processors."""
+        self.stores = {}
+        for name in sub.stores:
+            self.stores[name] = store_stack(
+                self._open_store(name),
+                INTERNAL_SERDE,
+                topology.stores[name].serde,
+                self.changelogs[name],
+                self.queue,
+                self.committer.log,
+                max_entries=self.config.cache_entries,
+            )
+        #: What this task had sent up to its last commit (exactly-once: kept in its
+        #: transactions), so that a new owner goes on from there.
+        self._restored_times = (NO_TIME, NO_TIME)
+        if self.exactly_once:
+            # Its changelog records, if any, are restored next.
+            self._restored_times = self.committer.recover() or self._restored_times
+        started = time.monotonic()
+        restorer = Restorer(self.id, self.queue, self.broker, self.on_restore)
+        self.restored = restorer.restore(self.stores, self.changelogs)
+        self.restore_seconds = time.monotonic() - started
+        # Processors only now, on restored state: built earlier, they would have
+        # rebuilt their indexes and stream time from stores still empty.
+        self._build_processors(topology.job_id, producer, clock)
+
+    def _close_stores(self) -> None:
+        """Close every store without writing anything (a failed task, damage): errors
+        closing a damaged store are not the error to report."""
+        for s in self.stores.values():
+            with contextlib.suppress(StateStoreError):
+                s.close()
+
+    @property
+    def state(self) -> TaskState:
+        """Where the task is in its life (see :mod:`~rstreams.runtime.engine.tasks.lifecycle`)."""
+        return self.lifecycle.state
+
+    @property
+    def failed(self) -> bool:
+        """Processing or a commit raised, or the task was abandoned: nothing of it is
+        committed after that, so the failed record (and everything after it) is read
+        again on restart."""
+        return self.lifecycle.state in (TaskState.FAILED, TaskState.ABANDONED)
+
+    def mark_failed(self) -> None:
+        """Commit nothing more of this task (a commit it took part in, or the disk,
+        failed). A no-op on a task already failed or closed."""
+        self.lifecycle.fail()
+
+    def abandon(self) -> None:
+        """Close without committing anything (damaged state was found): the task's next
+        owner restores its state and goes on from its last commit."""
+        self.lifecycle.to(TaskState.ABANDONED)
+        self._close_stores()
+
+    def _build_processors(self, job_id: str, producer: Producer, clock: Callable[[], int]) -> None:
+        """Phase 3 proper: fresh processors for this queue, initialized on its stores."""
+        procs = self.sub.build(PROCESSORS)
+        self.processors: list[Processor] = [procs[f.name] for f in self.sub.factories]
+        self.sources: dict[str, SourceProcessor] = {}
+        for p in self.processors:
+            if isinstance(p, SourceProcessor):
+                qc = self.broker.queue_count(p.topic)
+                if qc is not None and self.queue < qc:
+                    self.sources[p.topic] = p
+        self.ctx = StreamContext(
+            job_id, self.id, self.queue, producer, self.stores, self.config, clock
+        )
+        # Records of the topics that input files are appended to (not shuffles).
+        self._input_topics = [t for t in self.sources if self.topology.topics[t].role != "shuffle"]
+        if self._input_topics:
+            self.ctx.locate = InputLocator(self.broker, self._input_topics).locate
+        self._init_watermarks()
+        for p in self.processors:
+            p.init(self.ctx)
+        # The processors with something to do at a commit (most have nothing).
+        self._flushing = [p for p in self.processors if p.holds]
+        #: Whether prepare_commit has anything to do (the test driver skips the others).
+        self.prepares = bool(self._flushing or self.marked_outputs or self.stores)
+
+    def _init_watermarks(self) -> None:
+        """Which of this task's inputs carry watermarks (shuffles with several
+        producers) and which of its outputs must (the same, seen from upstream)."""
+        count = self.broker.queue_count
+        topology = self.topology
+        #: Shuffle topics read whose records include watermark control records: from
+        #: several producers (their minimum is this task's watermark), or from one
+        #: (``told_inputs``: what it says raises the time of the timed steps).
+        self.marked_inputs, self.told_inputs, producers = _marked_inputs(
+            topology, self.sources if self.config.watermarks else [], count
+        )
+        #: Per told input, the latest time it told (used when there are several).
+        self._told_times: dict[str, int] = {}
+        #: Inputs whose records need nothing but processing: no control records among
+        #: them, no idleness to follow (see one_record).
+        self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
+        if self.config.source_idle_ms is not None:
+            self._plain_inputs.clear()
+        # (Any: their stream time, max_time, is theirs, not every processor's.)
+        self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
+        probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
+        self.input_marks = InputWatermarks(producers, probe)
+        self.ctx.watermark = self.input_marks.value
+        self._refreshed_at = self.clock()
+        #: Inputs without watermarks: then what this task sends bounds its own watermark.
+        self.unmarked_input = len(self.marked_inputs) < len(self.sources)
+        #: Reads input files only (see EngineConfig.caught_up_idle): says it is caught up
+        #: when it has read all its queues hold.
+        self.reads_inputs = self.config.caught_up_idle and len(self._input_topics) == len(
+            self.sources
+        )
+        #: (shuffle topic, queue count) this task must send its watermark to.
+        self.marked_outputs: list[tuple[str, int]] = []
+        for f in self.sub.factories:
+            if f.kind != "shuffle-sink" or f.topic is None or not self.config.watermarks:
+                continue
+            entry = (f.topic, count(f.topic) or 0)
+            if watermarked(topology, f.topic, count) and entry not in self.marked_outputs:
+                self.marked_outputs.append(entry)
+            # What this task sends bounds its watermark (it reads no watermarks): it
+            # tells a queue its time before a record behind it (see the watermarks
+            # module). Only to a shuffle it alone feeds: several producers' consumers
+            # take a control record for a watermark (nothing older follows), which a
+            # told time is not; theirs come after each batch (marked_outputs).
+            if (
+                self.config.watermarks
+                and not self.marked_inputs
+                and not watermarked(topology, f.topic, count)
+                and carries_time(topology, f.topic, count)
+            ):
+                self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
+                self.ctx.told_slack[f.topic] = told_slack(topology, f.topic)
+        self._told: dict[tuple[str, int], int] = {}
+        self.ended = False
+        self.idle = False
+        #: The positions this task was idle at because it had read all its input.
+        self.caught_up: Positions | None = None
+        self._last_input = self.clock()
+        self._sent_mark: tuple[int, bool, Positions | None] = _NOTHING_SENT
+        self._sent_at = self._last_input
+        # The largest watermark sent short of END (and the largest timestamp sent), as of
+        # the last commit of an earlier owner.
+        self.ctx.out_time, self._high = self._restored_times
+        #: At least once, a task that tells its time keeps it with its offsets.
+        self._kept_time: int | None = None
+        if self.ctx.tell and not self.exactly_once:
+            kept = self.broker.group_offsets(producer_time_group(topology.job_id))
+            times = [kept.get((t, self.queue), NO_TIME) for t in self.ctx.tell]
+            self.ctx.out_time = self._kept_time = max(self.ctx.out_time, *times)
+
+    # -- watermarks ----------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """This task's watermark: nothing it sends from now on is older (END once its
+        bounded input is over)."""
+        if self.ended:
+            return END
+        wm = self.ctx.watermark
+        if self.unmarked_input:
+            wm = min(wm, self.ctx.out_time)
+        return wm
+
+    def _send_watermark(self, again: bool = False) -> None:
+        """Tell the consumers of this task's shuffles its watermark, after the records
+        it follows (in the same transaction), if it moved (or ``again``). Not while a
+        processor holds records back (combined or coalesced updates): they go first,
+        at commit."""
+        # (END is final: once sent, nothing more is news to a consumer, and a control
+        # record appended after the end of input would stay uncommitted lag.)
+        if not self.marked_outputs or self._sent_mark[0] >= END:
+            return
+        mark = (self.watermark, self.idle, self.caught_up)
+        if (mark == self._sent_mark and not again) or (
+            not self.ended and any(p.held() for p in self.processors)
+        ):
+            return
+        self._sent_mark = mark
+        self._sent_at = self.clock()
+        if mark[0] < END and mark[0] > self._high:
+            self._high = mark[0]
+        value = encode_control((self.sub.id, self.queue), mark[0], mark[1], self._high, mark[2])
+        for topic, n in self.marked_outputs:
+            for q in range(n):
+                self.producer.send(topic, q, None, value, 0, ())
+
+    def _tell(self, topic: str, queue: int, time: int) -> None:
+        """Tell queue ``queue`` of ``topic`` this task's time, before a record behind it."""
+        if self._told.get((topic, queue), NO_TIME) >= time:
+            return
+        self._told[(topic, queue)] = time
+        if time > self._high:
+            self._high = time
+        value = encode_control((self.sub.id, self.queue), time, False, self._high)
+        self.producer.send(topic, queue, None, value, 0, ())
+
+    def _on_control(self, value: bytes | None, topic: str) -> None:
+        c = decode_control(value)
+        if topic in self.told_inputs:
+            # One producer: its time (or, at its end, the last time it had before)
+            # is the time of this task's timed steps. Several such inputs (a join of
+            # two topics) are several producers: their minimum, once each has told one.
+            told = c.watermark if c.watermark < END else c.high
+            if len(self.told_inputs) > 1:
+                self._told_times[topic] = max(self._told_times.get(topic, NO_TIME), told)
+                told = min(self._told_times.get(t, NO_TIME) for t in self.told_inputs)
+            for p in self._timed:
+                if told > p.max_time:
+                    p.max_time = told
+                    p.on_watermark()
+            return
+        if self.input_marks.update(c.producer, c.watermark, c.idle, c.high, c.caught_up):
+            self._watermark_moved()
+
+    def _watermark_moved(self) -> None:
+        self.ctx.watermark = self.input_marks.value
+        for p in self.processors:
+            p.on_watermark()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _open_store(self, name: str) -> KeyValueStore:
+        if self.config.state == "rocksdb":
+            from rstreams.state.rocksdb import RocksDBStore
+
+            if self.config.state_dir is None:
+                raise RStreamsError("RocksDB state needs EngineConfig.state_dir")
+            path = store_dir(self.config.state_dir, name, self.queue)
+            return RocksDBStore(path, name, self.config.rocksdb)
+        return MemoryStore(name)
+
+    # -- processing ----------------------------------------------------------------------
+
+    def lag(self, ends: InputEnds | None = None) -> int:
+        """Records of its input queues not read yet (``ends``: theirs, asked of the
+        broker with other tasks'; else asked now, in one call)."""
+        if ends is None:
+            ends = InputEnds(self.broker, (self,))
+        return sum(ends[(t, self.queue)] - pos for t, pos in self.positions.items())
+
+    def poll(self, max_records: int) -> int:
+        """Process up to ``max_records`` new records of each input queue."""
+        n = 0
+        for topic, pos in self.positions.items():
+            records = self.fetch(topic, self.queue, pos, max_records)
+            if len(records):
+                self.positions[topic] = records.last_offset + 1
+                self.process_records(topic, records)
+                n += len(records)
+        return n
+
+    def process_records(self, topic: str, records: RecordColumns) -> None:
+        """Process ``records``, the next ones of ``topic`` (the caller has moved the
+        position past them): a poll's, or the test driver's record at a time."""
+        # ``with self.lifecycle``, inline (two calls less for every driver record).
+        lifecycle = self.lifecycle
+        if lifecycle.state is not _RUNNING:
+            lifecycle.check()
+        try:  # an error fails the task
+            source = self.sources[topic]
+            unmarked = topic not in self.marked_inputs
+            if unmarked and (self.idle or self.config.source_idle_ms is not None):
+                self._last_input = self.clock()
+                self.idle = False
+                self.caught_up = None
+            if (
+                unmarked and topic not in self.told_inputs
+            ) or None not in records.keys:  # no control record among them
+                source.process_log(self.queue, records)
+            else:
+                keys, start = records.keys, 0
+                for i, k in enumerate(keys):
+                    if k is None:
+                        if i > start:
+                            source.process_log(self.queue, records.slice(start, i))
+                        self._on_control(records.values[i], topic)
+                        start = i + 1
+                if start < len(keys):
+                    source.process_log(self.queue, records.slice(start, len(keys)))
+            if self.marked_outputs:
+                self._send_watermark()
+        except BaseException:
+            lifecycle.fail()
+            raise
+
+    def one_record(self, topic: str) -> Callable[..., None] | None:
+        """How the test driver hands this task one record of ``topic`` as stored, with
+        no columns built: ``(queue, offset, timestamp, key, value, headers)`` to its
+        source, for an input without watermarks or idleness to follow while the task
+        runs and is not idle (an error then fails the task, as :meth:`process_records`
+        would). None: such records go through :meth:`process_records`."""
+        if topic not in self._plain_inputs or self.marked_outputs:
+            return None
+        return self.sources[topic].process_one
+
+    def process_next(self, topic: str) -> None:
+        """Process exactly one record: the next one of ``topic`` (used by the test driver)."""
+        pos = self.positions[topic]
+        records = self.broker.read_columns(topic, self.queue, pos, 1)
+        if len(records):
+            self.positions[topic] = records.last_offset + 1
+            self.process_records(topic, records)
+
+    def punctuate(self, now: int, ends: InputEnds | None = None) -> None:
+        """Wall-clock driven work of the processors (e.g. closing idle windows);
+        ``ends``: see :meth:`lag`."""
+        with self.lifecycle:  # an error fails the task
+            for p in self.processors:
+                p.punctuate(now)
+            idle_ms = self.config.source_idle_ms
+            if self.reads_inputs and not self.idle and not self.ended and not self.lag(ends):
+                # Read all it was given: hold nothing back while the queues end there.
+                self.idle = True
+                self.caught_up = tuple(sorted(self.positions.items()))
+            elif (
+                idle_ms is not None
+                and self.unmarked_input
+                and (not self.idle or self.caught_up is not None)
+                and now - self._last_input >= idle_ms
+                and not self.lag(ends)
+            ):
+                self.idle = True  # stop holding the watermark back until input comes
+                self.caught_up = None
+            if self.input_marks.caught_up and now - self._refreshed_at >= REFRESH_CAUGHT_UP_MS:
+                # A caught-up producer's queue may have grown, or its input ended.
+                self._refreshed_at = now
+                if self.input_marks.refresh():
+                    self._watermark_moved()
+            # Now and then again, unchanged: a consumer restarted since has lost it
+            # (what it had read before its last commit is not read again). That includes
+            # a mark with no time but idle or caught up (a queue the input never reached):
+            # without it, a consumer's new owner would wait for that producer forever.
+            again = self._sent_mark != _NOTHING_SENT and now - self._sent_at >= RESEND_WATERMARK_MS
+            self._send_watermark(again)
+
+    def end_of_input(self) -> None:
+        """Bounded input is over for this task's inputs: let processors finish."""
+        with self.lifecycle:  # an error fails the task
+            for p in self.processors:
+                p.end_of_input()
+            for p in self.processors:
+                p.flush()  # what waits for a commit goes before the final watermark
+            self.ended = True
+            self._send_watermark()
+
+    def input_ended(self) -> None:
+        """End of input was declared, and handled by an earlier owner of this task:
+        its watermark is infinite again (its consumers may have lost it)."""
+        self.ended = True
+        self._send_watermark()
+
+    def held(self) -> int:
+        """Entries this task keeps in memory: cached state, combined partials,
+        coalesced updates (see :func:`relieve_memory`)."""
+        return sum(s.held for s in self.stores.values()) + sum(p.held() for p in self.processors)
+
+    def drop_clean(self) -> None:
+        for s in self.stores.values():
+            s.drop_clean()
+
+    @property
+    def wants_commit(self) -> bool:
+        """A store's cache is full: commit now to bound memory."""
+        return any(s.full for s in self.stores.values())
+
+    # -- commit --------------------------------------------------------------------------
+
+    @property
+    def committed(self) -> dict[str, int]:
+        """The input offsets committed last."""
+        return self.committer.committed
+
+    @property
+    def uncommitted(self) -> bool:
+        """Input was processed since the last commit."""
+        return self.positions != self.committed
+
+    def commit(self) -> list[tuple[str, int]]:
+        """Commit what was done since the last commit; returns the queues written to."""
+        return commit_tasks([self], self.broker)
+
+    def prepare_commit(self) -> None:
+        """The first steps of a commit, writing nothing: processors flush (what they
+        hold goes out now) and stores serialize their changes for the changelog, so a
+        value that can not be stored fails now, as the commit would. The next
+        :meth:`commit` sends and writes them. The test driver prepares after every
+        piped record, and commits when its state is read (a commit per record would
+        cost more than the record)."""
+        lifecycle = self.lifecycle
+        if lifecycle.state is not _RUNNING:  # (the driver prepares every pipe)
+            if self.failed:
+                return
+            lifecycle.check()
+        if self.committer.exactly_once:
+            raise ConfigError(f"task {self.id}: a commit is prepared only at least once")
+        try:  # an error fails the task, as it would fail the commit
+            for p in self._flushing:
+                p.flush()
+            if self.marked_outputs:
+                self._send_watermark()
+            now = self.clock()
+            for store in self.stores.values():
+                # (A full cache stays: the changes it holds are not written yet.)
+                store.prepare(now)
+        except BaseException:
+            lifecycle.fail()
+            raise
+
+    def store_preparers(self) -> list[Callable[[int], None]] | None:
+        """All :meth:`prepare_commit` does while the task runs, as calls of the clock
+        time for its stores to make (the test driver makes them itself); None when it
+        does more (processors to flush, watermarks to send)."""
+        if self._flushing or self.marked_outputs or self.committer.exactly_once:
+            return None
+        return [store.prepare for store in self.stores.values()]
+
+    def write_prepared(self) -> None:
+        """Write the changes prepared commits took and no commit has written (at least
+        once): for a task that failed since, as those commits would have written them
+        before the failure (a failed task commits nothing more)."""
+        for store in self.stores.values():
+            if store.pending:
+                store.send()
+                store.write()
+
+    def _commit_begin(self, tx: Any = None) -> Commit | None:
+        """First phase of a commit: flush processors, then the committer's first phase
+        (see :class:`~rstreams.runtime.engine.tasks.commit.Committer`; ``tx``: the worker's
+        broker transaction, if any)."""
+        if self.state is TaskState.FAILED:
+            return None
+        if self.state is not TaskState.RUNNING:
+            raise IllegalStateError(f"task {self.id} is {self.state.name}: it can not commit")
+        maybe_crash("commit-start")
+        for p in self._flushing:
+            p.flush()  # coalesced updates go out now
+        self._send_watermark()  # after them, in the same transaction
+        # (an error fails the task: see commit_tasks)
+        return self.committer.begin(
+            self.clock(),
+            self.stores.values(),
+            self.positions,
+            (self.ctx.out_time, self._high),
+            tx,
+        )
+
+    def _commit_apply(self, c: Commit) -> None:
+        self.committer.apply(c)
+
+    def _commit_end(self, c: Commit) -> None:
+        self.committer.end(c, self.stores.values(), self.positions)
+        out_time = self.ctx.out_time
+        if self._kept_time is not None and out_time > max(self._kept_time, -1):
+            group = producer_time_group(self.topology.job_id)
+            for topic in self.ctx.tell:
+                self.broker.commit(group, topic, self.queue, out_time)
+            self._kept_time = out_time
+
+    def close(self) -> None:
+        """Commit (unless the task failed), close the processors and the stores. A
+        no-op on a closed task."""
+        if self.state in (TaskState.CLOSED, TaskState.ABANDONED):
+            return
+        try:
+            self.commit()
+            for p in self.processors:
+                p.close()
+        except BaseException:
+            self.abandon()
+            raise
+        if self.failed:  # the error that failed it is the one to report
+            self.abandon()
+            return
+        self.lifecycle.to(TaskState.CLOSED)
+        for s in self.stores.values():
+            s.close()
+
+
+class InputEnds:
+    """The end offsets of the input queues of ``tasks``, asked of the broker in one call
+    (one round trip on Redis) when first needed, then kept: a snapshot for one pass of
+    a worker's loop over its tasks (their lag, whether they are idle)."""
+
+    def __init__(self, broker: Broker, tasks: Iterable[Task]) -> None:
+        self._broker = broker
+        self._tasks = tasks
+        self._ends: dict[tuple[str, int], int] | None = None
+
+    def __getitem__(self, queue: tuple[str, int]) -> int:
+        if self._ends is None:
+            queues = list({(t, task.queue): None for task in self._tasks for t in task.positions})
+            self._ends = dict(zip(queues, self._broker.end_offsets(queues), strict=True))
+        return self._ends[queue]
+
+
+class _BrokerProbe:
+    """Answers a consumer's questions about caught-up producers' source queues (see
+    :class:`~rstreams.runtime.engine.operators.watermarks.SourceProbe`) from the broker."""
+
+    def __init__(self, broker: Broker, job_id: str) -> None:
+        self.broker = broker
+        self.group = ingest_group(job_id)
+
+    def at_end(self, queries: Sequence[tuple[int, Positions]]) -> list[bool]:
+        queues = [(t, queue) for queue, positions in queries for t, _ in positions]
+        ends = iter(self.broker.end_offsets(queues) if queues else [])
+        return [all(next(ends) == pos for _, pos in positions) for _, positions in queries]
+
+    def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
+        # Only what the ingest recorded counts: a queue it never recorded is not ended,
+        # even at position 0 (the ingest may not have started).
+        ends = self.broker.group_offsets(self.group)
+        return all(ends.get((t, q)) == pos for q, positions in caught_up for t, pos in positions)
