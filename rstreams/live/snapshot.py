@@ -12,6 +12,7 @@ import attrs
 
 from rstreams.brokeropts import JobAccess
 from rstreams.errors import ConfigError
+from rstreams.runtime.engine.lifecycle import SupervisorState
 from rstreams.runtime.engine.stats import pid_alive, read_stats
 from rstreams.runtime.layout import JobLayout
 
@@ -93,7 +94,9 @@ class LiveSnapshot:
     def running(self) -> bool:
         """Is the job's supervisor still at work (as far as its statistics tell)?"""
         sup = self.supervisor
-        return sup is not None and sup.get("state") == "running" and _alive(sup.get("pid"))
+        if sup is None or sup.get("state") != SupervisorState.RUNNING:
+            return False
+        return _alive(sup.get("pid"))
 
 
 # -- gathering ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
+from rstreams.runtime.engine.lifecycle import SupervisorState
 from rstreams.runtime.engine.stats import PUBLISH_INTERVAL, read_stats
 from rstreams.runtime.layout import JobLayout, job_id_arg
 
@@ -92,7 +93,9 @@ def _await_publication(coord: Any, first: LiveSnapshot, span: float) -> None:
     while time.monotonic() < deadline:
         time.sleep(_POLL)
         sup = read_stats(coord).supervisor
-        if sup is None or sup.get("state") != "running" or float(sup["time"]) >= since + span:
+        if sup is None or sup.get("state") != SupervisorState.RUNNING:
+            return
+        if float(sup["time"]) >= since + span:
             return
 
 

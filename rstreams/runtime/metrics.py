@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from rstreams.errors import ConfigError
+from rstreams.runtime.engine.lifecycle import SupervisorState
 from rstreams.runtime.engine.stats import JobStats, read_stats
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def health(stats: JobStats, now: float | None = None) -> tuple[bool, str]:
     sup = stats.supervisor
     if sup is None:
         return False, "no run of this job is publishing statistics"
-    if sup.get("state") != "running":
+    if sup.get("state") != SupervisorState.RUNNING:
         return False, f"the run is {sup.get('state')}"
     age = (time.time() if now is None else now) - float(sup.get("time", 0))
     if age > HEALTH_MAX_AGE:

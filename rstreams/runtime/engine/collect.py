@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from rstreams.planner.topology import Topology
+from rstreams.runtime.engine.lifecycle import SupervisorState
 from rstreams.runtime.engine.stats import SupervisorStats
 from rstreams.runtime.engine.taskid import TaskId
 from rstreams.runtime.engine.worker import restore_progress, skipped_at
@@ -86,7 +87,7 @@ def publish_stats(
     stats: SupervisorStats,
     status: Callable[[], Mapping[str, Any]],
     pids: dict[int, int | None],
-    state: str = "running",
+    state: SupervisorState = SupervisorState.RUNNING,
 ) -> None:
     """Publish the run's statistics (``supervisor.json``). Counts that can not be read
     leave those published last (a failing run: its own error is the one to report), and
@@ -98,6 +99,6 @@ def publish_stats(
     try:
         stats.publish(now, pids, state)
     except OSError as e:
-        if state != "failed":
+        if state != SupervisorState.FAILED:
             raise
         log.warning("could not publish the run's final statistics: %s", e)

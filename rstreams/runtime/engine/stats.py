@@ -43,7 +43,7 @@ workers that died.
      "workers": [{"slot": int, "pid": int, "alive": bool, "restarts": int}],
      "restarts": int, "records_in": int, "bytes_read": int, "bytes_total": int,
      "records_out": int, "lag": int, "generation": int,
-     "state": "running" | "done" | "failed"}
+     "state": "running" | "done" | "failed"}   # a SupervisorState's value
 
 It stays after the run, with its final state.
 """
@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rstreams.errors import StateStoreError
+from rstreams.runtime.engine.lifecycle import SupervisorState
 from rstreams.runtime.engine.watermarks import END, NO_TIME
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.semantics.nullkeys import NULL_KEYS
@@ -426,7 +427,7 @@ class SupervisorStats:
         self,
         status: Mapping[str, Any] | None,
         workers: Mapping[int, int | None],
-        state: str = "running",
+        state: SupervisorState = SupervisorState.RUNNING,
     ) -> None:
         """Write ``supervisor.json``. ``status``: the supervisor's counts (records_in,
         bytes_read, bytes_total, records_out, lag), None for those published last;
@@ -462,7 +463,7 @@ class SupervisorStats:
                 for k in ("records_in", "bytes_read", "bytes_total", "records_out", "lag")
             },
             "generation": _generation(self.coord_dir),
-            "state": state,
+            "state": SupervisorState(state).value,  # (the file's format: the plain string)
         }
         with contextlib.suppress(OSError):
             _write_json(self.path, doc)
@@ -494,7 +495,8 @@ class JobStats:
     @property
     def running(self) -> bool:
         """A supervisor is running the job now."""
-        return self.supervisor is not None and self.supervisor.get("state") == "running"
+        sup = self.supervisor
+        return sup is not None and sup.get("state") == SupervisorState.RUNNING
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -530,7 +532,7 @@ def read_stats(coord_dir: str | os.PathLike[str]) -> JobStats:
     supervisor = _load(layout.supervisor_stats)
     if (
         supervisor is not None
-        and supervisor.get("state") == "running"
+        and supervisor.get("state") == SupervisorState.RUNNING
         and not pid_alive(supervisor["pid"])
     ):
         supervisor = None  # it died without saying so

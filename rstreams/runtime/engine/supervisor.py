@@ -73,6 +73,11 @@ from rstreams.runtime.engine.ingest import (
     read_marks,
     resumed_text,
 )
+from rstreams.runtime.engine.lifecycle import (
+    SUPERVISOR_TRANSITIONS,
+    StateMachine,
+    SupervisorState,
+)
 from rstreams.runtime.engine.local import create_topics
 from rstreams.runtime.engine.outage import Outage
 from rstreams.runtime.engine.stats import SupervisorStats
@@ -131,6 +136,11 @@ class Supervisor:
         """``config`` (or its options as keywords: ``workers=2, data_dir=...``) says how
         to run; ``max_ingest_rate`` (lines per second) slows ingest down, for tests."""
         config = RunConfig.of(config, **options)
+        #: STARTING until :meth:`run`, then RUNNING, then DONE or FAILED (what
+        #: ``supervisor.json`` says; see SupervisorState).
+        self.lifecycle = StateMachine(
+            "supervisor", SUPERVISOR_TRANSITIONS, SupervisorState.STARTING
+        )
         data_dir = config.data_dir or DEFAULT_DATA_DIR
         _check_input_files(inputs)
         # (a RedisStream is on the run's Redis: refused before anything is opened)
@@ -256,6 +266,11 @@ class Supervisor:
         d = self.topology_change
         return d if d is not None and d.stale else None
 
+    @property
+    def state(self) -> SupervisorState:
+        """Where the run is (see :class:`~rstreams.runtime.engine.lifecycle.SupervisorState`)."""
+        return self.lifecycle.state
+
     # -- workers (see WorkerPool) --------------------------------------------------------
 
     @property
@@ -339,11 +354,12 @@ class Supervisor:
     def _run(self) -> dict[str, Any]:
         start = time.monotonic()
         self._start()
+        self.lifecycle.to(SupervisorState.RUNNING)
         self._next_report = 0.0
         self._look_at = 0.0
         self._waiting = (-EOI_RECHECK, 0)
         outage, resync = Outage(), False
-        state = "failed"  # unless the loop ends as it should
+        ended = False  # (FAILED unless the loop ends as it should)
         #: A bounded run's counts when everything was committed: what the run did, not
         #: what the stopping workers' last commits look like a moment later.
         final: dict[str, Any] | None = None
@@ -366,20 +382,21 @@ class Supervisor:
                 outage.over()
             if getattr(self.lock, "lost", False):
                 raise self.lock.lost_error()
-            state = "done"
+            ended = True
         except KeyboardInterrupt:
             if not self.follow:
                 raise
-            state = "done"  # following input, this is how a run ends
+            ended = True  # following input, this is how a run ends
             log.info(
                 "%s: stopping the workers, which commit what they processed",
                 self.stop_signal or "interrupted",
             )
         finally:
+            self.lifecycle.to(SupervisorState.DONE if ended else SupervisorState.FAILED)
             self.pool.stop()
-            if self.externals is not None and state == "done":
+            if self.externals is not None and ended:
                 self.externals.drain()  # (what the workers committed as they left)
-            self._publish_stats(start, state, final)
+            self._publish_stats(start, final)
         return self.status(start) if final is None else final
 
     def _step(self, start: float) -> dict[str, Any] | None:
@@ -441,12 +458,10 @@ class Supervisor:
         else:
             time.sleep(0.02)
 
-    def _publish_stats(
-        self, start: float, state: str = "running", final: dict[str, Any] | None = None
-    ) -> None:
+    def _publish_stats(self, start: float, final: dict[str, Any] | None = None) -> None:
         assert self.stats is not None
         status = (lambda: self.status(start)) if final is None else (lambda: final)
-        publish_stats(self.stats, status, self.pool.pids(), state)
+        publish_stats(self.stats, status, self.pool.pids(), self.state)
 
     def skipped(self) -> int:
         """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it

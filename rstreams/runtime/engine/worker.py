@@ -50,6 +50,7 @@ from rstreams.runtime.engine.exitreport import EXIT_FATAL as EXIT_FATAL
 from rstreams.runtime.engine.exitreport import EXIT_PROCESSING_ERROR as EXIT_PROCESSING_ERROR
 from rstreams.runtime.engine.exitreport import ExitReport
 from rstreams.runtime.engine.launch import WorkerLaunch
+from rstreams.runtime.engine.lifecycle import WORKER_TRANSITIONS, StateMachine, WorkerState
 from rstreams.runtime.engine.local import create_topics, task_index, wall_clock_ms
 from rstreams.runtime.engine.producer import Producer
 from rstreams.runtime.engine.stats import StatsPublisher
@@ -172,6 +173,8 @@ class Worker:
         ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
+        #: CREATED, RUNNING once joined, STOPPING once asked to stop, FAILED, LEFT.
+        self.lifecycle = StateMachine("worker", WORKER_TRANSITIONS, WorkerState.CREATED)
         #: Consumed shuffle records are purged, and changelogs checked for compaction,
         #: after every commit (not only at maintenance): the broker holds them in memory.
         self._trim = trims_after_commit(broker)
@@ -369,6 +372,7 @@ class Worker:
         if self._rebuilds > MAX_REBUILDS:
             for task in self.tasks.values():
                 task.mark_failed()  # nothing more is committed
+            self._failed()
             raise error
         log.warning(
             "%s: state store %r turned out damaged while running; dropping the %d task(s) "
@@ -475,6 +479,8 @@ class Worker:
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer
         but maintenance is due at ``now``. Then call :meth:`step`, and :meth:`leave`."""
+        if self.lifecycle.state is not WorkerState.STOPPING:  # (asked to stop first: stays)
+            self.lifecycle.to(WorkerState.RUNNING)
         self.membership.join()
         if self.config.agent_thread:
             self.pool.start()
@@ -511,6 +517,7 @@ class Worker:
             # on from there.
             for task in self.tasks.values():
                 task.mark_failed()
+            self._failed()
             raise
         # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
         self.stats.publish(
@@ -521,6 +528,7 @@ class Worker:
     def leave(self) -> None:
         """Stop pulling, give every task up (each commits first, unless one failed) and
         leave the group."""
+        self.lifecycle.to(WorkerState.LEFT)
         self.pool.stop()
         failed = any(t.failed for t in self.tasks.values())
         for task_id in list(self.tasks):
@@ -615,8 +623,20 @@ class Worker:
             and not any(t.lag(ends) for t in tasks)
         )
 
+    @property
+    def state(self) -> WorkerState:
+        """Where this worker is (see :class:`~rstreams.runtime.engine.lifecycle.WorkerState`)."""
+        return self.lifecycle.state
+
     def stop(self, *_: Any) -> None:
+        """Ask the loop to stop (a signal handler's call: any time, more than once)."""
+        if self.lifecycle.can(WorkerState.STOPPING):
+            self.lifecycle.to(WorkerState.STOPPING)
         self.stop_event.set()
+
+    def _failed(self) -> None:
+        if self.lifecycle.can(WorkerState.FAILED):
+            self.lifecycle.to(WorkerState.FAILED)
 
 
 def restore_dir(group_dir: Path) -> Path:
