@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import attrs
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic
+from rstreams.config import RunConfig, SparkConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.context import EngineConfig
@@ -47,15 +47,6 @@ from rstreams.runtime.results import fold_records as fold_records
 from rstreams.runtime.results import write_table as write_table
 
 __all__ = ["Progress", "RunResult", "run"]
-
-#: Seconds between commits of an in-process run. Nothing of it needs to be durable: a
-#: commit there only hands the tables their updates (and the progress its records out),
-#: and costs as much as the distinct keys changed since the last one (combined partials
-#: across the shuffle, the store's changes, coalesced updates folded into the tables),
-#: a quarter of a 20 MB word count's time at one a second. Memory does not wait for it:
-#: consumed input is dropped after every chunk, and what is held back is bounded by the
-#: cache budget (``relieve_memory`` commits early the tasks that hold the most).
-COMMIT_INTERVAL = 10.0
 
 
 def run(
@@ -79,9 +70,10 @@ def run(
         spark: a SparkSession to run on (``backend="spark"`` only).
         options: options of :class:`~rstreams.config.RunConfig` given as keywords
             (they override ``config``), e.g. ``workers=2, data_dir="jobs",
-            pipeline="wc.py"``; and, with ``backend="spark"``, more options of
-            :func:`rstreams.runtime.spark.run_spark` (``outputs``, ``streaming``,
-            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``).
+            pipeline="wc.py"``; with ``backend="spark"``, those of its
+            :class:`~rstreams.config.SparkConfig` section (``streaming``,
+            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``...) the same way,
+            and run_spark's ``outputs`` and ``redis``.
 
     Without ``data_dir`` (and with at most one worker) everything runs in this process
     on memory queues: fastest, but nothing survives the run. With ``data_dir`` or
@@ -89,24 +81,37 @@ def run(
     pipeline from ``pipeline`` (its file), a log on disk, RocksDB state, exactly-once
     commits (see :class:`~rstreams.config.RunConfig` for every option).
     """
-    fields = set(attrs.fields_dict(RunConfig))
-    config = RunConfig.of(config, **{k: v for k, v in options.items() if k in fields})
-    spark_options = {k: v for k, v in options.items() if k not in fields}
+    config, spark_options = _with_options(config, options)
     if config.backend == "spark":
         from rstreams.runtime.spark import run_spark
 
         return run_spark(
             topology, inputs, spark=spark, progress=progress, config=config, **spark_options
         )
-    if config.master is not None or spark is not None or spark_options:
-        extra = sorted(spark_options) + ["master"] * (config.master is not None)
-        raise UnsupportedOperation(
-            f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
-        )
+    given = (
+        attrs.asdict(config.on_spark, recurse=False).items() - attrs.asdict(SparkConfig()).items()
+    )
+    extra = sorted(spark_options) + [name for name, _ in given]
+    extra += ["master"] * (config.master is not None) + ["spark"] * (spark is not None)
+    if extra:
+        raise UnsupportedOperation(f"option(s) {sorted(extra)} need backend='spark'")
     if not config.join:  # (a joining run reads no input: the run it joins does)
         check_inputs(topology, inputs)
     with tuned():
         return _run_embedded(topology, inputs, config, progress)
+
+
+def _with_options(
+    config: RunConfig | None, options: dict[str, Any]
+) -> tuple[RunConfig, dict[str, Any]]:
+    """``config`` with the options given as keywords (the run's, and its Spark
+    section's), and the keywords that are neither (run_spark's own)."""
+    fields, spark_fields = set(attrs.fields_dict(RunConfig)), set(attrs.fields_dict(SparkConfig))
+    config = RunConfig.of(config, **{k: v for k, v in options.items() if k in fields})
+    spark = {k: v for k, v in options.items() if k in spark_fields}
+    if spark:
+        config = config.replace(on_spark=attrs.evolve(config.on_spark, **spark))
+    return config, {k: v for k, v in options.items() if k not in fields | spark_fields}
 
 
 def _line_chunks(
@@ -154,7 +159,8 @@ def _run_embedded(
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     columns_of = _ChunkColumns(topology, inputs)
     rounds = 0
-    next_commit = start + COMMIT_INTERVAL
+    every = config.in_process_commit_interval
+    next_commit = start + every
     try:
         while iters:
             for topic in list(iters):
@@ -168,12 +174,12 @@ def _run_embedded(
                 records_in += len(lines)
             rounds += 1
             producer.flush()
-            # Commit every COMMIT_INTERVAL seconds: updates to the same key in between
+            # Commit every `every` seconds: updates to the same key in between
             # are combined and coalesced instead of written and read back.
             commit = time.monotonic() >= next_commit
             engine.run_until_idle(commit=commit)
             if commit:
-                next_commit = time.monotonic() + COMMIT_INTERVAL
+                next_commit = time.monotonic() + every
             # What any commit wrote (relieve_memory's too) goes to the tables now, and
             # the input read to its end is dropped: nothing reads either again.
             records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
@@ -260,7 +266,7 @@ def _run_durable(
         config.pipeline,
         topology,
         inputs,
-        config.replace(data_dir=config.data_dir or DEFAULT_DATA_DIR),
+        config.replace(data_dir=config.durable_data_dir),
         progress=progress,
     )
     return result

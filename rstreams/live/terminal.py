@@ -12,6 +12,7 @@ import attrs
 from rich.console import Console
 
 from rstreams.brokeropts import JobAccess, add_broker_options
+from rstreams.config import DEFAULT_DATA_DIR
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
@@ -218,7 +219,9 @@ example:
         "job", nargs="?", metavar="JOB", type=job_id_arg,
         help="the job id (default: the only job)",
     )  # fmt: skip
-    p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
+    p.add_argument(
+        "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help=f"default ./{DEFAULT_DATA_DIR}"
+    )
     p.add_argument(
         "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"
     )

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
+from rstreams.config import RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, FencedError
 from rstreams.planner.describe import tree_data
 from rstreams.planner.diff import TopologyDiff
@@ -141,7 +141,7 @@ class Supervisor:
         self.lifecycle = StateMachine(
             "supervisor", SUPERVISOR_TRANSITIONS, SupervisorState.STARTING
         )
-        data_dir = config.data_dir or DEFAULT_DATA_DIR
+        data_dir = config.durable_data_dir
         _check_input_files(inputs)
         # (a RedisStream is on the run's Redis: refused before anything is opened)
         self.external_url = check_external_broker(topology, config.broker)
@@ -201,12 +201,7 @@ class Supervisor:
         self.layout.logs.mkdir(exist_ok=True)
         # Source topics the job creates get several queues, so that work can spread over
         # workers (now or in a later run with more of them).
-        self.engine = EngineConfig(
-            on_error=config.on_error,
-            default_queues=DEFAULT_SHUFFLE_QUEUES,
-            guarantee=config.guarantee,
-            state=config.state,
-        )
+        self.engine = EngineConfig.of(config, default_queues=DEFAULT_SHUFFLE_QUEUES)
         self.queue_counts = create_topics(topology, self.broker, self.engine)
         self.on_error = config.on_error
         self.pool = WorkerPool(

@@ -760,7 +760,6 @@ def _make_worker(launch: WorkerLaunch) -> Worker:
     run = launch.config
     assert run.pipeline is not None  # (WorkerLaunch refuses a config without one)
     topology = load_topology(run.pipeline)
-    idle = run.idle_timeout
     config = run.worker_config()
     member = launch.member or new_member_id()
     group, root = topology.job_id, launch.job_dir
@@ -771,14 +770,11 @@ def _make_worker(launch: WorkerLaunch) -> Worker:
         member_id=member,
         membership=open_membership(root, group, member, config.session_timeout, run),
         eoi=open_eoi_flags(GroupLayout.of(root, group), group, run),
-        engine=EngineConfig(
-            on_error=run.on_error,
+        engine=EngineConfig.of(
+            run,
             coalesce=True,
             combine=True,
-            guarantee=run.guarantee,
-            state=run.state,
             state_dir=str(JobLayout.at(launch.job_dir).state),
-            source_idle_ms=None if idle is None else round(idle * 1000),
             caught_up_idle=True,  # its sources are input files, read by the ingest
         ),
         config=config,

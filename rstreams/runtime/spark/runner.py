@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 from py4j.protocol import Py4JError
 from pyspark import cloudpickle
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from rstreams.config import ON_ERROR, RunConfig, check_choice, dead_letter_topic
+from rstreams.config import RunConfig, dead_letter_topic
 from rstreams.dsl import nodes as n
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.diff import TopologyDiff
@@ -141,18 +142,29 @@ def run_spark(
     outputs: dict[str, str] | None = None,
     master: str | None = None,
     spark: SparkSession | None = None,
-    streaming: bool = False,
+    streaming: bool | None = None,
     checkpoint: str | None = None,
-    on_error: str = "fail",
+    on_error: str | None = None,
     progress: Callable[[Progress], None] | None = None,
-    trigger_once: bool = True,
-    collect: bool = True,
+    trigger_once: bool | None = None,
+    collect: bool | None = None,
     conf: dict[str, str] | None = None,
-    exact_unicode: bool = True,
+    exact_unicode: bool | None = None,
     config: RunConfig | None = None,
     redis: str | RedisTarget | None = None,
 ) -> RunResult:
     """Run ``topology`` on Spark and return the final table of every sink.
+
+    The options are those of :class:`~rstreams.config.RunConfig` (``master``,
+    ``on_error``, ``broker``) and of its :class:`~rstreams.config.SparkConfig` section
+    (``streaming``, ``checkpoint``, ``trigger_once``, ``collect``, ``conf``,
+    ``exact_unicode``), with their defaults there: give them as ``config``, or as
+    keywords. A keyword that disagrees with a ``config`` given is refused (one of the
+    two would be ignored)::
+
+        run_spark(topology, {"lines": "in.txt"}, on_error="skip")
+        run_spark(topology, {"lines": "in.txt"}, config=RunConfig(on_error="skip"))
+        run_spark(topology, {"lines": "inbox/"}, streaming=True, checkpoint="ckpt")
 
     Args:
         topology: from ``StreamBuilder.build()``.
@@ -184,70 +196,156 @@ def run_spark(
             characters whose case mapping Spark's (newer) Unicode tables change (a test
             per non-ASCII line). False uses Spark's mapping as is.
         config: a :class:`~rstreams.config.RunConfig`, as :func:`rstreams.run` passes
-            it: its ``on_error`` and ``master`` are used (the other options are the
-            embedded runtime's).
+            it: its ``on_error``, ``master``, ``allow_topology_change``, ``broker`` (with
+            the ``broker_*`` files) and ``spark`` section are used (the other options are
+            the embedded runtime's).
         redis: the Redis server (``redis://host:port/db`` or a
             :class:`~rstreams.runtime.queues.redisstreams.target.RedisTarget`) of the
             topology's ``RedisStream`` sources and sinks, read and written by the
             ``rstreams-redis`` data source (:mod:`.redisstreams`); a password only from
-            a password file every executor can read.
+            a password file every executor can read. Default: ``config.broker``.
 
     The final tables equal those of the embedded engine for the same input (keys in
     no particular order). See docs/spark.md.
     """
-    if config is not None:
-        on_error, master = config.on_error, config.master
-    check_choice("on_error", on_error, ON_ERROR)
-    outputs = dict(outputs or {})
-    target = spark_target(redis) if redis is not None else None
+    config = spark_config(
+        config, master=master, on_error=on_error, streaming=streaming, checkpoint=checkpoint,
+        trigger_once=trigger_once, collect=collect, conf=conf, exact_unicode=exact_unicode,
+    )  # fmt: skip
+    s, outputs = config.on_spark, dict(outputs or {})
+    target = _redis_target(config, redis)
+    checkpoint = s.checkpoint if s.streaming else None
     pipeline, sources = _check_run(
-        topology, inputs, outputs, streaming, checkpoint, collect, target
+        topology, inputs, outputs, s.streaming, s.checkpoint, s.collect, target
     )
     # A checkpoint resumed with other code mixes both versions' answers: refused when it
     # would lose or misread state, said at start and end when it leaves it stale.
-    change = _guard_checkpoint(topology, checkpoint if streaming else None, inputs, config)
-    session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
+    change = _guard_checkpoint(topology, checkpoint, inputs, config)
+    session, created = get_session(
+        config.master, spark, app_name=f"rstreams-{topology.job_id}", conf=s.conf_dict() or None
+    )
+    try:
+        plan = _Plan(topology, inputs, outputs, pipeline, sources, target, change)
+        return _run_on(session, plan, config, progress)
+    finally:
+        if created:
+            stop_session(session)
+
+
+#: run_spark's keywords that are options of the run itself; the others are its Spark
+#: section's (SparkConfig).
+_RUN_KEYWORDS = ("master", "on_error")
+
+
+def spark_config(config: RunConfig | None, **given: Any) -> RunConfig:
+    """``config`` (default: every option's default) with the options given as keywords
+    (None: not given). With a ``config``, a keyword that disagrees with it is refused:
+    silently taking one of the two would run with an option the caller did not mean.
+
+    >>> spark_config(None, on_error="skip", streaming=True).on_spark.streaming
+    True
+    >>> spark_config(RunConfig(on_error="skip"), on_error="fail")
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.ConfigError: run_spark: on_error='fail' disagree(s) with the config ...
+    """
+    base = config or RunConfig()
+    run = {k: v for k, v in given.items() if v is not None and k in _RUN_KEYWORDS}
+    spark = {k: v for k, v in given.items() if v is not None and k not in _RUN_KEYWORDS}
+    wanted = base.replace(**run, on_spark=attrs.evolve(base.on_spark, **spark))
+    if config is not None:
+
+        def values(c: RunConfig) -> dict[str, Any]:
+            return {**{k: getattr(c, k) for k in run}, **{k: getattr(c.on_spark, k) for k in spark}}
+
+        had, want = values(config), values(wanted)
+        clash = [k for k in had if had[k] != want[k]]
+        if clash:
+            raise ConfigError(
+                f"run_spark: {', '.join(f'{k}={given[k]!r}' for k in clash)} disagree(s) "
+                f"with the config given ({', '.join(f'{k}={had[k]!r}' for k in clash)}); "
+                "give each option once, in the config or as a keyword"
+            )
+    return wanted
+
+
+def _redis_target(config: RunConfig, redis: str | RedisTarget | None) -> RedisTarget | None:
+    """The server of the RedisStream sources and sinks: ``redis``, or the config's
+    broker (with its password file and TLS files); refused when both are given."""
+    if redis is not None and config.broker is not None and redis != config.broker:
+        raise ConfigError(
+            "run_spark: redis= and the config's broker both name the Redis server; give one"
+        )
+    if redis is not None:
+        return spark_target(redis)
+    if config.broker is None:
+        return None
+    from rstreams.runtime.engine.brokers import broker_target
+
+    return spark_target(broker_target(config))
+
+
+@attrs.frozen
+class _Plan:
+    """What a run on Spark runs, once its options are checked."""
+
+    topology: Topology
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    pipeline: n.Pipeline
+    sources: dict[str, SourceInfo]
+    target: RedisTarget | None
+    change: TopologyDiff | None
+
+
+def _run_on(
+    session: SparkSession,
+    plan: _Plan,
+    config: RunConfig,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    """Run ``plan`` on ``session``: its queries under a watcher of Ctrl-C and SIGTERM,
+    with a progress reporter, and the user's code pickled by value while they run."""
+    s, on_error = config.on_spark, config.on_error
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
     compiler: Compiler | None = None
     by_value: list[types.ModuleType] = []
     # An endless streaming run ends on Ctrl-C by stopping its queries (and returns what
     # it has); anything else is cancelled and the run stops with KeyboardInterrupt.
-    watcher = _SignalWatcher(session, stop_queries=streaming and not trigger_once)
+    watcher = _SignalWatcher(session, stop_queries=s.streaming and not s.trigger_once)
     try:
         watcher.start()
         reporter = _ProgressReporter(session, progress, start) if progress else None
-        by_value = _pickle_user_code_by_value(pipeline)
+        by_value = _pickle_user_code_by_value(plan.pipeline)
         check_executors(session)
-        if streaming:
+        if s.streaming:
             configure_state_store(session)
         accumulator: Any = (
             session.sparkContext.accumulator([], ListParam()) if on_error != "fail" else None
         )
         compiler = Compiler(
-            session,
-            pipeline,
-            sources,
-            streaming=streaming,
-            on_error=on_error,
-            calibration=functools.partial(calibrate, session, case=exact_unicode),
+            session, plan.pipeline, plan.sources, streaming=s.streaming, on_error=on_error,
+            calibration=functools.partial(calibrate, session, case=s.exact_unicode),
             accumulator=accumulator,
-        )
+        )  # fmt: skip
         failures = Failures(on_error)
         if reporter:
             reporter.start()
         try:
             tables, records_in, records_out = _run_queries(
-                compiler, topology, outputs, failures, checkpoint if streaming else None,
-                trigger_once, collect, target,
+                compiler, plan.topology, plan.outputs, failures,
+                s.checkpoint if s.streaming else None, s.trigger_once, s.collect, plan.target,
             )  # fmt: skip
         except (PySparkException, Py4JError, RecordFailed) as e:
             if watcher.signalled:  # the jobs failed because the watcher cancelled them
                 raise KeyboardInterrupt from None
-            raise translate_error(e, session, sources) from None
+            raise translate_error(e, session, plan.sources) from None
         elapsed = time.monotonic() - start
-        metrics, dead = _report_failures(failures, accumulator, records_in, topology, outputs)
-        _stale_at_end(change, records_in, inputs)
+        metrics, dead = _report_failures(
+            failures, accumulator, records_in, plan.topology, plan.outputs
+        )
+        _stale_at_end(plan.change, records_in, plan.inputs)
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -259,8 +357,6 @@ def run_spark(
             for df in compiler.persisted:
                 with contextlib.suppress(Exception):  # the session may be gone already
                     df.unpersist()
-        if created:
-            stop_session(session)
 
 
 #: How a streaming job starts over (the messages of the topology guard).
