@@ -138,16 +138,25 @@ def _run_embedded(
         from rstreams.runtime.engine.external import check_external_broker
 
         check_external_broker(topology, None)  # (raises: they need --broker redis://)
+    return _run_in_process(topology, inputs, config, progress)
+
+
+def _run_in_process(
+    topology: Topology,
+    inputs: dict[str, str],
+    config: RunConfig,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    """In this process on memory queues: each round sends a chunk of every input through
+    the engine (see the module's docs); the tables fold what every commit wrote."""
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
-    total_bytes: int | None = sum(size or 0 for _, size in opened.values())
-    if any(size is None for _, size in opened.values()):
-        total_bytes = None
+    sizes = [size for _, size in opened.values()]
+    total_bytes = None if None in sizes else sum(size or 0 for size in sizes)
     engine = LocalEngine(
         topology,
         config=EngineConfig(on_error=on_error, coalesce=True, batch_size=chunk_lines),
     )
-    producer = engine.producer
     sinks = topology.sink_topics
     tables: dict[str, dict[Any, Any]] = {t: {} for t in sinks}
     read_pos = {(t, q): 0 for t in sinks for q in range(engine.queue_counts[t])}
@@ -163,17 +172,9 @@ def _run_embedded(
     next_commit = start + every
     try:
         while iters:
-            for topic in list(iters):
-                nxt = next(iters[topic], None)
-                if nxt is None:
-                    del iters[topic]
-                    continue
-                lines, consumed[topic] = nxt
-                columns = columns_of(topic, lines, consumed[topic])
-                producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
-                records_in += len(lines)
+            records_in += _send_round(iters, consumed, columns_of, engine, rounds)
             rounds += 1
-            producer.flush()
+            engine.producer.flush()
             # Commit every `every` seconds: updates to the same key in between
             # are combined and coalesced instead of written and read back.
             commit = time.monotonic() >= next_commit
@@ -185,15 +186,8 @@ def _run_embedded(
             records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
             engine.purge_consumed()
             if progress is not None:
-                progress(
-                    Progress(
-                        records_in,
-                        records_out,
-                        sum(consumed.values()),
-                        total_bytes,
-                        time.monotonic() - start,
-                    )
-                )
+                read, elapsed = sum(consumed.values()), time.monotonic() - start
+                progress(Progress(records_in, records_out, read, total_bytes, elapsed))
         engine.end_of_input()
         engine.close()
         records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
@@ -209,6 +203,28 @@ def _run_embedded(
         engine.metrics(),
         dead_letters=dead_letters,
     )
+
+
+def _send_round(
+    iters: dict[str, Iterator[tuple[list[bytes], int]]],
+    consumed: dict[str, int],
+    columns_of: _ChunkColumns,
+    engine: LocalEngine,
+    rounds: int,
+) -> int:
+    """Send the next chunk of every input not read to its end (dropped from ``iters``
+    once it is) to queue ``rounds`` of its topic, round robin; the records sent."""
+    sent = 0
+    for topic in list(iters):
+        nxt = next(iters[topic], None)
+        if nxt is None:
+            del iters[topic]
+            continue
+        lines, consumed[topic] = nxt
+        columns = columns_of(topic, lines, consumed[topic])
+        engine.producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
+        sent += len(lines)
+    return sent
 
 
 class _ChunkColumns:

@@ -119,7 +119,7 @@ def test_membership_session_timeouts_are_the_workers_default() -> None:
     from rstreams.runtime.rebalance.membership import SESSION_TIMEOUT, FileGroupMembership
     from rstreams.runtime.rebalance.redis_membership import RedisGroupMembership
 
-    assert SESSION_TIMEOUT == WorkerConfig().session_timeout
+    assert WorkerConfig().session_timeout == SESSION_TIMEOUT
     for cls in (FileGroupMembership, RedisGroupMembership):
         default = inspect.signature(cls.__init__).parameters["session_timeout"].default
         assert default is SESSION_TIMEOUT

@@ -199,6 +199,30 @@ def _task_counts(task: Task) -> tuple[dict[str, tuple[int, int]], dict[str, int]
     return steps, counts, int(getattr(task, "restored", 0))
 
 
+def _task_doc(task: Task, ends: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    """A running task's entry of ``tasks``: its queues' positions and lags, its
+    watermark (``ends``: the end offset of every input queue)."""
+    queues = {}
+    for topic, pos in task.positions.items():
+        end = ends[(topic, task.queue)]
+        queues[f"{topic}[{task.queue}]"] = {"position": pos, "end": end, "lag": max(0, end - pos)}
+    wm = task.ctx.watermark
+    return {
+        "queues": queues,
+        "restoring": None,
+        "watermark": None if wm in (NO_TIME, END) else wm,
+    }
+
+
+def _store_docs(task: Task, tid: str) -> dict[str, Any]:
+    """A task's entries of ``stores``, one per store, named ``<store>@<task id>``."""
+    docs = {}
+    for name, store in task.stores.items():
+        entries, size, restored = _store_stats(store)
+        docs[f"{name}@{tid}"] = {"entries": entries, "bytes": size, "restored": restored}
+    return docs
+
+
 class StatsPublisher:
     """What one worker publishes in ``worker-<member>.json`` (see the module docs).
 
@@ -296,27 +320,8 @@ class StatsPublisher:
             for k, v in counts.items():
                 totals[k] += v
             totals["restored"] += restored
-            queues = {}
-            for topic, pos in task.positions.items():
-                end = ends[(topic, task.queue)]
-                queues[f"{topic}[{task.queue}]"] = {
-                    "position": pos,
-                    "end": end,
-                    "lag": max(0, end - pos),
-                }
-            wm = task.ctx.watermark
-            task_docs[tid] = {
-                "queues": queues,
-                "restoring": None,
-                "watermark": None if wm in (NO_TIME, END) else wm,
-            }
-            for name, store in task.stores.items():
-                entries, size, store_restored = _store_stats(store)
-                stores[f"{name}@{tid}"] = {
-                    "entries": entries,
-                    "bytes": size,
-                    "restored": store_restored,
-                }
+            task_docs[tid] = _task_doc(task, ends)
+            stores.update(_store_docs(task, tid))
         task_docs.update(self._restoring_tasks(task_docs))
         return {
             "version": STATS_VERSION,

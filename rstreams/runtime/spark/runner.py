@@ -31,7 +31,6 @@ from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStream
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
-from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.redisstreams.target import RedisTarget
 from rstreams.runtime.results import (
     Progress,
@@ -45,9 +44,10 @@ from rstreams.runtime.spark import encoding as enc
 # The translation rules of windowed aggregations and joins, which add themselves to the
 # compiler's `translate` (windows.py builds on compiler.py, not the reverse).
 from rstreams.runtime.spark import windows as _windows  # noqa: F401
+from rstreams.runtime.spark.checkpoints import guard_checkpoint, stale_at_checkpoint_end
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
-from rstreams.runtime.spark.redisstreams import spark_target
+from rstreams.runtime.spark.options import redis_target, spark_config
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
 from rstreams.runtime.spark.session import (
     check_executors,
@@ -56,7 +56,6 @@ from rstreams.runtime.spark.session import (
     stop_session,
 )
 from rstreams.runtime.spark.tables import Failures, is_local, local_path
-from rstreams.runtime.topology_guard import check_topology, stale_at_end, stale_at_start
 
 log = logging.getLogger("rstreams.spark")
 
@@ -213,14 +212,14 @@ def run_spark(
         trigger_once=trigger_once, collect=collect, conf=conf, exact_unicode=exact_unicode,
     )  # fmt: skip
     s, outputs = config.on_spark, dict(outputs or {})
-    target = _redis_target(config, redis)
+    target = redis_target(config, redis)
     checkpoint = s.checkpoint if s.streaming else None
     pipeline, sources = _check_run(
         topology, inputs, outputs, s.streaming, s.checkpoint, s.collect, target
     )
     # A checkpoint resumed with other code mixes both versions' answers: refused when it
     # would lose or misread state, said at start and end when it leaves it stale.
-    change = _guard_checkpoint(topology, checkpoint, inputs, config)
+    change = guard_checkpoint(topology, checkpoint, inputs, config)
     session, created = get_session(
         config.master, spark, app_name=f"rstreams-{topology.job_id}", conf=s.conf_dict() or None
     )
@@ -230,59 +229,6 @@ def run_spark(
     finally:
         if created:
             stop_session(session)
-
-
-#: run_spark's keywords that are options of the run itself; the others are its Spark
-#: section's (SparkConfig).
-_RUN_KEYWORDS = ("master", "on_error")
-
-
-def spark_config(config: RunConfig | None, **given: Any) -> RunConfig:
-    """``config`` (default: every option's default) with the options given as keywords
-    (None: not given). With a ``config``, a keyword that disagrees with it is refused:
-    silently taking one of the two would run with an option the caller did not mean.
-
-    >>> spark_config(None, on_error="skip", streaming=True).on_spark.streaming
-    True
-    >>> spark_config(RunConfig(on_error="skip"), on_error="fail")
-    Traceback (most recent call last):
-    ...
-    rstreams.errors.ConfigError: run_spark: on_error='fail' disagree(s) with the config ...
-    """
-    base = config or RunConfig()
-    run = {k: v for k, v in given.items() if v is not None and k in _RUN_KEYWORDS}
-    spark = {k: v for k, v in given.items() if v is not None and k not in _RUN_KEYWORDS}
-    wanted = base.replace(**run, on_spark=attrs.evolve(base.on_spark, **spark))
-    if config is not None:
-
-        def values(c: RunConfig) -> dict[str, Any]:
-            return {**{k: getattr(c, k) for k in run}, **{k: getattr(c.on_spark, k) for k in spark}}
-
-        had, want = values(config), values(wanted)
-        clash = [k for k in had if had[k] != want[k]]
-        if clash:
-            raise ConfigError(
-                f"run_spark: {', '.join(f'{k}={given[k]!r}' for k in clash)} disagree(s) "
-                f"with the config given ({', '.join(f'{k}={had[k]!r}' for k in clash)}); "
-                "give each option once, in the config or as a keyword"
-            )
-    return wanted
-
-
-def _redis_target(config: RunConfig, redis: str | RedisTarget | None) -> RedisTarget | None:
-    """The server of the RedisStream sources and sinks: ``redis``, or the config's
-    broker (with its password file and TLS files); refused when both are given."""
-    if redis is not None and config.broker is not None and redis != config.broker:
-        raise ConfigError(
-            "run_spark: redis= and the config's broker both name the Redis server; give one"
-        )
-    if redis is not None:
-        return spark_target(redis)
-    if config.broker is None:
-        return None
-    from rstreams.runtime.engine.brokers import broker_target
-
-    return spark_target(broker_target(config))
 
 
 @attrs.frozen
@@ -345,7 +291,7 @@ def _run_on(
         metrics, dead = _report_failures(
             failures, accumulator, records_in, plan.topology, plan.outputs
         )
-        _stale_at_end(plan.change, records_in, plan.inputs)
+        stale_at_checkpoint_end(plan.change, records_in, plan.inputs)
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -357,56 +303,6 @@ def _run_on(
             for df in compiler.persisted:
                 with contextlib.suppress(Exception):  # the session may be gone already
                     df.unpersist()
-
-
-#: How a streaming job starts over (the messages of the topology guard).
-NEW_CHECKPOINT = "a new --checkpoint directory"
-
-
-def _guard_checkpoint(
-    topology: Topology, checkpoint: str | None, inputs: dict[str, str], config: RunConfig | None
-) -> TopologyDiff | None:
-    """Compare ``topology`` (steps, stores and the code identity of every function, with
-    what it reads) with the one the checkpoint of a streaming run last ran with, as the
-    embedded runtime does with its data directory: refuse a change that loses or misreads
-    state (TopologyChangeError, exit 2) unless ``--allow-topology-change``, warn about one
-    that leaves it stale, and record it. Returns the stale change (for the warning at the
-    end), else None (also without a checkpoint: a batch run)."""
-    if checkpoint is None:
-        return None
-    if not is_local(checkpoint):
-        log.warning(
-            "the checkpoint %s is not on a local disk: a change of the pipeline's code "
-            "between runs on it is not detected (both versions' answers would mix); keep "
-            "one checkpoint per version of the pipeline",
-            checkpoint,
-        )
-        return None
-    root = local_path(checkpoint)
-    allow = bool(config and config.allow_topology_change)
-    layout = JobLayout(root, topology.job_id)
-    unrecorded = not layout.topology.exists() and Path(root).is_dir() and any(Path(root).iterdir())
-    if unrecorded:
-        # A checkpoint from before the topology was recorded next to it: nothing to
-        # compare with; record it from now on.
-        log.warning(
-            "the checkpoint %s has no record of the pipeline it ran with (an earlier "
-            "rstreams): recording this one; a change made since is not detected",
-            checkpoint,
-        )
-    change = check_topology(root, topology, allow=allow, start_over=NEW_CHECKPOINT)
-    if change is None or not change.stale:
-        return None
-    paths = list(inputs.values())
-    log.warning("%s", stale_at_start(topology.job_id, change, paths, paths, NEW_CHECKPOINT))
-    return change
-
-
-def _stale_at_end(change: TopologyDiff | None, records_in: int, inputs: dict[str, str]) -> None:
-    """The warning at the end of a run that resumed a checkpoint with a stale change."""
-    if change is not None:
-        paths = list(inputs.values())
-        log.warning("%s", stale_at_end(change, records_in, paths, NEW_CHECKPOINT))
 
 
 def _check_run(
