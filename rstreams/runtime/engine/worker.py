@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -607,7 +606,9 @@ class Worker:
             self.lifecycle.to(WorkerState.FAILED)
 
 
-if __name__ == "__main__":  # (how the supervisor starts a worker: see workerprocess)
-    from rstreams.runtime.engine.workerprocess import main
+if __name__ == "__main__":
+    # The worker process's command line (``rstreams run`` starts workers so): its main
+    # lives in workerprocess, which imports this module (as itself, not as __main__).
+    import runpy
 
-    sys.exit(main())
+    runpy.run_module("rstreams.runtime.engine.workerprocess", run_name="__main__")

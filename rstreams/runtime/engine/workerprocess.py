@@ -1,5 +1,6 @@
 """A worker process of the durable runtime: ``python -m rstreams.runtime.engine.worker
-CONFIG.json`` runs :func:`main`, which reads its :class:`WorkerLaunch`, builds its
+CONFIG.json`` (how the supervisor starts one; ``-m ...workerprocess`` too) runs
+:func:`main`, which reads its :class:`WorkerLaunch`, builds its
 :class:`~rstreams.runtime.engine.worker.Worker` from it (the run's tree of options:
 its engine with ``EngineConfig.of``, its timing from the worker section), runs it
 until stopped and ends with an exit report the supervisor reads."""
@@ -10,6 +11,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 from typing import Any
 
 from rstreams.errors import ProcessingError, RStreamsError, StorageError
@@ -134,3 +136,7 @@ def _make_worker(launch: WorkerLaunch) -> Worker:
     worker.parent_pid = launch.parent_pid
     log.info("%s: %s", worker.member_id, config)
     return worker
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -61,6 +61,13 @@ def redis_target(config: RunConfig, redis: str | RedisTarget | None) -> RedisTar
         return spark_target(redis)
     if config.broker is None:
         return None
-    from rstreams.runtime.engine.brokers import broker_target
-
-    return spark_target(broker_target(config))
+    # (as the durable runtime's broker_target: Spark does not import the engine)
+    return spark_target(
+        RedisTarget.parse(
+            config.broker,
+            config.broker_password_file,
+            tls_ca=config.broker_tls_ca,
+            tls_cert=config.broker_tls_cert,
+            tls_key=config.broker_tls_key,
+        )
+    )
