@@ -22,6 +22,7 @@ from rstreams.brokeropts import (
     refuse_broker,
     target_of,
 )
+from rstreams.config import DEFAULT_DATA_DIR
 from rstreams.errors import ConfigError, SerdeError
 from rstreams.runtime.engine.operators.producer import Producer
 from rstreams.runtime.layout import JobLayout, job_id_arg
@@ -576,7 +577,12 @@ def add_parsers(sub: Any, common: Any) -> None:
     """The log commands' parsers: topics, produce, consume, offsets, state and group."""
 
     def base(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
+        p.add_argument(
+            "--data-dir",
+            default=DEFAULT_DATA_DIR,
+            metavar="DIR",
+            help=f"default ./{DEFAULT_DATA_DIR}",
+        )
         p.add_argument(
             "--job",
             default=None,

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rstreams.config import DEFAULT_DATA_DIR
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.options import add_argument
 from rstreams.runtime.queues.broker import Broker
@@ -253,7 +254,7 @@ def pick_redis_job(
     only one that ``has`` what the command names (``what``, in words). ``name_it``: how
     the command names a job, for its errors."""
     target = target_of(args)
-    data_dir = getattr(args, "data_dir", ".rstreams")
+    data_dir = getattr(args, "data_dir", DEFAULT_DATA_DIR)
     if args.job:
         return JobAccess(data_dir, args.job, target)
     probe = JobAccess(data_dir, "", target)

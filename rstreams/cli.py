@@ -122,20 +122,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``rstreams`` command's parser. With ``command`` (the one about to run), the
-    commands of :data:`MODULE_COMMANDS` other modules define are left out unless it is
-    one of theirs; an unknown ``command`` gets every command (to list them)."""
-    parser = _Parser(
-        prog="rstreams",
-        description="Run, describe and draw rstreams pipelines.",
-        epilog="A pipeline file defines build() returning a Topology or a StreamBuilder.",
-    )
-    parser.add_argument("--version", action="version", version=f"rstreams {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    add_run_parser(sub, _common, PIPELINE_HELP)
-
+def _add_pipeline_commands(sub: Any) -> None:
+    """``graph`` and ``describe``: what a pipeline file's topology looks like."""
     graph = sub.add_parser(
         "graph",
         help="draw a pipeline's topology",
@@ -160,6 +148,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _common(describe)
     describe.set_defaults(func=cmd_describe)
 
+
+def _add_diff(sub: Any) -> None:
+    """``diff``: what changing a pipeline would do to its job's state."""
     diff = sub.add_parser(
         "diff",
         help="what changing a pipeline would do to its job's state",
@@ -194,6 +185,24 @@ keeps that name whatever you change around it.""",
     )
     _common(diff)
     diff.set_defaults(func=cmd_diff)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``rstreams`` command's parser. With ``command`` (the one about to run), the
+    commands of :data:`MODULE_COMMANDS` other modules define are left out unless it is
+    one of theirs; an unknown ``command`` gets every command (to list them)."""
+    parser = _Parser(
+        prog="rstreams",
+        description="Run, describe and draw rstreams pipelines.",
+        epilog="A pipeline file defines build() returning a Topology or a StreamBuilder.",
+    )
+    parser.add_argument("--version", action="version", version=f"rstreams {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    add_run_parser(sub, _common, PIPELINE_HELP)
+
+    _add_pipeline_commands(sub)
+    _add_diff(sub)
 
     known = command in sub.choices or any(command in c for c in MODULE_COMMANDS.values())
 

@@ -1,6 +1,8 @@
 """The ``rstreams run`` command: its options, declared once (here the command's own, the
-run's in :class:`~rstreams.config.RunConfig` and :class:`~rstreams.config.WorkerConfig`),
-its checks, and the run itself."""
+run's in the tree of :class:`~rstreams.config.RunConfig`: the run's, Spark's, the
+workers'), its checks, and the run itself. Its arguments are generated from the
+declarations and its values become the tree with :func:`~rstreams.options.from_args`:
+no option is listed or copied here by hand."""
 
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rstreams.config import RunConfig, WorkerConfig, dead_letter_topic
+from rstreams.config import RunConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.loader import load_topology
-from rstreams.options import add_argument, at_least, check_args, flagged, option
+from rstreams.options import add_argument, at_least, check_args, flagged, from_args, option, tree
 
 if TYPE_CHECKING:
     from rstreams.live import LiveRunView
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 @attrs.frozen(kw_only=True)
 class RunCommandOptions:
     """The options of ``rstreams run`` that are not the run's: what to read, write and
-    print, and the Spark session's settings."""
+    print."""
 
     input: str | None = option(
         None,
@@ -51,25 +53,6 @@ class RunCommandOptions:
         help="write the final table of the only sink topic as JSON lines "
         '{"key": ..., "value": ...} (- for stdout); a windowed result as '
         '{"key": ..., "window": {"start": ..., "end": ...}, ["closed": ...,] "value": ...}',
-    )
-    conf: tuple[str, ...] = option(
-        (),
-        flag="--conf",
-        metavar="KEY=VALUE",
-        help="a Spark setting with --backend spark, as spark-submit's --conf (repeatable), "
-        "e.g. spark.pyspark.python=PATH or spark.archives=env.tar.gz#environment",
-    )
-    streaming: bool = option(
-        False,
-        flag="--streaming",
-        help="with --backend spark: Structured Streaming over the input directory "
-        "(RocksDB state; a run with the same checkpoint continues the counts)",
-    )
-    checkpoint: str | None = option(
-        None,
-        flag="--checkpoint",
-        metavar="DIR",
-        help="streaming checkpoint (default: <--data-dir>/<job-id>/spark-checkpoint)",
     )
     in_memory: bool = option(
         False,
@@ -92,19 +75,12 @@ class RunCommandOptions:
     )
 
 
-#: The options of ``rstreams run``, in the order its help shows them.
-RUN_FLAGS = (
-    "input", "bind", "output", "backend", "workers", "broker", "broker_password_file",
-    "broker_tls_ca", "broker_tls_cert", "broker_tls_key", "join", "master", "conf",
-    "streaming", "checkpoint", "data_dir", "fresh", "allow_topology_change", "guarantee",
-    "state", "allocation", "rebalance_interval", "maintenance_interval", "follow", "live",
-    "idle_timeout", "in_memory", "on_error", "dead_letters", "top", "max_restarts",
-    "max_line_bytes", "metrics_port",
-)  # fmt: skip
-#: Each of them with the class that declares it: the command's own, the run's, the workers'.
+#: The options of ``rstreams run``, each with the class that declares it, in the order
+#: its help shows them: the command's own, then every flagged option of the run's tree
+#: (the run's, then its sections': Spark's, the workers'). Nothing is listed by hand: an
+#: option declared with a flag anywhere in the tree is an option of the command.
 RUN_OPTIONS: tuple[tuple[type, str], ...] = tuple(
-    (next(c for c in (RunCommandOptions, RunConfig, WorkerConfig) if name in flagged(c)), name)
-    for name in RUN_FLAGS
+    (cls, name) for cls in (RunCommandOptions, *tree(RunConfig)) for name in flagged(cls)
 )
 
 
@@ -184,13 +160,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     _warn_no_sink(topology, args.quiet)
     progress = _progress(args, topology)
-    config = _run_config(args)
+    config = run_config(args)
     spark_options: dict[str, Any] = {}
     if args.backend == "spark":
-        spark_options = _spark_options(args, topology.job_id, sinks)
+        config, spark_options = _spark_run(args, config, topology.job_id, sinks)
     metrics = _metrics_server(args, topology.job_id, config)
     try:
-        with run_redis_errors(_redis_target(config, spark_options)):
+        with run_redis_errors(_redis_target(config)):
             result = run(topology, inputs, config, progress=progress, **spark_options)
     finally:
         progress.done()
@@ -200,10 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _redis_target(config: RunConfig, spark_options: dict[str, Any]) -> Any:
+def _redis_target(config: RunConfig) -> Any:
     """The Redis server the run uses (its broker, or Spark's streams' server), or None."""
-    if spark_options.get("redis") is not None:
-        return spark_options["redis"]
     if config.broker is None:
         return None
     from rstreams.runtime.queues.brokers import broker_target
@@ -247,43 +221,18 @@ def _progress(args: argparse.Namespace, topology: Topology) -> RunProgress | Liv
     return LiveRunView(args.data_dir, topology.job_id, topology)
 
 
-def _run_config(args: argparse.Namespace) -> RunConfig:
-    """The run's options from the command line's (the embedded runtime's only where it
-    runs durably)."""
-    config = RunConfig(
-        on_error=args.on_error,
-        allow_topology_change=args.allow_topology_change,
-        metrics_port=args.metrics_port,
-        live=args.live,
-        max_line_bytes=args.max_line_bytes,
-    )
-    if args.backend == "spark":
-        return config
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run's tree of options from the command line's, every one of them (generated
+    from the declarations: see :func:`~rstreams.options.from_args`). An in-memory run
+    keeps nothing: no data directory, no worker processes."""
+    config: RunConfig = from_args(RunConfig, args)
     if not args.in_memory:
-        worker = {name: getattr(args, name) for cls, name in RUN_OPTIONS if cls is WorkerConfig}
-        return config.replace(
-            workers=args.workers,  # (None: one per core)
-            data_dir=args.data_dir,
-            pipeline=args.pipeline,
-            fresh=args.fresh,
-            follow=args.follow,
-            guarantee=args.guarantee,
-            state=args.state,
-            max_restarts=args.max_restarts,
-            idle_timeout=args.idle_timeout,
-            broker=args.broker,
-            broker_password_file=args.broker_password_file,
-            broker_tls_ca=args.broker_tls_ca,
-            broker_tls_cert=args.broker_tls_cert,
-            broker_tls_key=args.broker_tls_key,
-            join=args.join,
-            worker=WorkerConfig(**worker),
-        )
+        return config
     if args.fresh or args.follow or args.idle_timeout is not None:
         raise ConfigError(
             "--fresh, --follow and --idle-timeout need the durable runtime; drop --in-memory"
         )
-    return config
+    return config.replace(data_dir=None, workers=None)
 
 
 def _report(args: argparse.Namespace, result: RunResult, sinks: list[str]) -> None:
@@ -451,38 +400,21 @@ def _metrics_server(
     return server
 
 
-def _spark_options(args: argparse.Namespace, job_id: str, sinks: list[str]) -> dict[str, Any]:
-    """run() options of the Spark backend: master (``--workers N`` alone means
-    ``local[N]``), streaming with its checkpoint, and the output to commit."""
-    master = args.master
-    if master is None and args.workers is not None:
-        master = f"local[{args.workers}]"
-    options: dict[str, Any] = {"master": master, "backend": "spark"}
-    conf: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--conf expects KEY=VALUE; got {item!r}")
-        conf[key.strip()] = value
-    if conf:
-        options["conf"] = conf
+def _spark_run(
+    args: argparse.Namespace, config: RunConfig, job_id: str, sinks: list[str]
+) -> tuple[RunConfig, dict[str, Any]]:
+    """What the command line means on Spark: ``--workers N`` alone is the master
+    ``local[N]``, a streaming checkpoint defaults to one under the data directory; and
+    run()'s ``outputs`` (the tables to commit). ``--broker`` (the server of the
+    pipeline's RedisStream sources and sinks) is the config's."""
+    if config.master is None and config.workers is not None:
+        config = config.replace(master=f"local[{config.workers}]")
+    if config.on_spark.streaming and config.on_spark.checkpoint is None:
+        where = os.path.join(config.durable_data_dir, job_id, "spark-checkpoint")
+        config = config.replace(on_spark=attrs.evolve(config.on_spark, checkpoint=where))
     outputs = {}
     if args.output and args.output != "-":
         outputs[sinks[0]] = args.output
     if args.dead_letters:
         outputs[dead_letter_topic(job_id)] = args.dead_letters
-    if outputs:
-        options["outputs"] = outputs
-    if args.broker:  # (the server of the pipeline's RedisStream sources and sinks)
-        from rstreams.runtime.queues.redisstreams.target import RedisTarget
-
-        options["redis"] = RedisTarget.parse(
-            args.broker, args.broker_password_file, tls_ca=args.broker_tls_ca,
-            tls_cert=args.broker_tls_cert, tls_key=args.broker_tls_key,
-        )  # fmt: skip
-    if args.streaming:
-        options["streaming"] = True
-        options["checkpoint"] = args.checkpoint or os.path.join(
-            args.data_dir, job_id, "spark-checkpoint"
-        )
-    return options
+    return config, {"outputs": outputs} if outputs else {}

@@ -1,11 +1,20 @@
-"""What a run can be told, in one place: the options as types and one :class:`RunConfig`.
+"""What a run can be told, in one place: the options as types and one tree of them.
 
-`rstreams.run`, the ``rstreams run`` command, the durable runtime's Supervisor and the
-Spark runner all take a :class:`RunConfig` (or build one from their keyword arguments),
-so every option has one name, one default and one check. The workers of the durable
-runtime take theirs, :class:`WorkerConfig`, inside it. Each option is declared once
-(:func:`rstreams.options.option`), with its flag and help text: the command line's
-arguments are generated from the declarations, and workers read them back typed.
+The tree is :class:`RunConfig` (the run's own options) with its sections::
+
+    RunConfig            backend, on_error, workers, data_dir, guarantee, state, broker...
+    +-- on_spark: SparkConfig   conf, streaming, checkpoint... (--backend spark)
+    +-- worker: WorkerConfig    session, rebalance and commit timing, batch sizes...
+
+`rstreams.run`, the ``rstreams run`` command, the durable runtime's Supervisor and its
+workers (their launch carries the whole tree as JSON) and the Spark runner all take it
+(or build it from their keyword arguments), so every option has one name, one default
+and one check. Each option is declared once (:func:`rstreams.options.option`), with its
+flag and help text: ``rstreams run``'s arguments are generated from the declarations of
+the whole tree (:func:`rstreams.options.tree`), its values become a tree with
+:func:`rstreams.options.from_args`, and the CLI reference is generated from that parser.
+The in-process engine's :class:`~rstreams.runtime.engine.operators.context.EngineConfig` is
+built from the tree (``EngineConfig.of``) and checks its choices with the same types.
 
     >>> from rstreams.config import RunConfig
     >>> c = RunConfig(workers=2, data_dir="jobs")
@@ -176,6 +185,73 @@ class WorkerConfig:
     )
 
 
+def _conf_items(value: Any) -> tuple[str, ...]:
+    """Spark settings as ``KEY=VALUE`` items: from a dict (Python) or items (the
+    command line's repeated ``--conf``)."""
+    if isinstance(value, dict):
+        return tuple(f"{k}={v}" for k, v in value.items())
+    return tuple(value)
+
+
+def _conf_check(items: tuple[str, ...]) -> str | None:
+    bad = [i for i in items if not i.partition("=")[0].strip() or "=" not in i]
+    return f"expects KEY=VALUE items; {bad[0]!r} is not one" if bad else None
+
+
+@attrs.frozen(kw_only=True)
+class SparkConfig:
+    """The options of a run on Spark (``backend="spark"``), a section of
+    :class:`RunConfig`; :func:`rstreams.runtime.spark.run_spark` takes them from there
+    (or as its keywords when no config is given).
+
+    >>> s = SparkConfig(conf={"spark.sql.shuffle.partitions": "4"}, streaming=True)
+    >>> s.conf, s.conf_dict()
+    (('spark.sql.shuffle.partitions=4',), {'spark.sql.shuffle.partitions': '4'})
+    >>> SparkConfig(conf=["nokey"])
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.ConfigError: --conf expects KEY=VALUE items; 'nokey' is not one; got ('nokey',)
+    """
+
+    conf: tuple[str, ...] = option(
+        (),
+        flag="--conf",
+        metavar="KEY=VALUE",
+        help="a Spark setting with --backend spark, as spark-submit's --conf (repeatable), "
+        "e.g. spark.pyspark.python=PATH or spark.archives=env.tar.gz#environment",
+        check=_conf_check,
+        errors_say_flag=True,
+        converter=_conf_items,
+    )
+    streaming: bool = option(
+        False,
+        flag="--streaming",
+        help="with --backend spark: Structured Streaming over the input directory "
+        "(RocksDB state; a run with the same checkpoint continues the counts)",
+    )
+    checkpoint: str | None = option(
+        None,
+        flag="--checkpoint",
+        metavar="DIR",
+        help="streaming checkpoint (default: <--data-dir>/<job-id>/spark-checkpoint)",
+        converter=attrs.converters.optional(os.fspath),
+    )
+    #: Streaming: process what is there and stop (``availableNow``); False keeps
+    #: running until interrupted.
+    trigger_once: bool = option(True)
+    #: Return the tables in ``RunResult.tables`` (False for outputs too big for the
+    #: driver: the executors write them).
+    collect: bool = option(True)
+    #: Make ``F.lower()``/``F.upper()`` equal to Python's for the few characters whose
+    #: case mapping Spark's (newer) Unicode tables change.
+    exact_unicode: bool = option(True)
+
+    def conf_dict(self) -> dict[str, str]:
+        """:attr:`conf` as Spark takes it."""
+        pairs = (item.partition("=") for item in self.conf)
+        return {key.strip(): value for key, _, value in pairs}
+
+
 @attrs.frozen(kw_only=True)
 class RunConfig:
     """Every option of a run, with the one default each has.
@@ -218,6 +294,8 @@ class RunConfig:
         broker_password_file, broker_tls_ca, broker_tls_cert, broker_tls_key: the
             broker's password, read from a file, and its TLS files.
         join: start workers only, joining the job another run over ``broker`` started.
+        in_process_commit_interval: seconds between commits of an in-process run.
+        on_spark: the options of a Spark run (:class:`SparkConfig`).
         worker: timing and sizing of each worker process of the durable runtime.
 
     Each option is declared once, with its command-line flag, help text and check (see
@@ -377,6 +455,15 @@ class RunConfig:
         "this host or another): start workers only, which join its group; no input is read "
         "here. Ends when that run ends",
     )
+    #: Nothing of an in-process run needs to be durable: a commit there only hands the
+    #: tables their updates (and the progress its records out), and costs as much as
+    #: the distinct keys changed since the last one, a quarter of a 20 MB word count's
+    #: time at one a second; memory does not wait for it (consumed input is dropped
+    #: after every chunk, and the cache budget commits early the tasks that hold the
+    #: most). Hence ten seconds, where a durable worker commits every
+    #: ``worker.commit_interval`` (what a crash would make it process again).
+    in_process_commit_interval: float = option(10.0, check=at_least(0))
+    on_spark: SparkConfig = attrs.field(factory=SparkConfig)
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
 
     def __attrs_post_init__(self) -> None:
@@ -384,6 +471,11 @@ class RunConfig:
             self.worker_config()  # (refuses worker_args the workers would refuse)
         if self.broker is None and (self.join or self.broker_options()):
             raise ConfigError("--join and the --broker-* options need --broker URL")
+
+    @property
+    def durable_data_dir(self) -> str:
+        """Where the durable runtime keeps its jobs: :attr:`data_dir`, or the default."""
+        return self.data_dir or DEFAULT_DATA_DIR
 
     def broker_options(self) -> dict[str, str]:
         """The ``--broker-*`` options given, by name without ``broker_``."""

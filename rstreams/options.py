@@ -61,6 +61,12 @@ def within(low: int, high: int, note: str = "") -> Check:
     return lambda value: None if low <= value <= high else f"must be {low}..{high}{note}"
 
 
+def one_of(allowed: tuple[str, ...]) -> Check:
+    """The value is one of ``allowed`` (for an option typed ``str``; a Literal type says
+    its choices itself)."""
+    return lambda value: None if value in allowed else f"must be one of {', '.join(allowed)}"
+
+
 #: A declaration's ``cli_default`` when the command line's default is the field's.
 FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
 
@@ -110,6 +116,31 @@ def declared(cls: type, name: str) -> Declared:
     """The declaration of option ``name`` of ``cls`` (a plain field: no flag, no check)."""
     found: Declared | None = attrs.fields_dict(cls)[name].metadata.get(KEY)
     return found or Declared()
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default option ``name`` of ``cls`` declares: what other code that needs the
+    same default reads, instead of writing it again.
+
+    >>> from rstreams.config import WorkerConfig
+    >>> field_default(WorkerConfig, "session_timeout")
+    5.0
+    """
+    default: Any = attrs.fields_dict(cls)[name].default
+    return default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[arg-type]
+
+
+def sections(cls: type) -> list[tuple[str, type]]:
+    """The options of ``cls`` that are classes of options themselves (its sections), as
+    (name, class), in declaration order."""
+    hints = _hints(cls)
+    return [(f.name, hints[f.name]) for f in attrs.fields(cls) if attrs.has(hints[f.name])]
+
+
+def tree(cls: type) -> list[type]:
+    """``cls`` and the classes of its sections, depth first: every class of a tree of
+    options (see :class:`rstreams.config.RunConfig`)."""
+    return [cls, *(c for _, section in sections(cls) for c in tree(section))]
 
 
 def flagged(cls: type) -> list[str]:
@@ -165,10 +196,7 @@ def _validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
 def cli_default(cls: type, name: str) -> Any:
     """The default the command line shows and passes for option ``name``."""
     d = declared(cls, name)
-    if d.cli_default is not FIELD_DEFAULT:
-        return d.cli_default
-    default: Any = attrs.fields_dict(cls)[name].default
-    return default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[arg-type]
+    return field_default(cls, name) if d.cli_default is FIELD_DEFAULT else d.cli_default
 
 
 def add_argument(parser: argparse._ActionsContainer, cls: type, name: str) -> None:
@@ -199,6 +227,30 @@ def check_args(args: argparse.Namespace, cls: type, names: Sequence[str] | None 
         what = problem(cls, name, value)
         if what is not None:
             _refuse(declared(cls, name).flag or name, what, value)
+
+
+def from_args(cls: type, args: argparse.Namespace) -> Any:
+    """A ``cls`` from parsed command-line ``args``: every option of it and of its
+    sections that ``args`` holds (under the option's name), the others at their
+    defaults. The one way a command line's values become a tree of options: nothing is
+    copied field by field.
+
+    >>> @attrs.frozen(kw_only=True)
+    ... class Demo:
+    ...     rounds: int = option(3, flag="--rounds", help="how many", check=at_least(1))
+    ...     name: str = "x"
+    >>> from_args(Demo, argparse.Namespace(rounds=5, quiet=True))
+    Demo(rounds=5, name='x')
+    """
+    given = vars(args)
+    values: dict[str, Any] = {}
+    for f in attrs.fields(cls):
+        tp = _hints(cls)[f.name]
+        if attrs.has(tp):
+            values[f.name] = from_args(tp, args)
+        elif f.name in given:
+            values[f.name] = given[f.name]
+    return cls(**values)
 
 
 class _FlagParser(argparse.ArgumentParser):

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 import attrs
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic
+from rstreams.config import RunConfig, SparkConfig, dead_letter_topic
 from rstreams.errors import ConfigError, UnsupportedOperation
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.coordination.local import LocalEngine
@@ -48,15 +48,6 @@ from rstreams.runtime.results import fold_records as fold_records
 from rstreams.runtime.results import write_table as write_table
 
 __all__ = ["Progress", "RunResult", "run"]
-
-#: Seconds between commits of an in-process run. Nothing of it needs to be durable: a
-#: commit there only hands the tables their updates (and the progress its records out),
-#: and costs as much as the distinct keys changed since the last one (combined partials
-#: across the shuffle, the store's changes, coalesced updates folded into the tables),
-#: a quarter of a 20 MB word count's time at one a second. Memory does not wait for it:
-#: consumed input is dropped after every chunk, and what is held back is bounded by the
-#: cache budget (``relieve_memory`` commits early the tasks that hold the most).
-COMMIT_INTERVAL = 10.0
 
 
 def run(
@@ -80,9 +71,10 @@ def run(
         spark: a SparkSession to run on (``backend="spark"`` only).
         options: options of :class:`~rstreams.config.RunConfig` given as keywords
             (they override ``config``), e.g. ``workers=2, data_dir="jobs",
-            pipeline="wc.py"``; and, with ``backend="spark"``, more options of
-            :func:`rstreams.runtime.spark.run_spark` (``outputs``, ``streaming``,
-            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``).
+            pipeline="wc.py"``; with ``backend="spark"``, those of its
+            :class:`~rstreams.config.SparkConfig` section (``streaming``,
+            ``checkpoint``, ``trigger_once``, ``collect``, ``conf``...) the same way,
+            and run_spark's ``outputs`` and ``redis``.
 
     Without ``data_dir`` (and with at most one worker) everything runs in this process
     on memory queues: fastest, but nothing survives the run. With ``data_dir`` or
@@ -90,24 +82,37 @@ def run(
     pipeline from ``pipeline`` (its file), a log on disk, RocksDB state, exactly-once
     commits (see :class:`~rstreams.config.RunConfig` for every option).
     """
-    fields = set(attrs.fields_dict(RunConfig))
-    config = RunConfig.of(config, **{k: v for k, v in options.items() if k in fields})
-    spark_options = {k: v for k, v in options.items() if k not in fields}
+    config, spark_options = _with_options(config, options)
     if config.backend == "spark":
         from rstreams.runtime.spark import run_spark
 
         return run_spark(
             topology, inputs, spark=spark, progress=progress, config=config, **spark_options
         )
-    if config.master is not None or spark is not None or spark_options:
-        extra = sorted(spark_options) + ["master"] * (config.master is not None)
-        raise UnsupportedOperation(
-            f"option(s) {extra + ['spark'] * (spark is not None)} need backend='spark'"
-        )
+    given = (
+        attrs.asdict(config.on_spark, recurse=False).items() - attrs.asdict(SparkConfig()).items()
+    )
+    extra = sorted(spark_options) + [name for name, _ in given]
+    extra += ["master"] * (config.master is not None) + ["spark"] * (spark is not None)
+    if extra:
+        raise UnsupportedOperation(f"option(s) {sorted(extra)} need backend='spark'")
     if not config.join:  # (a joining run reads no input: the run it joins does)
         check_inputs(topology, inputs)
     with tuned():
         return _run_embedded(topology, inputs, config, progress)
+
+
+def _with_options(
+    config: RunConfig | None, options: dict[str, Any]
+) -> tuple[RunConfig, dict[str, Any]]:
+    """``config`` with the options given as keywords (the run's, and its Spark
+    section's), and the keywords that are neither (run_spark's own)."""
+    fields, spark_fields = set(attrs.fields_dict(RunConfig)), set(attrs.fields_dict(SparkConfig))
+    config = RunConfig.of(config, **{k: v for k, v in options.items() if k in fields})
+    spark = {k: v for k, v in options.items() if k in spark_fields}
+    if spark:
+        config = config.replace(on_spark=attrs.evolve(config.on_spark, **spark))
+    return config, {k: v for k, v in options.items() if k not in fields | spark_fields}
 
 
 def _line_chunks(
@@ -134,16 +139,25 @@ def _run_embedded(
         from rstreams.runtime.engine.io.external import check_external_broker
 
         check_external_broker(topology, None)  # (raises: they need --broker redis://)
+    return _run_in_process(topology, inputs, config, progress)
+
+
+def _run_in_process(
+    topology: Topology,
+    inputs: dict[str, str],
+    config: RunConfig,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    """In this process on memory queues: each round sends a chunk of every input through
+    the engine (see the module's docs); the tables fold what every commit wrote."""
     on_error, chunk_lines = config.on_error, config.chunk_lines
     opened = {topic: open_input(path) for topic, path in inputs.items()}
-    total_bytes: int | None = sum(size or 0 for _, size in opened.values())
-    if any(size is None for _, size in opened.values()):
-        total_bytes = None
+    sizes = [size for _, size in opened.values()]
+    total_bytes = None if None in sizes else sum(size or 0 for size in sizes)
     engine = LocalEngine(
         topology,
         config=EngineConfig(on_error=on_error, coalesce=True, batch_size=chunk_lines),
     )
-    producer = engine.producer
     sinks = topology.sink_topics
     tables: dict[str, dict[Any, Any]] = {t: {} for t in sinks}
     read_pos = {(t, q): 0 for t in sinks for q in range(engine.queue_counts[t])}
@@ -155,40 +169,26 @@ def _run_embedded(
     consumed: dict[str, int] = dict.fromkeys(iters, 0)
     columns_of = _ChunkColumns(topology, inputs)
     rounds = 0
-    next_commit = start + COMMIT_INTERVAL
+    every = config.in_process_commit_interval
+    next_commit = start + every
     try:
         while iters:
-            for topic in list(iters):
-                nxt = next(iters[topic], None)
-                if nxt is None:
-                    del iters[topic]
-                    continue
-                lines, consumed[topic] = nxt
-                columns = columns_of(topic, lines, consumed[topic])
-                producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
-                records_in += len(lines)
+            records_in += _send_round(iters, consumed, columns_of, engine, rounds)
             rounds += 1
-            producer.flush()
-            # Commit every COMMIT_INTERVAL seconds: updates to the same key in between
+            engine.producer.flush()
+            # Commit every `every` seconds: updates to the same key in between
             # are combined and coalesced instead of written and read back.
             commit = time.monotonic() >= next_commit
             engine.run_until_idle(commit=commit)
             if commit:
-                next_commit = time.monotonic() + COMMIT_INTERVAL
+                next_commit = time.monotonic() + every
             # What any commit wrote (relieve_memory's too) goes to the tables now, and
             # the input read to its end is dropped: nothing reads either again.
             records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
             engine.purge_consumed()
             if progress is not None:
-                progress(
-                    Progress(
-                        records_in,
-                        records_out,
-                        sum(consumed.values()),
-                        total_bytes,
-                        time.monotonic() - start,
-                    )
-                )
+                read, elapsed = sum(consumed.values()), time.monotonic() - start
+                progress(Progress(records_in, records_out, read, total_bytes, elapsed))
         engine.end_of_input()
         engine.close()
         records_out += _collect(engine, sinks, tables, read_pos, dead_letters)
@@ -204,6 +204,28 @@ def _run_embedded(
         engine.metrics(),
         dead_letters=dead_letters,
     )
+
+
+def _send_round(
+    iters: dict[str, Iterator[tuple[list[bytes], int]]],
+    consumed: dict[str, int],
+    columns_of: _ChunkColumns,
+    engine: LocalEngine,
+    rounds: int,
+) -> int:
+    """Send the next chunk of every input not read to its end (dropped from ``iters``
+    once it is) to queue ``rounds`` of its topic, round robin; the records sent."""
+    sent = 0
+    for topic in list(iters):
+        nxt = next(iters[topic], None)
+        if nxt is None:
+            del iters[topic]
+            continue
+        lines, consumed[topic] = nxt
+        columns = columns_of(topic, lines, consumed[topic])
+        engine.producer.send_columns(topic, rounds % engine.queue_counts[topic], *columns)
+        sent += len(lines)
+    return sent
 
 
 class _ChunkColumns:
@@ -261,7 +283,7 @@ def _run_durable(
         config.pipeline,
         topology,
         inputs,
-        config.replace(data_dir=config.data_dir or DEFAULT_DATA_DIR),
+        config.replace(data_dir=config.durable_data_dir),
         progress=progress,
     )
     return result

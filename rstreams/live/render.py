@@ -19,6 +19,7 @@ from rich.tree import Tree
 
 from rstreams.live.snapshot import LiveSnapshot, QueueRow, StepNode, _alive
 from rstreams.progress import _age, _pct
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 
 __all__ = ["MAX_QUEUES", "plain_line", "render"]
 
@@ -263,7 +264,7 @@ def _state(snap: LiveSnapshot) -> str:
     if sup is None:
         return "no statistics yet" if not snap.workers else "running"
     state = str(sup.get("state", "?"))
-    if state == "running" and not _alive(sup.get("pid")):
+    if state == SupervisorState.RUNNING and not _alive(sup.get("pid")):
         return "stopped (its supervisor is gone)"
     return state
 

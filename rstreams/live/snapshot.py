@@ -13,6 +13,7 @@ import attrs
 from rstreams.brokeropts import JobAccess
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.coordination.stats import pid_alive, read_stats
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 from rstreams.runtime.layout import JobLayout
 
 __all__ = [
@@ -93,7 +94,9 @@ class LiveSnapshot:
     def running(self) -> bool:
         """Is the job's supervisor still at work (as far as its statistics tell)?"""
         sup = self.supervisor
-        return sup is not None and sup.get("state") == "running" and _alive(sup.get("pid"))
+        if sup is None or sup.get("state") != SupervisorState.RUNNING:
+            return False
+        return _alive(sup.get("pid"))
 
 
 # -- gathering ----------------------------------------------------------------------------

@@ -12,11 +12,13 @@ import attrs
 from rich.console import Console
 
 from rstreams.brokeropts import JobAccess, add_broker_options
+from rstreams.config import DEFAULT_DATA_DIR
 from rstreams.errors import ConfigError, RStreamsError
 from rstreams.live.render import plain_line, render
 from rstreams.live.snapshot import LiveSnapshot, pick_job, published_tree, snapshot
 from rstreams.progress import RunProgress, progress_text
 from rstreams.runtime.engine.coordination.stats import PUBLISH_INTERVAL, read_stats
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 from rstreams.runtime.layout import JobLayout, job_id_arg
 
 __all__ = ["LiveRunView", "LiveWatcher", "RunProgress", "add_parsers", "progress_text", "run_top"]
@@ -92,7 +94,9 @@ def _await_publication(coord: Any, first: LiveSnapshot, span: float) -> None:
     while time.monotonic() < deadline:
         time.sleep(_POLL)
         sup = read_stats(coord).supervisor
-        if sup is None or sup.get("state") != "running" or float(sup["time"]) >= since + span:
+        if sup is None or sup.get("state") != SupervisorState.RUNNING:
+            return
+        if float(sup["time"]) >= since + span:
             return
 
 
@@ -215,7 +219,9 @@ example:
         "job", nargs="?", metavar="JOB", type=job_id_arg,
         help="the job id (default: the only job)",
     )  # fmt: skip
-    p.add_argument("--data-dir", default=".rstreams", metavar="DIR", help="default ./.rstreams")
+    p.add_argument(
+        "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help=f"default ./{DEFAULT_DATA_DIR}"
+    )
     p.add_argument(
         "--refresh", type=float, default=1.0, metavar="SECONDS", help="between updates (default 1)"
     )

@@ -23,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.engine.coordination.stats import JobStats, read_stats
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 
 if TYPE_CHECKING:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -60,7 +61,7 @@ def health(stats: JobStats, now: float | None = None) -> tuple[bool, str]:
     sup = stats.supervisor
     if sup is None:
         return False, "no run of this job is publishing statistics"
-    if sup.get("state") != "running":
+    if sup.get("state") != SupervisorState.RUNNING:
         return False, f"the run is {sup.get('state')}"
     age = (time.time() if now is None else now) - float(sup.get("time", 0))
     if age > HEALTH_MAX_AGE:

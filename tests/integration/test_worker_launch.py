@@ -30,7 +30,7 @@ def build():
 
 def start_worker(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rstreams.runtime.engine.coordination.worker", *args],
+        [sys.executable, "-m", "rstreams.runtime.engine.coordination.workerprocess", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -118,5 +118,5 @@ def test_worker_args_reach_the_worker(tmp_path, caplog):
     # Nothing of the configuration travels as an argument: it came on the worker's stdin.
     assert cmdlines, "no worker seen"
     assert all(
-        c[1:] == ["-m", "rstreams.runtime.engine.coordination.worker", "-"] for c in cmdlines
+        c[1:] == ["-m", "rstreams.runtime.engine.coordination.workerprocess", "-"] for c in cmdlines
     ), cmdlines

@@ -1,6 +1,6 @@
 """The in-process run's shortcuts give what the general paths give: a combined count
 that drops None keys and sorts out unhashable ones, keyBy of an identity function,
-flatMap's repeated headers, and commits only every COMMIT_INTERVAL."""
+flatMap's repeated headers, and commits only every in_process_commit_interval."""
 
 from __future__ import annotations
 
@@ -70,12 +70,12 @@ def test_an_in_process_run_folds_every_commit_and_drops_consumed_input(
     path.write_text("".join(f"{i % 7}:{i}\n" for i in range(100)))
     tables = []
     for interval in (0.0, 3600.0):
-        monkeypatch.setattr(rstreams.runner, "COMMIT_INTERVAL", interval)
         seen: list[rstreams.runner.Progress] = []
         result = rstreams.run(
             counted().build(),
             {"in": str(path)},
             chunk_lines=10,
+            in_process_commit_interval=interval,
             progress=seen.append,
         )
         tables.append(result.tables["out"])

@@ -57,7 +57,7 @@ def test_every_declared_flag_is_on_the_command_line_or_only_for_workers() -> Non
 
 def test_the_command_line_and_the_workers_share_the_worker_defaults(tmp_path) -> None:
     args = run_parser().parse_args(["p.py", "--input", "in.txt", "--data-dir", str(tmp_path)])
-    config = cli_run._run_config(args)
+    config = cli_run.run_config(args)
     assert config.worker == WorkerConfig() == config.worker_config()
     launch = WorkerLaunch(config=config, job_dir=str(tmp_path / "job"))
     loaded = WorkerLaunch.from_text(launch.to_text())
@@ -164,12 +164,12 @@ def test_the_run_command_takes_the_maintenance_interval(capsys) -> None:
     """``--maintenance-interval`` is declared on WorkerConfig: `rstreams run` takes it
     and hands it to the workers; what its declaration refuses, the command refuses."""
     from rstreams.cli import build_parser, main
-    from rstreams.cli_run import _run_config
+    from rstreams.cli_run import run_config
 
     args = build_parser().parse_args(["run", "p.py", "--input", "x", "--maintenance-interval", "5"])
-    assert _run_config(args).worker_config().maintenance_interval == 5.0
+    assert run_config(args).worker_config().maintenance_interval == 5.0
     default = build_parser().parse_args(["run", "p.py", "--input", "x"])
-    assert _run_config(default).worker_config().maintenance_interval == 30.0
+    assert run_config(default).worker_config().maintenance_interval == 30.0
     assert main(["run", "p.py", "--input", "x", "--maintenance-interval", "0"]) == 2
     assert capsys.readouterr().err == (
         "rstreams: error: --maintenance-interval must be > 0; got 0.0\n"

@@ -29,7 +29,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+from rstreams.config import WorkerConfig
+from rstreams.options import field_default
 from rstreams.runtime.layout import GroupLayout
+
+#: A membership's session timeout unless given: the workers' option's default.
+SESSION_TIMEOUT: float = field_default(WorkerConfig, "session_timeout")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -64,7 +69,11 @@ class FileGroupMembership:
     fences_commits = False
 
     def __init__(
-        self, root: str | os.PathLike[str], group: str, member_id: str, session_timeout: float = 5.0
+        self,
+        root: str | os.PathLike[str],
+        group: str,
+        member_id: str,
+        session_timeout: float = SESSION_TIMEOUT,
     ) -> None:
         self.layout = GroupLayout.of(root, group)
         self.dir = self.layout.dir

@@ -46,6 +46,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from rstreams.runtime.rebalance.membership import SESSION_TIMEOUT
+
 if TYPE_CHECKING:
     import redis
     from redis.client import PubSub
@@ -156,7 +158,7 @@ class RedisGroupMembership:
         group: str,
         member: str,
         *,
-        session_timeout: float = 5.0,
+        session_timeout: float = SESSION_TIMEOUT,
     ) -> None:
         self.client = client
         self.job = job

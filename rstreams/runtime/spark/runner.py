@@ -18,19 +18,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 from py4j.protocol import Py4JError
 from pyspark import cloudpickle
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from rstreams.config import ON_ERROR, RunConfig, check_choice, dead_letter_topic
+from rstreams.config import RunConfig, dead_letter_topic
 from rstreams.dsl import nodes as n
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
 from rstreams.planner.diff import TopologyDiff
 from rstreams.planner.topology import Topology
 from rstreams.runtime.inputs import check_inputs
-from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.queues.redisstreams.target import RedisTarget
 from rstreams.runtime.results import (
     Progress,
@@ -44,9 +44,10 @@ from rstreams.runtime.spark import encoding as enc
 # The translation rules of windowed aggregations and joins, which add themselves to the
 # compiler's `translate` (windows.py builds on compiler.py, not the reverse).
 from rstreams.runtime.spark import windows as _windows  # noqa: F401
+from rstreams.runtime.spark.checkpoints import guard_checkpoint, stale_at_checkpoint_end
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
-from rstreams.runtime.spark.redisstreams import spark_target
+from rstreams.runtime.spark.options import redis_target, spark_config
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
 from rstreams.runtime.spark.session import (
     check_executors,
@@ -55,7 +56,6 @@ from rstreams.runtime.spark.session import (
     stop_session,
 )
 from rstreams.runtime.spark.tables import Failures, is_local, local_path
-from rstreams.runtime.topology_guard import check_topology, stale_at_end, stale_at_start
 
 log = logging.getLogger("rstreams.spark")
 
@@ -141,18 +141,29 @@ def run_spark(
     outputs: dict[str, str] | None = None,
     master: str | None = None,
     spark: SparkSession | None = None,
-    streaming: bool = False,
+    streaming: bool | None = None,
     checkpoint: str | None = None,
-    on_error: str = "fail",
+    on_error: str | None = None,
     progress: Callable[[Progress], None] | None = None,
-    trigger_once: bool = True,
-    collect: bool = True,
+    trigger_once: bool | None = None,
+    collect: bool | None = None,
     conf: dict[str, str] | None = None,
-    exact_unicode: bool = True,
+    exact_unicode: bool | None = None,
     config: RunConfig | None = None,
     redis: str | RedisTarget | None = None,
 ) -> RunResult:
     """Run ``topology`` on Spark and return the final table of every sink.
+
+    The options are those of :class:`~rstreams.config.RunConfig` (``master``,
+    ``on_error``, ``broker``) and of its :class:`~rstreams.config.SparkConfig` section
+    (``streaming``, ``checkpoint``, ``trigger_once``, ``collect``, ``conf``,
+    ``exact_unicode``), with their defaults there: give them as ``config``, or as
+    keywords. A keyword that disagrees with a ``config`` given is refused (one of the
+    two would be ignored)::
+
+        run_spark(topology, {"lines": "in.txt"}, on_error="skip")
+        run_spark(topology, {"lines": "in.txt"}, config=RunConfig(on_error="skip"))
+        run_spark(topology, {"lines": "inbox/"}, streaming=True, checkpoint="ckpt")
 
     Args:
         topology: from ``StreamBuilder.build()``.
@@ -184,70 +195,103 @@ def run_spark(
             characters whose case mapping Spark's (newer) Unicode tables change (a test
             per non-ASCII line). False uses Spark's mapping as is.
         config: a :class:`~rstreams.config.RunConfig`, as :func:`rstreams.run` passes
-            it: its ``on_error`` and ``master`` are used (the other options are the
-            embedded runtime's).
+            it: its ``on_error``, ``master``, ``allow_topology_change``, ``broker`` (with
+            the ``broker_*`` files) and ``spark`` section are used (the other options are
+            the embedded runtime's).
         redis: the Redis server (``redis://host:port/db`` or a
             :class:`~rstreams.runtime.queues.redisstreams.target.RedisTarget`) of the
             topology's ``RedisStream`` sources and sinks, read and written by the
             ``rstreams-redis`` data source (:mod:`.redisstreams`); a password only from
-            a password file every executor can read.
+            a password file every executor can read. Default: ``config.broker``.
 
     The final tables equal those of the embedded engine for the same input (keys in
     no particular order). See docs/spark.md.
     """
-    if config is not None:
-        on_error, master = config.on_error, config.master
-    check_choice("on_error", on_error, ON_ERROR)
-    outputs = dict(outputs or {})
-    target = spark_target(redis) if redis is not None else None
+    config = spark_config(
+        config, master=master, on_error=on_error, streaming=streaming, checkpoint=checkpoint,
+        trigger_once=trigger_once, collect=collect, conf=conf, exact_unicode=exact_unicode,
+    )  # fmt: skip
+    s, outputs = config.on_spark, dict(outputs or {})
+    target = redis_target(config, redis)
+    checkpoint = s.checkpoint if s.streaming else None
     pipeline, sources = _check_run(
-        topology, inputs, outputs, streaming, checkpoint, collect, target
+        topology, inputs, outputs, s.streaming, s.checkpoint, s.collect, target
     )
     # A checkpoint resumed with other code mixes both versions' answers: refused when it
     # would lose or misread state, said at start and end when it leaves it stale.
-    change = _guard_checkpoint(topology, checkpoint if streaming else None, inputs, config)
-    session, created = get_session(master, spark, app_name=f"rstreams-{topology.job_id}", conf=conf)
+    change = guard_checkpoint(topology, checkpoint, inputs, config)
+    session, created = get_session(
+        config.master, spark, app_name=f"rstreams-{topology.job_id}", conf=s.conf_dict() or None
+    )
+    try:
+        plan = _Plan(topology, inputs, outputs, pipeline, sources, target, change)
+        return _run_on(session, plan, config, progress)
+    finally:
+        if created:
+            stop_session(session)
+
+
+@attrs.frozen
+class _Plan:
+    """What a run on Spark runs, once its options are checked."""
+
+    topology: Topology
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    pipeline: n.Pipeline
+    sources: dict[str, SourceInfo]
+    target: RedisTarget | None
+    change: TopologyDiff | None
+
+
+def _run_on(
+    session: SparkSession,
+    plan: _Plan,
+    config: RunConfig,
+    progress: Callable[[Progress], None] | None,
+) -> RunResult:
+    """Run ``plan`` on ``session``: its queries under a watcher of Ctrl-C and SIGTERM,
+    with a progress reporter, and the user's code pickled by value while they run."""
+    s, on_error = config.on_spark, config.on_error
     start = time.monotonic()
     reporter: _ProgressReporter | None = None
     compiler: Compiler | None = None
     by_value: list[types.ModuleType] = []
     # An endless streaming run ends on Ctrl-C by stopping its queries (and returns what
     # it has); anything else is cancelled and the run stops with KeyboardInterrupt.
-    watcher = _SignalWatcher(session, stop_queries=streaming and not trigger_once)
+    watcher = _SignalWatcher(session, stop_queries=s.streaming and not s.trigger_once)
     try:
         watcher.start()
         reporter = _ProgressReporter(session, progress, start) if progress else None
-        by_value = _pickle_user_code_by_value(pipeline)
+        by_value = _pickle_user_code_by_value(plan.pipeline)
         check_executors(session)
-        if streaming:
+        if s.streaming:
             configure_state_store(session)
         accumulator: Any = (
             session.sparkContext.accumulator([], ListParam()) if on_error != "fail" else None
         )
         compiler = Compiler(
-            session,
-            pipeline,
-            sources,
-            streaming=streaming,
-            on_error=on_error,
-            calibration=functools.partial(calibrate, session, case=exact_unicode),
+            session, plan.pipeline, plan.sources, streaming=s.streaming, on_error=on_error,
+            calibration=functools.partial(calibrate, session, case=s.exact_unicode),
             accumulator=accumulator,
-        )
+        )  # fmt: skip
         failures = Failures(on_error)
         if reporter:
             reporter.start()
         try:
             tables, records_in, records_out = _run_queries(
-                compiler, topology, outputs, failures, checkpoint if streaming else None,
-                trigger_once, collect, target,
+                compiler, plan.topology, plan.outputs, failures,
+                s.checkpoint if s.streaming else None, s.trigger_once, s.collect, plan.target,
             )  # fmt: skip
         except (PySparkException, Py4JError, RecordFailed) as e:
             if watcher.signalled:  # the jobs failed because the watcher cancelled them
                 raise KeyboardInterrupt from None
-            raise translate_error(e, session, sources) from None
+            raise translate_error(e, session, plan.sources) from None
         elapsed = time.monotonic() - start
-        metrics, dead = _report_failures(failures, accumulator, records_in, topology, outputs)
-        _stale_at_end(change, records_in, inputs)
+        metrics, dead = _report_failures(
+            failures, accumulator, records_in, plan.topology, plan.outputs
+        )
+        stale_at_checkpoint_end(plan.change, records_in, plan.inputs)
         return RunResult(tables, records_in, records_out, elapsed, metrics, dead_letters=dead)
     finally:
         watcher.stop()
@@ -259,58 +303,6 @@ def run_spark(
             for df in compiler.persisted:
                 with contextlib.suppress(Exception):  # the session may be gone already
                     df.unpersist()
-        if created:
-            stop_session(session)
-
-
-#: How a streaming job starts over (the messages of the topology guard).
-NEW_CHECKPOINT = "a new --checkpoint directory"
-
-
-def _guard_checkpoint(
-    topology: Topology, checkpoint: str | None, inputs: dict[str, str], config: RunConfig | None
-) -> TopologyDiff | None:
-    """Compare ``topology`` (steps, stores and the code identity of every function, with
-    what it reads) with the one the checkpoint of a streaming run last ran with, as the
-    embedded runtime does with its data directory: refuse a change that loses or misreads
-    state (TopologyChangeError, exit 2) unless ``--allow-topology-change``, warn about one
-    that leaves it stale, and record it. Returns the stale change (for the warning at the
-    end), else None (also without a checkpoint: a batch run)."""
-    if checkpoint is None:
-        return None
-    if not is_local(checkpoint):
-        log.warning(
-            "the checkpoint %s is not on a local disk: a change of the pipeline's code "
-            "between runs on it is not detected (both versions' answers would mix); keep "
-            "one checkpoint per version of the pipeline",
-            checkpoint,
-        )
-        return None
-    root = local_path(checkpoint)
-    allow = bool(config and config.allow_topology_change)
-    layout = JobLayout(root, topology.job_id)
-    unrecorded = not layout.topology.exists() and Path(root).is_dir() and any(Path(root).iterdir())
-    if unrecorded:
-        # A checkpoint from before the topology was recorded next to it: nothing to
-        # compare with; record it from now on.
-        log.warning(
-            "the checkpoint %s has no record of the pipeline it ran with (an earlier "
-            "rstreams): recording this one; a change made since is not detected",
-            checkpoint,
-        )
-    change = check_topology(root, topology, allow=allow, start_over=NEW_CHECKPOINT)
-    if change is None or not change.stale:
-        return None
-    paths = list(inputs.values())
-    log.warning("%s", stale_at_start(topology.job_id, change, paths, paths, NEW_CHECKPOINT))
-    return change
-
-
-def _stale_at_end(change: TopologyDiff | None, records_in: int, inputs: dict[str, str]) -> None:
-    """The warning at the end of a run that resumed a checkpoint with a stale change."""
-    if change is not None:
-        paths = list(inputs.values())
-        log.warning("%s", stale_at_end(change, records_in, paths, NEW_CHECKPOINT))
 
 
 def _check_run(

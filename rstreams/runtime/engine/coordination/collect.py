@@ -12,6 +12,7 @@ import attrs
 from rstreams.planner.topology import Topology
 from rstreams.runtime.engine.coordination.stats import SupervisorStats
 from rstreams.runtime.engine.coordination.worker import restore_progress, skipped_at
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 from rstreams.runtime.engine.tasks.taskid import TaskId
 from rstreams.runtime.layout import GroupLayout
 from rstreams.runtime.queues.broker import Broker
@@ -86,7 +87,7 @@ def publish_stats(
     stats: SupervisorStats,
     status: Callable[[], Mapping[str, Any]],
     pids: dict[int, int | None],
-    state: str = "running",
+    state: SupervisorState = SupervisorState.RUNNING,
 ) -> None:
     """Publish the run's statistics (``supervisor.json``). Counts that can not be read
     leave those published last (a failing run: its own error is the one to report), and
@@ -98,6 +99,6 @@ def publish_stats(
     try:
         stats.publish(now, pids, state)
     except OSError as e:
-        if state != "failed":
+        if state != SupervisorState.FAILED:
             raise
         log.warning("could not publish the run's final statistics: %s", e)

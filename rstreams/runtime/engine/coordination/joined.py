@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, default_workers
+from rstreams.config import RunConfig, default_workers
 from rstreams.errors import JobRunningError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
 from rstreams.runtime.engine.coordination.collect import Collector
@@ -58,7 +58,7 @@ class JoinedRun:
         job = topology.job_id
         self.config = config
         self.topology = topology
-        self.layout = JobLayout.of(config.data_dir or DEFAULT_DATA_DIR, job)
+        self.layout = JobLayout.of(config.durable_data_dir, job)
         check_broker_permissions(config, job)
         self.lock = open_job_lock(self.layout.data_dir, job, config)
         if self.lock.holder() is None:
@@ -72,10 +72,7 @@ class JoinedRun:
         self.layout.root.mkdir(parents=True, exist_ok=True)
         claim_local_state(self.layout, config)
         self.broker = open_broker(self.layout.root, config)
-        engine = EngineConfig(
-            on_error=config.on_error, default_queues=DEFAULT_SHUFFLE_QUEUES,
-            guarantee=config.guarantee, state=config.state,
-        )  # fmt: skip
+        engine = EngineConfig.of(config, default_queues=DEFAULT_SHUFFLE_QUEUES)
         # (the topics exist, or are being created with these counts by the joined run)
         self.queue_counts = create_topics(topology, self.broker, engine)
         self.pool = WorkerPool(

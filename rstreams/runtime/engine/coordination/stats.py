@@ -43,7 +43,7 @@ workers that died.
      "workers": [{"slot": int, "pid": int, "alive": bool, "restarts": int}],
      "restarts": int, "records_in": int, "bytes_read": int, "bytes_total": int,
      "records_out": int, "lag": int, "generation": int,
-     "state": "running" | "done" | "failed"}
+     "state": "running" | "done" | "failed"}   # a SupervisorState's value
 
 It stays after the run, with its final state.
 """
@@ -64,6 +64,7 @@ import attrs
 
 from rstreams.errors import StateStoreError
 from rstreams.runtime.engine.operators.watermarks import END, NO_TIME
+from rstreams.runtime.engine.tasks.lifecycle import SupervisorState
 from rstreams.runtime.layout import GroupLayout, JobLayout
 from rstreams.semantics.nullkeys import NULL_KEYS
 
@@ -198,6 +199,30 @@ def _task_counts(task: Task) -> tuple[dict[str, tuple[int, int]], dict[str, int]
     return steps, counts, int(getattr(task, "restored", 0))
 
 
+def _task_doc(task: Task, ends: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    """A running task's entry of ``tasks``: its queues' positions and lags, its
+    watermark (``ends``: the end offset of every input queue)."""
+    queues = {}
+    for topic, pos in task.positions.items():
+        end = ends[(topic, task.queue)]
+        queues[f"{topic}[{task.queue}]"] = {"position": pos, "end": end, "lag": max(0, end - pos)}
+    wm = task.ctx.watermark
+    return {
+        "queues": queues,
+        "restoring": None,
+        "watermark": None if wm in (NO_TIME, END) else wm,
+    }
+
+
+def _store_docs(task: Task, tid: str) -> dict[str, Any]:
+    """A task's entries of ``stores``, one per store, named ``<store>@<task id>``."""
+    docs = {}
+    for name, store in task.stores.items():
+        entries, size, restored = _store_stats(store)
+        docs[f"{name}@{tid}"] = {"entries": entries, "bytes": size, "restored": restored}
+    return docs
+
+
 class StatsPublisher:
     """What one worker publishes in ``worker-<member>.json`` (see the module docs).
 
@@ -295,27 +320,8 @@ class StatsPublisher:
             for k, v in counts.items():
                 totals[k] += v
             totals["restored"] += restored
-            queues = {}
-            for topic, pos in task.positions.items():
-                end = ends[(topic, task.queue)]
-                queues[f"{topic}[{task.queue}]"] = {
-                    "position": pos,
-                    "end": end,
-                    "lag": max(0, end - pos),
-                }
-            wm = task.ctx.watermark
-            task_docs[tid] = {
-                "queues": queues,
-                "restoring": None,
-                "watermark": None if wm in (NO_TIME, END) else wm,
-            }
-            for name, store in task.stores.items():
-                entries, size, store_restored = _store_stats(store)
-                stores[f"{name}@{tid}"] = {
-                    "entries": entries,
-                    "bytes": size,
-                    "restored": store_restored,
-                }
+            task_docs[tid] = _task_doc(task, ends)
+            stores.update(_store_docs(task, tid))
         task_docs.update(self._restoring_tasks(task_docs))
         return {
             "version": STATS_VERSION,
@@ -426,7 +432,7 @@ class SupervisorStats:
         self,
         status: Mapping[str, Any] | None,
         workers: Mapping[int, int | None],
-        state: str = "running",
+        state: SupervisorState = SupervisorState.RUNNING,
     ) -> None:
         """Write ``supervisor.json``. ``status``: the supervisor's counts (records_in,
         bytes_read, bytes_total, records_out, lag), None for those published last;
@@ -462,7 +468,7 @@ class SupervisorStats:
                 for k in ("records_in", "bytes_read", "bytes_total", "records_out", "lag")
             },
             "generation": _generation(self.coord_dir),
-            "state": state,
+            "state": SupervisorState(state).value,  # (the file's format: the plain string)
         }
         with contextlib.suppress(OSError):
             _write_json(self.path, doc)
@@ -494,7 +500,8 @@ class JobStats:
     @property
     def running(self) -> bool:
         """A supervisor is running the job now."""
-        return self.supervisor is not None and self.supervisor.get("state") == "running"
+        sup = self.supervisor
+        return sup is not None and sup.get("state") == SupervisorState.RUNNING
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -530,7 +537,7 @@ def read_stats(coord_dir: str | os.PathLike[str]) -> JobStats:
     supervisor = _load(layout.supervisor_stats)
     if (
         supervisor is not None
-        and supervisor.get("state") == "running"
+        and supervisor.get("state") == SupervisorState.RUNNING
         and not pid_alive(supervisor["pid"])
     ):
         supervisor = None  # it died without saying so

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rstreams.config import DEFAULT_DATA_DIR, RunConfig, dead_letter_topic, default_workers
+from rstreams.config import RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, FencedError
 from rstreams.planner.describe import tree_data
 from rstreams.planner.diff import TopologyDiff
@@ -65,6 +65,11 @@ from rstreams.runtime.engine.io.ingest import (
 )
 from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.runtime.engine.tasks.endofinput import EndOfInput
+from rstreams.runtime.engine.tasks.lifecycle import (
+    SUPERVISOR_TRANSITIONS,
+    StateMachine,
+    SupervisorState,
+)
 from rstreams.runtime.layout import JobLayout
 from rstreams.runtime.positions import position_bases
 from rstreams.runtime.queues.brokers import (
@@ -131,7 +136,12 @@ class Supervisor:
         """``config`` (or its options as keywords: ``workers=2, data_dir=...``) says how
         to run; ``max_ingest_rate`` (lines per second) slows ingest down, for tests."""
         config = RunConfig.of(config, **options)
-        data_dir = config.data_dir or DEFAULT_DATA_DIR
+        #: STARTING until :meth:`run`, then RUNNING, then DONE or FAILED (what
+        #: ``supervisor.json`` says; see SupervisorState).
+        self.lifecycle = StateMachine(
+            "supervisor", SUPERVISOR_TRANSITIONS, SupervisorState.STARTING
+        )
+        data_dir = config.durable_data_dir
         _check_input_files(inputs)
         # (a RedisStream is on the run's Redis: refused before anything is opened)
         self.external_url = check_external_broker(topology, config.broker)
@@ -191,12 +201,7 @@ class Supervisor:
         self.layout.logs.mkdir(exist_ok=True)
         # Source topics the job creates get several queues, so that work can spread over
         # workers (now or in a later run with more of them).
-        self.engine = EngineConfig(
-            on_error=config.on_error,
-            default_queues=DEFAULT_SHUFFLE_QUEUES,
-            guarantee=config.guarantee,
-            state=config.state,
-        )
+        self.engine = EngineConfig.of(config, default_queues=DEFAULT_SHUFFLE_QUEUES)
         self.queue_counts = create_topics(topology, self.broker, self.engine)
         self.on_error = config.on_error
         self.pool = WorkerPool(
@@ -255,6 +260,11 @@ class Supervisor:
         the earlier version computed, kept: the change applies to new input only)."""
         d = self.topology_change
         return d if d is not None and d.stale else None
+
+    @property
+    def state(self) -> SupervisorState:
+        """Where the run is: a ``SupervisorState`` (tasks/lifecycle.py)."""
+        return self.lifecycle.state
 
     # -- workers (see WorkerPool) --------------------------------------------------------
 
@@ -339,11 +349,12 @@ class Supervisor:
     def _run(self) -> dict[str, Any]:
         start = time.monotonic()
         self._start()
+        self.lifecycle.to(SupervisorState.RUNNING)
         self._next_report = 0.0
         self._look_at = 0.0
         self._waiting = (-EOI_RECHECK, 0)
         outage, resync = Outage(), False
-        state = "failed"  # unless the loop ends as it should
+        ended = False  # (FAILED unless the loop ends as it should)
         #: A bounded run's counts when everything was committed: what the run did, not
         #: what the stopping workers' last commits look like a moment later.
         final: dict[str, Any] | None = None
@@ -366,20 +377,21 @@ class Supervisor:
                 outage.over()
             if getattr(self.lock, "lost", False):
                 raise self.lock.lost_error()
-            state = "done"
+            ended = True
         except KeyboardInterrupt:
             if not self.follow:
                 raise
-            state = "done"  # following input, this is how a run ends
+            ended = True  # following input, this is how a run ends
             log.info(
                 "%s: stopping the workers, which commit what they processed",
                 self.stop_signal or "interrupted",
             )
         finally:
+            self.lifecycle.to(SupervisorState.DONE if ended else SupervisorState.FAILED)
             self.pool.stop()
-            if self.externals is not None and state == "done":
+            if self.externals is not None and ended:
                 self.externals.drain()  # (what the workers committed as they left)
-            self._publish_stats(start, state, final)
+            self._publish_stats(start, final)
         return self.status(start) if final is None else final
 
     def _step(self, start: float) -> dict[str, Any] | None:
@@ -441,12 +453,10 @@ class Supervisor:
         else:
             time.sleep(0.02)
 
-    def _publish_stats(
-        self, start: float, state: str = "running", final: dict[str, Any] | None = None
-    ) -> None:
+    def _publish_stats(self, start: float, final: dict[str, Any] | None = None) -> None:
         assert self.stats is not None
         status = (lambda: self.status(start)) if final is None else (lambda: final)
-        publish_stats(self.stats, status, self.pool.pids(), state)
+        publish_stats(self.stats, status, self.pool.pids(), self.state)
 
     def skipped(self) -> int:
         """Records the job skipped (``--on-error skip`` or ``dead-letter``) in the work it

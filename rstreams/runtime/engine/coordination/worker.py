@@ -11,43 +11,40 @@ generation moves (a member joined, left or died) and every ``rebalance_interval`
 timer of the worker held in a :class:`Deadlines` record; :meth:`Worker.run` joins, calls
 it until stopped (waiting a little when a turn found nothing to do) and leaves.
 
-Run one with ``python -m rstreams.runtime.engine.coordination.worker CONFIG.json`` (a
+Run one with ``python -m rstreams.runtime.engine.coordination.workerprocess CONFIG.json`` (a
 :class:`~rstreams.runtime.engine.coordination.launch.WorkerLaunch`); ``rstreams run`` starts and
 supervises them, giving each its configuration on its standard input.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
-import signal
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import attrs
 
 from rstreams.config import WorkerConfig
-from rstreams.errors import FencedError, ProcessingError, RStreamsError, StorageError
+from rstreams.errors import FencedError
 from rstreams.planner.topology import Topology
-from rstreams.runtime import gctune
 from rstreams.runtime.engine.coordination.exitreport import EXIT_FATAL as EXIT_FATAL
 from rstreams.runtime.engine.coordination.exitreport import (
     EXIT_PROCESSING_ERROR as EXIT_PROCESSING_ERROR,
 )
-from rstreams.runtime.engine.coordination.exitreport import ExitReport
-from rstreams.runtime.engine.coordination.launch import WorkerLaunch
 from rstreams.runtime.engine.coordination.local import create_topics, task_index
 from rstreams.runtime.engine.coordination.stats import StatsPublisher
+from rstreams.runtime.engine.coordination.taskfiles import TaskFiles
+from rstreams.runtime.engine.coordination.taskfiles import restore_dir as restore_dir
+from rstreams.runtime.engine.coordination.taskfiles import restore_progress as restore_progress
+from rstreams.runtime.engine.coordination.taskfiles import skipped_at as skipped_at
 from rstreams.runtime.engine.io.agent import AgentPool, PullingAgent, QueueCache
 from rstreams.runtime.engine.operators.context import EngineConfig
 from rstreams.runtime.engine.operators.producer import Producer
 from rstreams.runtime.engine.operators.record import wall_clock_ms
+from rstreams.runtime.engine.tasks.lifecycle import WORKER_TRANSITIONS, StateMachine, WorkerState
 from rstreams.runtime.engine.tasks.task import (
     InputEnds,
     Task,
@@ -62,16 +59,13 @@ from rstreams.runtime.engine.tasks.trim import (
     records_held,
     trims_after_commit,
 )
-from rstreams.runtime.layout import GroupLayout, JobLayout
+from rstreams.runtime.layout import GroupLayout
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
-from rstreams.runtime.queues.brokers import (
-    WORKER_PATIENCE,
-    open_eoi_flags,
-    open_membership,
-    set_connect_patience,
-)
 from rstreams.runtime.queues.brokers import open_broker as open_broker
+from rstreams.runtime.queues.brokers import (
+    open_membership,
+)
 from rstreams.runtime.queues.eoiflags import EoiFlags, FileEoiFlags
 from rstreams.runtime.rebalance import (
     AllocateStrategy,
@@ -175,6 +169,8 @@ class Worker:
         ``root``) and ``eoi`` (end-of-input flags; default: files) are given on Redis."""
         self.topology = topology
         self.broker = broker
+        #: CREATED, RUNNING once joined, STOPPING once asked to stop, FAILED, LEFT.
+        self.lifecycle = StateMachine("worker", WORKER_TRANSITIONS, WorkerState.CREATED)
         #: Consumed shuffle records are purged, and changelogs checked for compaction,
         #: after every commit (not only at maintenance): the broker holds them in memory.
         self._trim = trims_after_commit(broker)
@@ -207,8 +203,8 @@ class Worker:
         self.parent_pid: int | None = None
         self._generation = -1
         self.processed = 0
-        #: Per task: [records skipped before this worker owned it, count last published].
-        self._skipped: dict[TaskId, list[int]] = {}
+        #: The files of its tasks' restore progress and skip counts, for the supervisor.
+        self.files = TaskFiles(self.group_layout)
         #: Damaged stores rebuilt since the last commit that wrote anything.
         self._rebuilds = 0
         #: The loop's timers; :meth:`join` sets them again.
@@ -246,8 +242,7 @@ class Worker:
             )
             self.pool.add(agent)
         self.tasks[task_id] = task
-        base = skipped_at(self.group_layout.dir, task_id, dict(task.positions))
-        self._skipped[task_id] = [base, base]
+        self.files.started(task_id, dict(task.positions))
         log.info(
             "%s: started task %s (restored %d changelog records)",
             self.member_id,
@@ -256,36 +251,11 @@ class Worker:
         )
 
     def _restore_progress(self, task: str, done: int, total: int) -> None:
-        """Publish a task's restore progress for the supervisor's progress line (a file
-        per task under ``coordination/<job>/restore``, gone when the restore is done)."""
         self.stats.restore_progress(task, done, total)
-        path = self.group_layout.restore_file(task)
-        if done >= total:
-            path.unlink(missing_ok=True)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{task}.{os.getpid()}.tmp")
-        tmp.write_text(f"{done} {total}")
-        tmp.replace(path)
+        self.files.restore_progress(task, done, total)
 
     def _publish_skipped(self, tasks: dict[TaskId, Task]) -> None:
-        """Before a commit: publish each task's count of skipped records with the
-        positions the commit covers (read by :func:`skipped_at`). Keeps the count the
-        last commit covered too, in case this commit never happens."""
-        for task_id, task in tasks.items():
-            counts = self._skipped.get(task_id)
-            if counts is None:
-                continue
-            total = counts[0] + task.ctx.metrics["skipped"]
-            if total == counts[1]:
-                continue
-            path = self.group_layout.skipped_file(task_id)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            entries = [*_read_skipped(path)[-1:], (dict(task.positions), total)]
-            tmp = path.with_name(f".{task_id}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entries))
-            tmp.replace(path)
-            counts[1] = total
+        self.files.publish_skipped(tasks)
 
     def _let_go(self, task_id: TaskId, task: Task) -> None:
         """Forget what this worker keeps per task of a task that leaves it (stopped or
@@ -293,7 +263,7 @@ class Worker:
         for topic in task.positions:
             self.pool.remove(topic, task.queue)
         self._compaction.forget_all(task.changelogs.values(), task.queue)
-        self._skipped.pop(task_id, None)
+        self.files.forget(task_id)
 
     def _stop_task(self, task_id: TaskId) -> None:
         task = self.tasks.pop(task_id)
@@ -372,6 +342,7 @@ class Worker:
         if self._rebuilds > MAX_REBUILDS:
             for task in self.tasks.values():
                 task.mark_failed()  # nothing more is committed
+            self._failed()
             raise error
         log.warning(
             "%s: state store %r turned out damaged while running; dropping the %d task(s) "
@@ -478,6 +449,8 @@ class Worker:
     def join(self, now: float) -> None:
         """Join the group (and start the pulling thread if ``agent_thread``); every timer
         but maintenance is due at ``now``. Then call :meth:`step`, and :meth:`leave`."""
+        if self.lifecycle.state is not WorkerState.STOPPING:  # (asked to stop first: stays)
+            self.lifecycle.to(WorkerState.RUNNING)
         self.membership.join()
         if self.config.agent_thread:
             self.pool.start()
@@ -514,6 +487,7 @@ class Worker:
             # on from there.
             for task in self.tasks.values():
                 task.mark_failed()
+            self._failed()
             raise
         # -- per-turn bookkeeping (counters, statistics) goes here ------------------------
         self.stats.publish(
@@ -524,6 +498,7 @@ class Worker:
     def leave(self) -> None:
         """Stop pulling, give every task up (each commits first, unless one failed) and
         leave the group."""
+        self.lifecycle.to(WorkerState.LEFT)
         self.pool.stop()
         failed = any(t.failed for t in self.tasks.values())
         for task_id in list(self.tasks):
@@ -618,158 +593,17 @@ class Worker:
             and not any(t.lag(ends) for t in tasks)
         )
 
+    @property
+    def state(self) -> WorkerState:
+        """Where this worker is: a ``WorkerState`` (tasks/lifecycle.py)."""
+        return self.lifecycle.state
+
     def stop(self, *_: Any) -> None:
+        """Ask the loop to stop (a signal handler's call: any time, more than once)."""
+        if self.lifecycle.can(WorkerState.STOPPING):
+            self.lifecycle.to(WorkerState.STOPPING)
         self.stop_event.set()
 
-
-def restore_dir(group_dir: Path) -> Path:
-    return GroupLayout(group_dir).restore
-
-
-def restore_progress(group_dir: Path) -> tuple[int, int] | None:
-    """(offsets replayed, offsets to replay) over the tasks restoring now, or None."""
-    done = total = 0
-    for f in GroupLayout(group_dir).restore_files():
-        try:
-            d, t = (int(x) for x in f.read_text().split())
-        except (OSError, ValueError):
-            continue  # finished meanwhile, or being replaced
-        done += d
-        total += t
-    return (done, total) if total else None
-
-
-def _read_skipped(path: Path) -> list[tuple[dict[str, int], int]]:
-    try:
-        entries = json.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    return [(dict(positions), int(count)) for positions, count in entries]
-
-
-def skipped_at(group_dir: Path, task: TaskId, committed: dict[str, int]) -> int:
-    """How many records ``task`` skipped (over all its owners) in the input up to the
-    ``committed`` positions. Workers write the count with the positions it covers before
-    each commit (see :meth:`Worker._publish_skipped`), so the count that holds is the
-    largest one whose positions are not beyond what was committed: a count written for a
-    commit that never happened (the worker died) is not taken, and the records it
-    counted are counted again by whoever processes them again."""
-    best = 0
-    for positions, count in _read_skipped(GroupLayout(group_dir).skipped_file(task)):
-        if all(pos <= committed.get(topic, 0) for topic, pos in positions.items()):
-            best = max(best, count)
-    return best
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one worker. Exit codes: 0 stopped (SIGTERM/SIGINT, or the supervisor is
-    gone), 3 a record failed processing, 4 another rstreams error (a bad configuration
-    too) or a full or failing disk (fatal: a restart would meet it again), 1 an
-    unexpected exception (traceback; restarted)."""
-    ap = argparse.ArgumentParser(prog="rstreams-worker", description="One embedded-runtime worker.")
-    ap.add_argument(
-        "launch",
-        metavar="CONFIG.json",
-        help="the worker's configuration (a WorkerLaunch as JSON): a file, or - to read it "
-        "from standard input, as `rstreams run` gives it",
-    )
-    args = ap.parse_args(argv)
-    stopped_on: list[str] = []
-    worker: Worker | None = None
-    launch: WorkerLaunch | None = None
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stopped_on.append(signal.Signals(signum).name)
-        if worker is not None:
-            worker.stop()
-
-    # Before loading the pipeline: a worker asked to stop while it starts exits 0 without
-    # joining (it holds nothing yet), as one asked later does after leaving.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        launch = WorkerLaunch.read(args.launch)
-        logging.basicConfig(
-            level=launch.log_level,
-            format=f"%(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",
-        )
-        set_connect_patience(WORKER_PATIENCE)  # (restarted while a Redis restarts)
-        worker = _make_worker(launch)
-        gctune.tune()
-        if not stopped_on:
-            worker.run()
-        if stopped_on:
-            # Reported for the supervisor, which tells a stop it asked for from another.
-            log.warning("%s: stopped on %s", worker.member_id, stopped_on[0])
-            return ExitReport(0, stopped_on=stopped_on[0]).tell()
-    # The worker's last line, its exit report: the supervisor reports it as the run's error.
-    except ProcessingError as e:
-        return ExitReport.of(e, EXIT_PROCESSING_ERROR).tell()
-    except RStreamsError as e:
-        return ExitReport.of(e, EXIT_FATAL).tell()
-    except OSError as e:
-        if e.errno not in StorageError.ERRNOS:
-            raise  # unexpected: a traceback, and a restart
-        # A restart would meet the full (or failing) disk again.
-        return ExitReport.of(StorageError.of(e), EXIT_FATAL).tell()
-    except Exception as e:
-        refused = None if launch is None else _redis_refusal(e, launch)
-        if refused is None:
-            raise  # unexpected: a traceback, and a restart
-        return ExitReport.of(refused, EXIT_FATAL).tell()
-    return 0
-
-
-def _redis_refusal(e: Exception, launch: WorkerLaunch) -> RStreamsError | None:
-    """What Redis refused that a restart would meet again (it is out of memory, or the
-    user lacks a permission), as the one line the run reports; None for anything else
-    (a lost connection: the restarted worker waits for the server)."""
-    if not type(e).__module__.startswith("redis") or launch.config.broker is None:
-        return None
-    import redis.exceptions as rx
-
-    if not isinstance(e, (rx.OutOfMemoryError, rx.NoPermissionError)):
-        return None
-    from rstreams.brokeropts import RedisRunError, redis_error_text
-    from rstreams.runtime.queues.brokers import broker_target
-
-    text = redis_error_text(e, broker_target(launch.config))
-    return None if text is None else RedisRunError(text)
-
-
-def _make_worker(launch: WorkerLaunch) -> Worker:
-    from rstreams.loader import load_topology
-
-    run = launch.config
-    assert run.pipeline is not None  # (WorkerLaunch refuses a config without one)
-    topology = load_topology(run.pipeline)
-    idle = run.idle_timeout
-    config = run.worker_config()
-    member = launch.member or new_member_id()
-    group, root = topology.job_id, launch.job_dir
-    worker = Worker(
-        topology,
-        open_broker(root, run),
-        root,
-        member_id=member,
-        membership=open_membership(root, group, member, config.session_timeout, run),
-        eoi=open_eoi_flags(GroupLayout.of(root, group), group, run),
-        engine=EngineConfig(
-            on_error=run.on_error,
-            coalesce=True,
-            combine=True,
-            guarantee=run.guarantee,
-            state=run.state,
-            state_dir=str(JobLayout.at(launch.job_dir).state),
-            source_idle_ms=None if idle is None else round(idle * 1000),
-            caught_up_idle=True,  # its sources are input files, read by the ingest
-        ),
-        config=config,
-    )
-    worker.parent_pid = launch.parent_pid
-    log.info("%s: %s", worker.member_id, config)
-    return worker
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def _failed(self) -> None:
+        if self.lifecycle.can(WorkerState.FAILED):
+            self.lifecycle.to(WorkerState.FAILED)

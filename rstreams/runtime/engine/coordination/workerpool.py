@@ -144,7 +144,7 @@ class WorkerPool:
             parent_pid=os.getpid(),
             log_level=log_level_of(log),
         )
-        cmd = [sys.executable, "-m", "rstreams.runtime.engine.coordination.worker", "-"]
+        cmd = [sys.executable, "-m", "rstreams.runtime.engine.coordination.workerprocess", "-"]
         # A session of its own: a signal sent to the run's process group (Ctrl-C) is the
         # supervisor's to handle; a worker that got it too would stop, exit 0 and be
         # restarted while the supervisor stops the others. A supervisor that dies without

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rstreams.config import (
-    GUARANTEES,
     IN_PROCESS_GUARANTEE,
     IN_PROCESS_STATE,
     ON_ERROR,
-    STATE_BACKENDS,
+    Guarantee,
     RunConfig,
-    check_choice,
+    StateBackend,
     dead_letter_topic,
 )
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, StateStoreError
+from rstreams.options import at_least, field_default, one_of, option
 from rstreams.runtime.engine.operators.record import Record
 from rstreams.runtime.engine.operators.watermarks import END, NO_TIME
 from rstreams.runtime.queues.mapper import ModuloQueueMapper, QueueMapper
@@ -39,7 +39,22 @@ log = logging.getLogger("rstreams.engine")
 
 @attrs.frozen
 class EngineConfig:
-    """Knobs of the embedded engine.
+    """Knobs of the embedded engine: of the in-process engine (LocalEngine, the test
+    driver, ``run`` without a data dir), and the engine inside each durable worker,
+    built from the run's options with :meth:`of`.
+
+    Its choices are the run's types (:data:`~rstreams.config.OnError`...), checked by the
+    same declarations (:func:`~rstreams.options.option`); its ``on_error`` default is
+    RunConfig's, read from there.
+
+        >>> from rstreams.config import RunConfig
+        >>> e = EngineConfig.of(RunConfig(on_error="skip", idle_timeout=2.5), coalesce=True)
+        >>> e.on_error, e.guarantee, e.state, e.source_idle_ms, e.coalesce
+        ('skip', 'exactly-once', 'rocksdb', 2500, True)
+        >>> EngineConfig(state="redis")
+        Traceback (most recent call last):
+        ...
+        rstreams.errors.ConfigError: state must be one of rocksdb, memory; got 'redis'
 
     ``on_error`` decides what happens to a record a user function (or a deserializer)
     throws on: ``fail`` stops with a :class:`~rstreams.errors.ProcessingError` naming the
@@ -55,10 +70,16 @@ class EngineConfig:
     update is visible.
     """
 
-    on_error: str = attrs.field(default=attrs.fields(RunConfig).on_error.default)
+    # (typed str: the test driver passes its caller's text; checked as RunConfig's)
+    on_error: str = option(field_default(RunConfig, "on_error"), check=one_of(ON_ERROR))
     coalesce: bool = False
     combine: bool = True
-    batch_size: int = 1000
+    #: Records a task of the in-process engine processes per poll, before the next task
+    #: gets its turn (LocalEngine.run_until_idle). Deliberately not WorkerConfig's
+    #: ``batch_size`` (5,000 a turn of a durable worker, where a turn also heartbeats,
+    #: pulls and commits): in process, short turns let every sub-topology of a chunk
+    #: move together, which the test driver's and the properties' orders rely on.
+    batch_size: int = option(1000, check=at_least(1))
     #: Entries (keys) the tasks of one process may keep in memory, all together: cached
     #: state, partials combined before a shuffle, updates coalesced until a commit.
     #: Past it, cached state that is already stored is forgotten first, then the
@@ -71,9 +92,9 @@ class EngineConfig:
     #: ``at-least-once`` or ``exactly-once`` (transactional commits; see the task module).
     #: In process it defaults to at-least-once on memory stores, which the durable
     #: runtime replaces with its own (see rstreams.config's IN_PROCESS_GUARANTEE).
-    guarantee: str = attrs.field(default=IN_PROCESS_GUARANTEE)
+    guarantee: Guarantee = option(IN_PROCESS_GUARANTEE)
     #: ``memory`` or ``rocksdb`` (then ``state_dir`` says where the databases live).
-    state: str = attrs.field(default=IN_PROCESS_STATE)
+    state: StateBackend = option(IN_PROCESS_STATE)
     state_dir: str | None = None
     rocksdb: RocksDBConfig = attrs.field(factory=RocksDBConfig)
     #: Wall-clock ms after which a task whose user source queues gave no record stops
@@ -92,17 +113,19 @@ class EngineConfig:
     #: order it was produced, as one partition would, turns them off.
     watermarks: bool = True
 
-    @guarantee.validator
-    def _check_guarantee(self, _attr: Any, value: str) -> None:
-        check_choice("guarantee", value, GUARANTEES)
-
-    @state.validator
-    def _check_state(self, _attr: Any, value: str) -> None:
-        check_choice("state", value, STATE_BACKENDS)
-
-    @on_error.validator
-    def _check(self, _attr: Any, value: str) -> None:
-        check_choice("on_error", value, ON_ERROR)
+    @classmethod
+    def of(cls, run: RunConfig, **knobs: Any) -> EngineConfig:
+        """The engine of a durable run's processes: the run's error policy, guarantee,
+        state stores and idle timeout (the one place they are taken from it); ``knobs``
+        set the others."""
+        idle = run.idle_timeout
+        return cls(
+            on_error=run.on_error,
+            guarantee=run.guarantee,
+            state=run.state,
+            source_idle_ms=None if idle is None else round(idle * 1000),
+            **knobs,
+        )
 
 
 __all__ = ["EngineConfig", "StreamContext", "dead_letter_topic", "dead_letter_value"]

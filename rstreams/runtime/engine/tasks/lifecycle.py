@@ -1,5 +1,7 @@
-"""A task's lifecycle: the states it goes through and the moves allowed between them,
-as Kafka Streams' ``Task.State``.
+"""Lifecycles: the states a task, a worker and the supervisor go through and the moves
+allowed between them (a table per kind, as Kafka Streams' ``Task.State``).
+
+A task's (:class:`TaskState`, :data:`TRANSITIONS`):
 
 ::
 
@@ -28,10 +30,23 @@ rstreams.errors.IllegalStateError: task 0_0: invalid transition from RUNNING to 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Generic, TypeVar
 
 from rstreams.errors import IllegalStateError
 
-__all__ = ["TRANSITIONS", "Lifecycle", "TaskState"]
+__all__ = [
+    "SUPERVISOR_TRANSITIONS",
+    "TRANSITIONS",
+    "WORKER_TRANSITIONS",
+    "Lifecycle",
+    "StateMachine",
+    "SupervisorState",
+    "TaskState",
+    "WorkerState",
+]
+
+S = TypeVar("S", bound=enum.Enum)
 
 
 class TaskState(enum.Enum):
@@ -106,3 +121,118 @@ class Lifecycle:
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None:
             self.fail()
+
+
+# -- the supervisor's and the workers' states ----------------------------------------------
+
+
+class SupervisorState(str, enum.Enum):
+    """Where the supervisor of a durable run is. A ``str``: the value is what
+    ``supervisor.json`` says as ``"state"`` (read by ``rstreams top``, the live view and
+    ``--metrics-port``), so these strings are part of that file's format.
+
+    ::
+
+        STARTING -> RUNNING -> DONE
+             \\          \\
+              +---------+-> FAILED
+
+    STARTING is never published: the first ``supervisor.json`` of a run says RUNNING.
+
+    >>> SupervisorState.RUNNING == "running", SupervisorState("done")
+    (True, <SupervisorState.DONE: 'done'>)
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    #: Input processed and committed (a bounded run), or a ``follow`` run stopped.
+    DONE = "done"
+    FAILED = "failed"
+
+    # Shown as its value, as the file has it (Python 3.10's str mixin shows the name).
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+#: The states each supervisor state may move to.
+SUPERVISOR_TRANSITIONS: dict[SupervisorState, frozenset[SupervisorState]] = {
+    SupervisorState.STARTING: frozenset({SupervisorState.RUNNING, SupervisorState.FAILED}),
+    SupervisorState.RUNNING: frozenset({SupervisorState.DONE, SupervisorState.FAILED}),
+    SupervisorState.DONE: frozenset(),
+    SupervisorState.FAILED: frozenset(),
+}
+
+
+class WorkerState(enum.Enum):
+    """Where a worker process of the durable runtime is.
+
+    ::
+
+        CREATED -> RUNNING -> STOPPING -> LEFT
+           |   \\       \\         |       ^
+           |    \\       +-> FAILED -----+
+           |     +-> STOPPING           |
+           +--------------------------->+
+
+    RUNNING: it joined the group and takes turns (:meth:`Worker.step`). STOPPING: it
+    was asked to stop (a signal, or its supervisor is gone) and takes no new task.
+    FAILED: an error escaped a turn (a failing disk): it commits nothing more. LEFT: it
+    gave its tasks up and left the group.
+    """
+
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FAILED = "failed"
+    LEFT = "left"
+
+
+#: The states each worker state may move to. A worker asked to stop before it joined
+#: leaves without ever running; one that never joined may still be left (closed).
+WORKER_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.CREATED: frozenset({WorkerState.RUNNING, WorkerState.STOPPING, WorkerState.LEFT}),
+    WorkerState.RUNNING: frozenset({WorkerState.STOPPING, WorkerState.FAILED, WorkerState.LEFT}),
+    WorkerState.STOPPING: frozenset({WorkerState.FAILED, WorkerState.LEFT}),
+    WorkerState.FAILED: frozenset({WorkerState.LEFT}),
+    WorkerState.LEFT: frozenset(),
+}
+
+
+class StateMachine(Generic[S]):
+    """The state of ``name``, moved only along ``table`` (a state -> the states that
+    may follow it), from ``start``.
+
+    >>> m = StateMachine("supervisor", SUPERVISOR_TRANSITIONS, SupervisorState.STARTING)
+    >>> m.to(SupervisorState.RUNNING); m.to(SupervisorState.DONE); m.state.value
+    'done'
+    >>> m.to(SupervisorState.RUNNING)
+    Traceback (most recent call last):
+    ...
+    rstreams.errors.IllegalStateError: supervisor: invalid transition from DONE to RUNNING
+    """
+
+    __slots__ = ("name", "state", "table")
+
+    def __init__(self, name: str, table: Mapping[S, frozenset[S]], start: S) -> None:
+        self.name = name
+        self.table = table
+        self.state = start
+
+    def to(self, new: S) -> None:
+        """Move to ``new``; raises :class:`~rstreams.errors.IllegalStateError` if it
+        can not follow the current state."""
+        if new not in self.table[self.state]:
+            raise IllegalStateError(
+                f"{self.name}: invalid transition from {self.state.name} to {new.name}"
+            )
+        self.state = new
+
+    def can(self, new: S) -> bool:
+        """Whether ``new`` may follow the current state."""
+        return new in self.table[self.state]
+
+    def __repr__(self) -> str:
+        return f"StateMachine({self.name!r}, {self.state.name})"
