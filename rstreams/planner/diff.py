@@ -54,14 +54,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from rstreams.errors import ConfigError
+from rstreams.planner.fnfacts import CLOSURE, DEFAULT, OBJECT, OPAQUE, PARTIAL, READS_FORMAT, SELF
 from rstreams.planner.identity import (
-    CLOSURE,
-    DEFAULT,
-    OBJECT,
-    OPAQUE,
-    PARTIAL,
-    READS_FORMAT,
-    SELF,
     StepFacts,
     StoreFacts,
     TopicFacts,
