@@ -40,13 +40,10 @@ from rstreams.runtime.results import (
     write_dead_letters,
 )
 from rstreams.runtime.spark import encoding as enc
-
-# The translation rules of windowed aggregations and joins, which add themselves to the
-# compiler's `translate` (windows.py builds on compiler.py, not the reverse).
-from rstreams.runtime.spark import windows as _windows  # noqa: F401
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
 from rstreams.runtime.spark.redisstreams import spark_target
+from rstreams.runtime.spark.rules import register_rules
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
 from rstreams.runtime.spark.session import (
     check_executors,
@@ -224,6 +221,7 @@ def run_spark(
         accumulator: Any = (
             session.sparkContext.accumulator([], ListParam()) if on_error != "fail" else None
         )
+        register_rules()  # (the compiler's translation rules; idempotent)
         compiler = Compiler(
             session,
             pipeline,

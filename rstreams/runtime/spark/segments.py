@@ -355,10 +355,10 @@ class Segment:
             _, rows = self._column(step, rows, lambda v: as_timestamp(fn(v)), part, base)
             return rows
         if kind in ("peek", "foreach"):
-            keep = call_each(
+            passed = call_each(
                 step.fn, rows.values, lambda i, e: self._fail(step, rows, i, e, part, base)
             )
-            return rows if keep is None else rows.take(keep)
+            return rows if passed is None else rows.take(passed)
         raise AssertionError(kind)
 
     def _encode(self, rows: _Rows, part: int, base: int) -> pa.RecordBatch | None:
