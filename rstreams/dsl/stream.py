@@ -20,11 +20,11 @@ wrapper; wrappers never change, so one stream can feed several chains (branching
 from __future__ import annotations
 
 import datetime
-import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rstreams.dsl import nodes as n
+from rstreams.dsl.checks import check_fn, check_queues, check_same_sink_topic, check_topic
 from rstreams.dsl.external import RedisStream, external_topic
 from rstreams.dsl.windows import (
     HoppingWindow,
@@ -35,7 +35,6 @@ from rstreams.dsl.windows import (
     to_ms,
 )
 from rstreams.errors import (
-    InvalidFunctionError,
     MissingKeyError,
     TopologyError,
 )
@@ -54,90 +53,6 @@ __all__ = [
     "StreamTable",
     "WindowStream",
 ]
-
-
-def _check_fn(
-    fn: Any,
-    method: str,
-    param: str = "fn",
-    *,
-    optional: bool = False,
-    called_with: tuple[str, ...] = ("value",),
-) -> Any:
-    """``fn``, unless it is no function or can not be called as ``fn(*called_with)``
-    (the arguments the step passes it, named as its docs name them)."""
-    if fn is None and optional:
-        return None
-    if not callable(fn):
-        raise InvalidFunctionError(
-            f"{method}() expects a function for {param!r}; got {type(fn).__name__} {fn!r:.60} "
-            f"instead"
-        )
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return fn  # (a builtin or a class whose signature Python can not tell)
-    try:
-        signature.bind(*called_with)
-    except TypeError:
-        takes = f"({', '.join(map(str, signature.parameters.values()))})"
-        one = " (the record's value only, not its key)" if called_with == ("value",) else ""
-        raise InvalidFunctionError(
-            f"{method}() calls its function as {param}({', '.join(called_with)}){one}, "
-            f"but {describe_fn(fn)} takes {takes}"
-        ) from None
-    return fn
-
-
-def _check_same_sink_topic(pipeline: n.Pipeline, topic: str, fields: dict[str, Any]) -> None:
-    """Several sinks may write one topic (their records interleave in it), as long as
-    they write it alike: one topic has one key and value serde (its readers, the final
-    table among them, decode every record with it) and one queue count."""
-    for other in pipeline.nodes:
-        if not isinstance(other, n.SinkNode) or other.topic != topic:
-            continue
-        differ = [
-            f"{what} {_serde_name(getattr(other, field))} there, {_serde_name(fields[field])} here"
-            for field, what in (("value_serde", "serializer"), ("key_serde", "key_serializer"))
-            if _serde_name(getattr(other, field)) != _serde_name(fields[field])
-        ]
-        if None not in (other.queues, fields["queues"]) and other.queues != fields["queues"]:
-            differ.append(f"queues={other.queues} there, queues={fields['queues']} here")
-        if differ:
-            raise TopologyError(
-                f"topic {topic!r} is written by sink step {other.name!r} with other "
-                f"settings ({'; '.join(differ)}): a topic's records are all read with one "
-                "serde and queue count; write it the same way, or sink to another topic"
-            )
-
-
-def _serde_name(serde: Any) -> str:
-    """A serde as a pipeline names it: a built-in by its name, a function by its own,
-    another Serde by its class."""
-    name = getattr(serde, "name", None)
-    if type(serde).__module__ == "rstreams.serde" and isinstance(name, str):
-        return repr(name)
-    return type(serde).__qualname__
-
-
-def _check_queues(queues: int | None, method: str) -> int | None:
-    if queues is not None and (
-        not isinstance(queues, int) or isinstance(queues, bool) or queues < 1
-    ):
-        raise TopologyError(f"{method}(queues=...) must be a positive int; got {queues!r}")
-    return queues
-
-
-def _check_topic(topic: str, what: str, external: RedisStream | None) -> None:
-    try:
-        n.check_name(topic, what)
-    except TopologyError as e:
-        if external is None or topic != external.stream:
-            raise
-        raise TopologyError(
-            f"{e}; name the job's topic for the stream {external.stream!r} yourself: "
-            f"(topic, external=RedisStream(...))"
-        ) from None
 
 
 class StreamBuilder:
@@ -176,7 +91,7 @@ class StreamBuilder:
         fields (``value=None``) is read as JSON unless ``deserializer`` says otherwise.
         """
         topic, external = external_topic(topic, external, "source")
-        _check_topic(topic, "a source topic", external)
+        check_topic(topic, "a source topic", external)
         if external is not None and external.value is None and deserializer is None:
             deserializer = "json"  # the ingest writes the entry's fields as a JSON object
         if topic in self.pipeline.sources:
@@ -191,7 +106,7 @@ class StreamBuilder:
             topic=topic,
             value_serde=get_serde(deserializer),
             key_serde=get_serde(key_deserializer),
-            queues=_check_queues(queues, "source"),
+            queues=check_queues(queues, "source"),
             external=external,
         )
         self.pipeline.sources[topic] = node
@@ -266,27 +181,27 @@ class RStream(_Stream):
 
         >>> b = StreamBuilder("j"); b.source("in").map(str.upper).sink("out")
         """
-        return self._next(n.MapNode, name, fn=_check_fn(fn, "map"))
+        return self._next(n.MapNode, name, fn=check_fn(fn, "map"))
 
     def flatMap(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> RStream:
         """Replace each value with zero or more values: the items of ``fn(value)``."""
-        return self._next(n.FlatMapNode, name, fn=_check_fn(fn, "flatMap"))
+        return self._next(n.FlatMapNode, name, fn=check_fn(fn, "flatMap"))
 
     def filter(self, fn: Callable[[Any], bool], *, name: str | None = None) -> RStream:
         """Keep the records whose value makes ``fn(value)`` true."""
-        return self._next(n.FilterNode, name, fn=_check_fn(fn, "filter"))
+        return self._next(n.FilterNode, name, fn=check_fn(fn, "filter"))
 
     def peek(self, fn: Callable[[Any], Any], *, name: str | None = None) -> RStream:
         """Call ``fn(value)`` for its side effect and pass the record on unchanged."""
-        return self._next(n.PeekNode, name, fn=_check_fn(fn, "peek"))
+        return self._next(n.PeekNode, name, fn=check_fn(fn, "peek"))
 
     def selectTimestamp(self, fn: Callable[[Any], int], *, name: str | None = None) -> RStream:
         """Set each record's timestamp (epoch milliseconds) to ``fn(value)``."""
-        return self._next(n.SelectTimestampNode, name, fn=_check_fn(fn, "selectTimestamp"))
+        return self._next(n.SelectTimestampNode, name, fn=check_fn(fn, "selectTimestamp"))
 
     def foreach(self, fn: Callable[[Any], Any], *, name: str | None = None) -> None:
         """Terminal step: call ``fn(value)`` for each record."""
-        self._add(n.ForeachNode, name, fn=_check_fn(fn, "foreach"))
+        self._add(n.ForeachNode, name, fn=check_fn(fn, "foreach"))
 
     def print(self, label: str | None = None, *, name: str | None = None) -> None:
         """Terminal step: print ``[label] key: value`` for each record to stdout."""
@@ -298,7 +213,7 @@ class RStream(_Stream):
         The key change only marks the stream as needing a shuffle; the planner puts the
         shuffle right before the aggregation that needs co-located keys.
         """
-        node = self._add(n.KeyByNode, name, fn=_check_fn(fn, "keyBy"))
+        node = self._add(n.KeyByNode, name, fn=check_fn(fn, "keyBy"))
         return GroupedStream(self._builder, node, repartition=True)
 
     def groupByKey(self) -> GroupedStream:
@@ -342,13 +257,13 @@ class RStream(_Stream):
         topic, external = external_topic(topic, external, "sink")
         if not topic:
             raise TopologyError("sink() needs a topic name; got an empty one")
-        _check_topic(topic, "a sink topic", external)
+        check_topic(topic, "a sink topic", external)
         fields = {
             "value_serde": get_serde(serializer, default="json", role="serializer"),
             "key_serde": get_serde(key_serializer, default="json", role="serializer"),
-            "queues": _check_queues(queues, "sink"),
+            "queues": check_queues(queues, "sink"),
         }
-        _check_same_sink_topic(self._builder.pipeline, topic, fields)
+        check_same_sink_topic(self._builder.pipeline, topic, fields)
         self._add(n.SinkNode, name, topic=topic, external=external, **fields)
 
     def _joined(self, other: RStream | StreamTable, join_type: str,
@@ -468,7 +383,7 @@ class _Aggregations(_Sinkable):
             fn=fn,
             initializer=initializer,
             repartition=self._repartition,
-            queues=_check_queues(queues, op),
+            queues=check_queues(queues, op),
             state_serde=None if serde is None else get_serde(serde, role="serializer"),
             **fields,
         )
@@ -500,7 +415,7 @@ class _Aggregations(_Sinkable):
         >>> b.source("in", "json").keyBy(lambda o: o["user"]).sum(lambda o: o["amount"])
         RTable('in-sum-2')
         """
-        return self._agg("sum", name, queues, _check_fn(fn, "sum", optional=True))
+        return self._agg("sum", name, queues, check_fn(fn, "sum", optional=True))
 
     def min(
         self,
@@ -510,7 +425,7 @@ class _Aggregations(_Sinkable):
         queues: int | None = None,
     ) -> RTable:
         """Smallest ``fn(value)`` (or value) seen per key (and window)."""
-        return self._agg("min", name, queues, _check_fn(fn, "min", optional=True))
+        return self._agg("min", name, queues, check_fn(fn, "min", optional=True))
 
     def max(
         self,
@@ -520,7 +435,7 @@ class _Aggregations(_Sinkable):
         queues: int | None = None,
     ) -> RTable:
         """Largest ``fn(value)`` (or value) seen per key (and window)."""
-        return self._agg("max", name, queues, _check_fn(fn, "max", optional=True))
+        return self._agg("max", name, queues, check_fn(fn, "max", optional=True))
 
     def reduce(
         self, fn: Callable[[Any, Any], Any], *, name: str | None = None, queues: int | None = None
@@ -528,7 +443,7 @@ class _Aggregations(_Sinkable):
         """``acc = fn(acc, value)`` per key (and window), starting from the key's first
         value. Session windows also merge two sessions with it: make it associative."""
         return self._agg(
-            "reduce", name, queues, _check_fn(fn, "reduce", called_with=("acc", "value"))
+            "reduce", name, queues, check_fn(fn, "reduce", called_with=("acc", "value"))
         )
 
     def _aggregate(
@@ -544,9 +459,9 @@ class _Aggregations(_Sinkable):
             "aggregate",
             name,
             queues,
-            _check_fn(adder, "aggregate", "adder", called_with=("acc", "value")),
-            _check_fn(initializer, "aggregate", "initializer", called_with=()),
-            _check_fn(merger, "aggregate", "merger", optional=True, called_with=("acc1", "acc2")),
+            check_fn(adder, "aggregate", "adder", called_with=("acc", "value")),
+            check_fn(initializer, "aggregate", "initializer", called_with=()),
+            check_fn(merger, "aggregate", "merger", optional=True, called_with=("acc1", "acc2")),
             serde,
         )
 
@@ -841,11 +756,11 @@ class JoinedStream:
 
     def where(self, fn: Callable[[Any], Any]) -> JoinedStream:
         """The key of a left record: ``fn(left_value)``."""
-        return self._with(left_key=_check_fn(fn, "where"))
+        return self._with(left_key=check_fn(fn, "where"))
 
     def equalTo(self, fn: Callable[[Any], Any]) -> JoinedStream:
         """The key of a right record: ``fn(right_value)``."""
-        return self._with(right_key=_check_fn(fn, "equalTo"))
+        return self._with(right_key=check_fn(fn, "equalTo"))
 
     def window(self, spec: JoinWindow) -> JoinedStream:
         """Join records whose timestamps are close (see JoinWindow)."""
@@ -916,12 +831,12 @@ class JoinedStream:
             join_type=self._join_type,
             left_key=self._left_key,
             right_key=self._right_key,
-            joiner=_check_fn(joiner, "apply", "joiner", called_with=("left", "right")),
+            joiner=check_fn(joiner, "apply", "joiner", called_with=("left", "right")),
             window=self._window,
             ttl=(DEFAULT_JOIN_TTL if ttl is None else to_ms(ttl, "ttl"))
             if self._window is None
             else None,
-            queues=_check_queues(queues, "join"),
+            queues=check_queues(queues, "join"),
             grace=grace_ms,
             emits=self._emits,
         )

@@ -215,9 +215,7 @@ def snapshot(
     ``access``: where the job's topics and group are (a Redis broker); by default its file
     log under ``data_dir``. Statistics are read from ``data_dir`` either way: on Redis,
     those of the workers of this host (if it runs any)."""
-    from rstreams.admin import lag_rows
     from rstreams.runtime.engine.coordination.worker import restore_progress
-    from rstreams.runtime.engine.tasks.taskid import TaskId
 
     layout = JobLayout.of(data_dir, job)
     if access is None:
@@ -228,14 +226,7 @@ def snapshot(
     taken = time.time()
     stats = read_stats(coord)
     supervisor, workers = stats.supervisor, stats.workers
-    note = None
-    if topology is None:
-        topology, note = published_tree(supervisor)
-    elif topology is False:
-        topology = None
-    tree = None
-    if topology is not None:
-        tree = topology if isinstance(topology, tuple) else _tree(topology)
+    tree, note = _topology_tree(topology, supervisor)
     members: dict[str, dict[str, Any]] = {}
     owners: dict[str, str] = {}
     generation = 0
@@ -244,7 +235,49 @@ def snapshot(
         members = {m: dict(info) for m, info in group.describe().items()}
         owners = group.task_owners()
         generation = group.generation()
-    # Who works on each queue and how far: what workers say, else the task locks.
+    return LiveSnapshot(
+        job=job,
+        data_dir=str(data_dir),
+        time=taken,
+        supervisor=supervisor,
+        workers=tuple(sorted(workers, key=lambda w: str(w.get("member")))),
+        members=members,
+        generation=generation,
+        owners=owners,
+        queues=_queue_rows(access, job, tree, owners, workers),
+        restoring=restore_progress(coord),
+        topology=tree,
+        note=note,
+    )
+
+
+def _topology_tree(
+    topology: Any, supervisor: dict[str, Any] | None
+) -> tuple[tuple[SubTopologyNode, ...] | None, str | None]:
+    """The tree to draw and a note on it: the published one unless the caller gave one
+    (a Topology, a tree, or False for none)."""
+    note = None
+    if topology is None:
+        topology, note = published_tree(supervisor)
+    elif topology is False:
+        topology = None
+    if topology is None:
+        return None, note
+    return (topology if isinstance(topology, tuple) else _tree(topology)), note
+
+
+def _queue_rows(
+    access: JobAccess,
+    job: str,
+    tree: tuple[SubTopologyNode, ...] | None,
+    owners: dict[str, str],
+    workers: list[dict[str, Any]],
+) -> tuple[QueueRow, ...]:
+    """Every input queue's offsets and lag from the broker, with who works on it and how
+    far: what workers say, else the task locks (``owners``)."""
+    from rstreams.admin import lag_rows
+    from rstreams.runtime.engine.tasks.taskid import TaskId
+
     owner_of: dict[tuple[str, int], str] = {}
     position: dict[tuple[str, int], int] = {}
     for w in workers:
@@ -266,23 +299,9 @@ def snapshot(
                     owner = owners.get(str(TaskId(sub.id, q)))
                     if owner is not None:
                         owner_of.setdefault((topic, q), owner)
-        rows = tuple(
+        return tuple(
             QueueRow(t, q, c, e, lag, owner_of.get((t, q)), position.get((t, q)))
             for t, q, c, e, lag in lag_rows(broker, offsets)
         )
     finally:
         broker.close()
-    return LiveSnapshot(
-        job=job,
-        data_dir=str(data_dir),
-        time=taken,
-        supervisor=supervisor,
-        workers=tuple(sorted(workers, key=lambda w: str(w.get("member")))),
-        members=members,
-        generation=generation,
-        owners=owners,
-        queues=rows,
-        restoring=restore_progress(coord),
-        topology=tree,
-        note=note,
-    )

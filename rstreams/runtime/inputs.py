@@ -78,23 +78,6 @@ def line_chunks(
     pending: list[bytes] = []
     cr = False  # seen a \r: strip it from line ends
 
-    def take(n: int) -> tuple[list[bytes], int]:
-        chunk = pending[:n]
-        del pending[:n]
-        size = sum(map(len, chunk)) + len(chunk)  # the lines and their newlines
-        if cr:
-            chunk = [line.rstrip(b"\r") for line in chunk]
-        return chunk, size
-
-    def too_long(at: int, size: int, whole: bool) -> InputLineTooLongError:
-        has = f"it has {size:,} bytes" if whole else f"{size:,} bytes of it read so far"
-        return InputLineTooLongError(
-            f"input {name!r}: the line at byte {start + at:,} is longer than {max_line:,} "
-            f"bytes (--max-line-bytes): {has}; one line is one record, held whole in "
-            "memory: raise the limit (--max-line-bytes N, or max_line_bytes=N) if the line "
-            "is meant to be one record, else split the input into lines"
-        )
-
     while data := f.read(block):
         read += len(data)
         cut = data.rfind(b"\n")
@@ -102,7 +85,7 @@ def line_chunks(
             rest.append(data)
             rest_len += len(data)
             if max_line is not None and rest_len > max_line:
-                raise too_long(read - rest_len, rest_len, whole=False)
+                raise _too_long(name, start + read - rest_len, max_line, rest_len, whole=False)
             continue
         if rest:
             # (one join per line that spanned blocks, not one copy per block)
@@ -119,22 +102,46 @@ def line_chunks(
         if max_line is not None and len(body) > max_line and max(map(len, lines)) > max_line:
             i = next(i for i, line in enumerate(lines) if len(line) > max_line)
             at = read - len(data) + sum(map(len, lines[:i])) + i
-            raise too_long(at, len(lines[i]), whole=True)
+            raise _too_long(name, start + at, max_line, len(lines[i]), whole=True)
         if max_line is not None and rest_len > max_line:  # (a limit below a block)
-            raise too_long(read - rest_len, rest_len, whole=False)
+            raise _too_long(name, start + read - rest_len, max_line, rest_len, whole=False)
         pending.extend(lines)
         while len(pending) >= chunk_lines:
-            chunk, size = take(chunk_lines)
+            chunk, size = _take(pending, chunk_lines, cr)
             consumed += size
             yield chunk, consumed
     if pending:
-        chunk, size = take(len(pending))
+        chunk, size = _take(pending, len(pending), cr)
         consumed += size
         yield chunk, consumed
     if rest and last_partial:
         last = b"".join(rest)
         consumed += len(last)
         yield [last], consumed
+
+
+def _take(pending: list[bytes], n: int, cr: bool) -> tuple[list[bytes], int]:
+    """The first ``n`` pending lines, removed from ``pending`` (line ends stripped of a
+    ``\\r`` when the input has any), and the bytes they took with their newlines. Once a
+    chunk, not per line."""
+    chunk = pending[:n]
+    del pending[:n]
+    size = sum(map(len, chunk)) + len(chunk)  # the lines and their newlines
+    if cr:
+        chunk = [line.rstrip(b"\r") for line in chunk]
+    return chunk, size
+
+
+def _too_long(name: str, at: int, max_line: int, size: int, whole: bool) -> InputLineTooLongError:
+    """The error for a line of input ``name`` starting at byte ``at`` of the file that is
+    longer than ``max_line`` (``size``: its length, or what was read of it so far)."""
+    has = f"it has {size:,} bytes" if whole else f"{size:,} bytes of it read so far"
+    return InputLineTooLongError(
+        f"input {name!r}: the line at byte {at:,} is longer than {max_line:,} "
+        f"bytes (--max-line-bytes): {has}; one line is one record, held whole in "
+        "memory: raise the limit (--max-line-bytes N, or max_line_bytes=N) if the line "
+        "is meant to be one record, else split the input into lines"
+    )
 
 
 def check_input_file(path: str) -> Path:

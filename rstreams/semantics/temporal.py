@@ -313,10 +313,7 @@ class TemporalJoinCore(TimedCore):
             self._drain(off, False, None)
         late = False
         if k is None:
-            if side in self.emits:
-                pair = null_key_pair(self.join_type, side, v)
-                if pair is not None:
-                    self.emit(None, self.joiner(*pair), ts, off)
+            self._null_key(side, v, ts, off)
         elif ts + self.grace < self.time:
             late = True
             if side in self.emits:
@@ -377,18 +374,12 @@ class TemporalJoinCore(TimedCore):
                         self.time = now
                         limit, horizon = now - grace, self.horizon
                         self._drain(off, False, mem)
-                    if k is None:
-                        if side in emits:
-                            pair = null_key_pair(self.join_type, side, t[1])
-                            if pair is not None:
-                                self.emit(None, self.joiner(*pair), ts, off)
-                    elif ts + grace < self.time:
+                    if k is None:  # (rare: not worth inlining)
+                        self._null_key(side, t[1], ts, off)
+                    elif ts + grace < self.time:  # late (rare too)
                         if side in emits:
                             self._answer(side, k, t[1], ts, t[2] if len(t) > 2 else 0, off)
-                        if (waiting and waiting[0][0] < limit) or (
-                            expiry and expiry[0][0] <= horizon
-                        ):
-                            self._drain(off, False, mem)
+                        self._expire_due(off, mem)
                         late.append(i)  # (unless it raised: as record())
                         continue
                     else:
@@ -407,10 +398,22 @@ class TemporalJoinCore(TimedCore):
                 except Exception as e:
                     failed(i, e)
         finally:
-            if mem:  # still waiting: stored as record() stores them
-                for (ts, pos, side, off), entry in mem.items():
-                    put_new(("p", ts, pos, side, off), entry)
+            self._store_waiting(mem)
         return late, nulls
+
+    def _null_key(self, side: str, v: Any, ts: int, off: int) -> None:
+        """A record with a None key: it matches nothing and is never stored; a side that
+        emits answers it at once, alone (a left or outer join's unmatched record)."""
+        if side in self.emits:
+            pair = null_key_pair(self.join_type, side, v)
+            if pair is not None:
+                self.emit(None, self.joiner(*pair), ts, off)
+
+    def _store_waiting(self, mem: dict[tuple[int, Any, str, int], list[Any]]) -> None:
+        """The records of a batch (:meth:`records`) still waiting at its end, stored as
+        :meth:`record` stores them."""
+        for (ts, pos, side, off), entry in mem.items():
+            self._put_new(("p", ts, pos, side, off), entry)
 
     def _answer(self, side: str, k: Any, v: Any, ts: int, pos: Any, off: int) -> None:
         found = self.sides["R" if side == "L" else "L"].find(k, ts, pos)

@@ -155,6 +155,7 @@ def test_builtins_compile_to_native_spark_sql(spark: Any, tmp_path: Path) -> Non
     """No Python runs per record: the plan has no Python operator."""
     from rstreams.runtime.spark.compiler import Compiler, SourceInfo
     from rstreams.runtime.spark.native import calibrate
+    from rstreams.runtime.spark.rules import register_rules
 
     path = tmp_path / "in.txt"
     path.write_text('{"x": "a b"}\n')
@@ -165,6 +166,7 @@ def test_builtins_compile_to_native_spark_sql(spark: Any, tmp_path: Path) -> Non
         F.identity()
     ).sink("js")
     lines.keyBy(F.lower()).sum(F.length()).sink("len")
+    register_rules()  # (as run_spark does before it compiles)
     comp = Compiler(
         spark,
         b.pipeline,

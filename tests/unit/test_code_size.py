@@ -1,5 +1,5 @@
-"""Size limits of the package's code: no module over 600 lines of code, no class over
-400, no function over 80. Lines of code leave out blank lines, comments and docstrings.
+"""Size limits of the package's code: no module over 500 lines of code, no class over
+350, no function over 60. Lines of code leave out blank lines, comments and docstrings.
 
 Run this file as a script to print every module, class and function over a limit.
 """
@@ -17,13 +17,22 @@ import rstreams
 
 PACKAGE = Path(rstreams.__file__).resolve().parent
 
-LIMITS = {"module": 600, "class": 400, "function": 80}
+LIMITS = {"module": 500, "class": 350, "function": 60}
 
 #: What may stay over its limit for now: "<path in the package>" for a module,
 #: "<path>::<qualified name>" for a class or function. Each is being split up by
 #: other work; remove an entry once its piece is under the limit (the test fails
 #: on an entry that is no longer needed, so the list only shrinks).
-ALLOWED: set[str] = set()
+ALLOWED: set[str] = {
+    # the admin commands' split
+    "admin.py",
+    "admin.py::add_parsers",
+    # the stream-time clock's rework
+    "runtime/engine/tasks/task.py",
+    "runtime/engine/tasks/task.py::Task",
+    "runtime/spark/stateful.py::Replay.__call__",
+    "runtime/spark/streaming.py::run_streaming",
+}
 
 
 def _code_lines(source: str, tree: ast.Module) -> set[int]:

@@ -172,23 +172,12 @@ def _scan_segment(
     """Walk the frames of one segment whose first frame should hold offset ``at`` (the
     next segment starts at ``nxt``, None for the last): count them, note the cuts and
     the findings in ``qc``; the offset after the last readable record."""
-    topic, queue = qc.topic, qc.queue
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         try:
             for pos, fbase, count, last_delta, _ts, _stop, crc, frame in iter_frames(fd, 0, size):
-                if fbase != at and not (compacted and fbase > at):
-                    raise FrameError(pos, f"frame offset {fbase}; expected {at}")
-                assert frame is not None
-                if not frame_crc_ok(frame, crc):
-                    raise FrameError(pos, "crc mismatch")
-                try:
-                    decode_columns(frame, fbase, count, last_delta)
-                except FrameError as e:
-                    raise FrameError(pos, e.reason) from None
-                if nxt is not None and fbase + last_delta >= nxt:
-                    raise FrameError(pos, f"its records run into the next segment ({nxt})")
+                _check_frame(pos, fbase, count, last_delta, crc, frame, at, nxt, compacted)
                 cuts.append((base, pos, at))
                 qc.frames += 1
                 qc.records += count
@@ -197,7 +186,7 @@ def _scan_segment(
             if nxt is not None and not compacted and at != nxt:
                 qc.findings.append(
                     Finding(
-                        topic, queue, str(path), size, at,
+                        qc.topic, qc.queue, str(path), size, at,
                         f"the segment ends at offset {at} but the next one starts at {nxt}: "
                         f"records {at}..{nxt - 1} are missing (the file was cut short)",
                     )
@@ -206,23 +195,64 @@ def _scan_segment(
             cuts.append((base, e.pos, at))
             after = find_frame_after(fd, e.pos, size, at)
             synced = below_durable(durable, base, e.pos)
-            if nxt is None and after is None and not synced:
-                qc.findings.append(
-                    Finding(
-                        topic, queue, str(path), e.pos, at,
-                        f"{e.reason}: a torn tail of {size - e.pos} bytes written after "
-                        f"the last sync; the next open truncates it",
-                        fatal=False,
-                    )
-                )  # fmt: skip
-            else:
-                why = f"; a valid frame follows at byte {after}" if after is not None else ""
-                if synced and after is None:
-                    why = "; it lies below the queue's durable point"
-                qc.findings.append(Finding(topic, queue, str(path), e.pos, at, e.reason + why))
+            qc.findings.append(_damage(qc, path, e, at, size, after, synced, last=nxt is None))
     finally:
         os.close(fd)
     return at
+
+
+def _check_frame(
+    pos: int,
+    fbase: int,
+    count: int,
+    last_delta: int,
+    crc: int,
+    frame: memoryview | None,
+    at: int,
+    nxt: int | None,
+    compacted: bool,
+) -> None:
+    """Raise :class:`FrameError` unless the frame at byte ``pos`` holds offset ``at``
+    (or a later one, ``compacted``), its crc matches, its columns decode, and its records
+    end before the next segment's first offset ``nxt``."""
+    if fbase != at and not (compacted and fbase > at):
+        raise FrameError(pos, f"frame offset {fbase}; expected {at}")
+    assert frame is not None
+    if not frame_crc_ok(frame, crc):
+        raise FrameError(pos, "crc mismatch")
+    try:
+        decode_columns(frame, fbase, count, last_delta)
+    except FrameError as e:
+        raise FrameError(pos, e.reason) from None
+    if nxt is not None and fbase + last_delta >= nxt:
+        raise FrameError(pos, f"its records run into the next segment ({nxt})")
+
+
+def _damage(
+    qc: QueueCheck,
+    path: Path,
+    e: FrameError,
+    at: int,
+    size: int,
+    after: int | None,
+    synced: bool,
+    last: bool,
+) -> Finding:
+    """The finding for a segment unreadable from byte ``e.pos``: a torn tail (not fatal:
+    the next open truncates it) when it is the ``last`` segment's end, nothing valid
+    follows (``after``) and it lies above the durable point (not ``synced``); else
+    damage."""
+    if last and after is None and not synced:
+        return Finding(
+            qc.topic, qc.queue, str(path), e.pos, at,
+            f"{e.reason}: a torn tail of {size - e.pos} bytes written after "
+            f"the last sync; the next open truncates it",
+            fatal=False,
+        )  # fmt: skip
+    why = f"; a valid frame follows at byte {after}" if after is not None else ""
+    if synced and after is None:
+        why = "; it lies below the queue's durable point"
+    return Finding(qc.topic, qc.queue, str(path), e.pos, at, e.reason + why)
 
 
 def _durable(

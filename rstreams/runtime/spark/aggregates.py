@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from rstreams.dsl import nodes as n
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
-from rstreams.runtime.spark.compiled import Stream, table_stream, translate
+from rstreams.runtime.spark.compiled import Rule, Stream, table_stream
 from rstreams.runtime.spark.segments import FAILURE_MARK, StreamFold
 from rstreams.runtime.spark.steps import map_values
 from rstreams.semantics.aggregations import Aggregation
@@ -34,7 +34,6 @@ def _partial(comp: Compiler, s: Stream, node: n.AggregateNode) -> Stream:
     return map_values(comp, s, node, node.fn, "partial")
 
 
-@translate.register(n.AggregateNode)
 def _aggregate(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     parent = node.parents[0]
     if comp.streaming and comp.get(parent).after_agg:
@@ -155,3 +154,10 @@ def _combinable(node: n.AggregateNode, comp: Compiler, ordered: bool) -> Stream:
     folded = comp.fold(attrs.evolve(full, df=rows), node, op, ordered)
     good = comp.widen(good, s.key, enc.ANY)
     return attrs.evolve(folded, df=good.df.unionByName(folded.df), python=True)
+
+
+#: This module's translation rules (keyed aggregations), by node type; registered with
+#: ``translate`` by :func:`rstreams.runtime.spark.rules.register_rules`, not on import.
+RULES: dict[type[n.Node], Rule] = {
+    n.AggregateNode: _aggregate,
+}

@@ -1,15 +1,19 @@
 """What the Spark compiler produces: a compiled :class:`Stream` (a DataFrame and what is
-known about it), and ``translate``, the per-node-type dispatch its rules register with.
+known about it), and ``translate``, the per-node-type dispatch of its rules.
 
 The rules live in :mod:`.steps` (record-at-a-time steps, sources, merge, sinks),
-:mod:`.aggregates` (keyed aggregations) and :mod:`.windows` (windows and joins); the
-:class:`~.compiler.Compiler` calls ``translate`` for each node it needs.
+:mod:`.aggregates` (keyed aggregations) and :mod:`.windows` (windows and joins), each
+in a ``RULES`` table; :func:`rstreams.runtime.spark.rules.register_rules` registers them
+with ``translate`` (explicitly: importing a module registers nothing), and the
+:class:`~.compiler.Compiler`, which refuses to start before that, calls ``translate``
+for each node it needs.
 """
 
 from __future__ import annotations
 
 import functools
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -17,7 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
-from rstreams.errors import UnsupportedOperation
+from rstreams.errors import IllegalStateError, UnsupportedOperation
 from rstreams.functions import Identity
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark.native import Field
@@ -148,6 +152,21 @@ def translate(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
     raise UnsupportedOperation(
         f"no translation rule for {type(node).__name__} (step {node.name!r}) on backend {BACKEND!r}"
     )
+
+
+#: A translation rule: the compiled output of a node of its type (see ``translate``).
+Rule = Callable[[Any, "Compiler", bool], Stream]
+
+
+def check_rules() -> None:
+    """Raise :class:`~rstreams.errors.IllegalStateError` unless the translation rules
+    are registered with ``translate`` (:func:`rstreams.runtime.spark.rules.register_rules`):
+    without them every step would fail as unsupported."""
+    if n.SourceNode not in translate.registry:
+        raise IllegalStateError(
+            "the Spark compiler's translation rules are not registered: call "
+            "rstreams.runtime.spark.rules.register_rules() before compiling (run_spark does)"
+        )
 
 
 def last_per_key(df: DataFrame, key: str, value: str, unique: bool) -> DataFrame:

@@ -6,7 +6,8 @@ and a loud fallback naming the step. Each rule returns a :class:`Stream`: a Data
 plus what is known about it (field layouts, see :mod:`.encoding`; whether it carries the
 ordering key; Python steps not applied yet). ``Stream`` and ``translate`` are defined in
 :mod:`.compiled`, the rules in :mod:`.steps` (sources, record steps, merge, sinks),
-:mod:`.aggregates` (keyed aggregations) and :mod:`.windows` (windows and joins); this
+:mod:`.aggregates` (keyed aggregations) and :mod:`.windows` (windows and joins),
+registered by :func:`.rules.register_rules` (a Compiler refuses to start before); this
 module is the :class:`Compiler` that drives them (memoization, fusing, native guards).
 
 Python steps are *fused*: consecutive user functions accumulate in
@@ -34,14 +35,13 @@ from pyspark.sql import functions as F
 
 from rstreams.dsl import nodes as n
 from rstreams.functions import Builtin
-from rstreams.runtime.spark import aggregates as _aggregates  # noqa: F401 (its rules)
 from rstreams.runtime.spark import encoding as enc
-from rstreams.runtime.spark import steps as _steps  # noqa: F401 (its rules)
 from rstreams.runtime.spark.compiled import (
     NULL_PACKED,
     SourceInfo,
     Stream,
     Terminal,
+    check_rules,
     field_of,
     is_identity,
     last_per_key,
@@ -58,10 +58,6 @@ from rstreams.runtime.spark.segments import (
     fn_label,
 )
 from rstreams.runtime.spark.support import check_supported
-
-# `steps` and `aggregates` are imported for their translation rules, which register with
-# `translate` on import (so every Compiler has them); windows.py's rules, which build on
-# this module, are imported by the runner.
 
 __all__ = [
     "MAX_NATIVE_DEAD_LETTERS",
@@ -117,6 +113,7 @@ class Compiler:
         calibration: Calibration | Callable[[], Calibration],
         accumulator: Any = None,
     ) -> None:
+        check_rules()
         self.spark = spark
         self.pipeline = pipeline
         self.sources = sources

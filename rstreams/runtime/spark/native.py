@@ -187,31 +187,14 @@ def _calibrate(spark: SparkSession) -> Calibration:
 
 
 def _measure(spark: SparkSession) -> Calibration:
-    c = F.col("c")
-    ctx = F.concat(F.lit(_CONTEXT), c)
-    cps = (
-        spark.range(0, 0x110000, numPartitions=4)
-        .where(~F.col("id").between(0xD800, 0xDFFF))
-        .select(
-            "id",
-            F.decode(F.unhex(F.lpad(F.hex("id"), 8, "0")), "UTF-32").alias("c"),
-        )
-    )
-    row = cps.agg(
-        F.collect_list(F.when(c.rlike(r"^[\p{L}\p{N}_]$"), F.col("id"))).alias("w"),
-        F.collect_list(F.when(c.rlike(r"^\p{Nd}$"), F.col("id"))).alias("d"),
-        F.collect_list(F.when(F.lower(ctx) != ctx, F.struct("id", F.lower(ctx)))).alias("lo"),
-        F.collect_list(F.when(F.upper(ctx) != ctx, F.struct("id", F.upper(ctx)))).alias("up"),
-    ).collect()[0]
-    java_w, java_d = set(row["w"]), set(row["d"])
-    spark_lower = {r[0]: r[1] for r in row["lo"]}
-    spark_upper = {r[0]: r[1] for r in row["up"]}
+    java_w, java_d, spark_lower, spark_upper = _spark_view(spark)
     w_extra: list[int] = []
     w_removed: list[int] = []
     d_extra: list[int] = []
     d_removed: list[int] = []
     lower_fix: list[tuple[int, str]] = []
     upper_fix: list[tuple[int, str]] = []
+    # Python's answer for every code point, against Spark's.
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF or cp in _SKIP:
             continue
@@ -228,12 +211,6 @@ def _measure(spark: SparkSession) -> Calibration:
             lower_fix.append((cp, py_lower[1:]))
         if py_upper != spark_upper.get(cp, in_ctx):
             upper_fix.append((cp, py_upper[1:]))
-    unassigned: tuple[int, ...] = ()
-    extras = sorted(set(w_extra) | set(d_extra))
-    if extras:
-        chars = spark.createDataFrame([(cp, chr(cp)) for cp in extras], "id long, c string")
-        found = chars.where(F.col("c").rlike(r"^\p{Cn}$")).select("id").collect()
-        unassigned = tuple(sorted(r[0] for r in found))
     cal = Calibration(
         tuple(w_extra),
         tuple(w_removed),
@@ -241,7 +218,7 @@ def _measure(spark: SparkSession) -> Calibration:
         tuple(d_removed),
         tuple(lower_fix),
         tuple(upper_fix),
-        unassigned,
+        _unassigned(spark, sorted(set(w_extra) | set(d_extra))),
     )
     log.info(
         "Unicode calibration: %d word, %d digit, %d lower, %d upper differences",
@@ -251,6 +228,44 @@ def _measure(spark: SparkSession) -> Calibration:
         len(upper_fix),
     )
     return cal
+
+
+def _spark_view(spark: SparkSession) -> tuple[set[int], set[int], dict[int, str], dict[int, str]]:
+    """Spark's answer for every code point, in one job: the word characters and the
+    digits of its (Java) regexes, and what its lower() and upper() make of the code point
+    after ``_CONTEXT`` where that changes it."""
+    c = F.col("c")
+    ctx = F.concat(F.lit(_CONTEXT), c)
+    cps = (
+        spark.range(0, 0x110000, numPartitions=4)
+        .where(~F.col("id").between(0xD800, 0xDFFF))
+        .select(
+            "id",
+            F.decode(F.unhex(F.lpad(F.hex("id"), 8, "0")), "UTF-32").alias("c"),
+        )
+    )
+    row = cps.agg(
+        F.collect_list(F.when(c.rlike(r"^[\p{L}\p{N}_]$"), F.col("id"))).alias("w"),
+        F.collect_list(F.when(c.rlike(r"^\p{Nd}$"), F.col("id"))).alias("d"),
+        F.collect_list(F.when(F.lower(ctx) != ctx, F.struct("id", F.lower(ctx)))).alias("lo"),
+        F.collect_list(F.when(F.upper(ctx) != ctx, F.struct("id", F.upper(ctx)))).alias("up"),
+    ).collect()[0]
+    return (
+        set(row["w"]),
+        set(row["d"]),
+        {r[0]: r[1] for r in row["lo"]},
+        {r[0]: r[1] for r in row["up"]},
+    )
+
+
+def _unassigned(spark: SparkSession, extras: list[int]) -> tuple[int, ...]:
+    """Which of ``extras`` (code points Python counts as word characters or digits and
+    Spark does not) Spark's Unicode tables do not assign at all."""
+    if not extras:
+        return ()
+    chars = spark.createDataFrame([(cp, chr(cp)) for cp in extras], "id long, c string")
+    found = chars.where(F.col("c").rlike(r"^\p{Cn}$")).select("id").collect()
+    return tuple(sorted(r[0] for r in found))
 
 
 # -- regular expressions ------------------------------------------------------------------

@@ -44,16 +44,12 @@ interpreter are binaries for this platform.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import importlib
-import importlib.metadata as md
 import importlib.util
 import json
 import logging
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -61,18 +57,39 @@ import sysconfig
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rstreams.errors import ConfigError
+from rstreams.runtime.spark.packdists import (
+    DEFAULT_EXCLUDE,
+    copy_distribution,
+    installed,
+    normalize,
+    place,
+    requirement_class,
+    resolve,
+)
+
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "MANIFEST",
+    "SPARK_CONF",
+    "STDLIB_SKIP",
+    "PackedEnv",
+    "add_parsers",
+    "installed",
+    "main",
+    "normalize",
+    "pack_env",
+    "resolve",
+    "spark_python_path",
+]
 
 log = logging.getLogger("rstreams.spark")
 
-#: Distributions never packed: Spark ships its own PySpark (with py4j) to executors, and
-#: installers are of no use there.
-DEFAULT_EXCLUDE = ("pyspark", "py4j", "pip", "setuptools", "wheel")
 #: Parts of the standard library a Spark executor never imports (tests, GUIs, installers,
 #: the static library for embedding): about 200 MB of a typical install.
 STDLIB_SKIP = frozenset(
@@ -131,11 +148,6 @@ class PackedEnv:
         return {k: v.format(archive=where) for k, v in SPARK_CONF.items()}
 
 
-def normalize(name: str) -> str:
-    """PEP 503 name: ``Python_Dateutil`` -> ``python-dateutil``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def pack_env(
     output: str | os.PathLike[str],
     *,
@@ -153,35 +165,17 @@ def pack_env(
     started = time.monotonic()
     # (Absolute: the check starts the staged Python from another working directory.)
     out = Path(output).absolute()
-    if not out.name.endswith((".tar.gz", ".tgz")):
-        raise ConfigError(
-            f"the archive must be a .tar.gz or .tgz (Spark unpacks those keeping links and "
-            f"permissions); got {str(out)!r}"
-        )
-    if python not in ("bundle", "link"):
-        raise ConfigError(f"python must be 'bundle' or 'link'; got {python!r}")
-    if python_prefix and python != "link":
-        raise ConfigError("a python prefix is for python='link' (the executors' own Python)")
-    if os.name == "nt":
-        raise ConfigError("packing an environment for Spark executors needs Linux or macOS")
-    if not 0 <= compresslevel <= 9:
-        raise ConfigError(f"compresslevel is 0-9; got {compresslevel}")
+    _check_options(out, python, python_prefix, compresslevel)
     dists = resolve(include=include, extras=extras, exclude=exclude)
     out.parent.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix=".rstreams-pack-", dir=out.parent) as tmp:
         stage = Path(tmp) / "environment"
         stage.mkdir()
-        if python == "bundle":
-            interpreter = _bundle_python(stage)
-            site = _site_packages(stage)
-        else:
-            interpreter = _link_python(stage, python_prefix)
-            site = stage / "lib" / _pyname() / "site-packages"
-        site.mkdir(parents=True, exist_ok=True)
+        interpreter, site = _stage_python(stage, python, python_prefix)
         versions: dict[str, str] = {}
         for key, dist in dists.items():
-            _copy_distribution(dist, site)
+            copy_distribution(dist, site)
             versions[key] = dist.version
         _write_manifest(stage, python, interpreter, versions)
         checked = False
@@ -210,192 +204,37 @@ def pack_env(
     )
 
 
-# -- which distributions -------------------------------------------------------------------
-
-
-def installed() -> dict[str, md.Distribution]:
-    """Installed distributions by normalized name; the first on ``sys.path`` wins, but a
-    bare ``*.egg-info`` of a source tree (no record of installed files) never does."""
-    found: dict[str, md.Distribution] = {}
-    for dist in md.distributions():
-        name = dist.metadata["Name"]
-        if not name:
-            continue
-        key = normalize(name)
-        if key in found:
-            continue
-        if dist.read_text("RECORD") is None and dist.read_text("installed-files.txt") is None:
-            continue
-        found[key] = dist
-    return found
-
-
-def resolve(
-    *,
-    include: Sequence[str] = (),
-    extras: Sequence[str] = ("spark",),
-    exclude: Sequence[str] = DEFAULT_EXCLUDE,
-) -> dict[str, md.Distribution]:
-    """rstreams (with ``extras``) and ``include``, with every requirement they have in
-    this environment, minus ``exclude``: normalized name -> installed distribution."""
-    requirement_cls = _requirement_class()
-    have = installed()
-    skip = {normalize(x) for x in exclude}
-    todo: list[tuple[str, frozenset[str], str]] = [("rstreams", frozenset(extras), "")]
-    for spec in include:
-        req = requirement_cls(spec)
-        todo.append((req.name, frozenset(req.extras), ""))
-    processed: dict[str, set[str]] = {}  # key -> extras whose requirements were followed
-    out: dict[str, md.Distribution] = {}
-    while todo:
-        name, wanted, needed_by = todo.pop()
-        key = normalize(name)
-        if key in skip:
-            continue
-        dist = have.get(key)
-        if dist is None:
-            by = f" (needed by {needed_by})" if needed_by else ""
-            raise ConfigError(
-                f"{name}{by} is not installed in this environment ({sys.prefix}), so it "
-                "can not be packed; install it (and check that the pipeline runs "
-                "locally) first"
-            )
-        out[key] = dist
-        done = processed.get(key)
-        if done is None:
-            first, envs = True, ["", *sorted(wanted)]
-            processed[key] = set(wanted)
-        else:
-            first, envs = False, sorted(wanted - done)
-            if not envs:
-                continue
-            done.update(envs)
-        for text in dist.requires or ():
-            req = requirement_cls(text)
-            if req.marker is None:
-                if not first:
-                    continue  # followed the first time
-            elif not any(req.marker.evaluate({"extra": e}) for e in envs):
-                continue
-            todo.append((req.name, frozenset(req.extras), dist.metadata["Name"]))
-    return dict(sorted(out.items()))
-
-
-def _requirement_class() -> Any:
-    """``packaging``'s Requirement (pip carries a copy when it is not installed)."""
-    for module in ("packaging.requirements", "pip._vendor.packaging.requirements"):
-        with contextlib.suppress(ImportError):
-            return importlib.import_module(module).Requirement
-    raise ConfigError(
-        "packing an environment needs the 'packaging' distribution: pip install 'rstreams[spark]'"
-    )
-
-
-# -- copying -------------------------------------------------------------------------------
-
-
-def _editable_source(dist: md.Distribution) -> bool:
-    text = dist.read_text("direct_url.json")
-    if not text:
-        return False
-    with contextlib.suppress(ValueError, AttributeError):
-        return bool(json.loads(text).get("dir_info", {}).get("editable"))
-    return False
-
-
-def _copy_distribution(dist: md.Distribution, site: Path) -> None:
-    if _editable_source(dist):
-        _copy_editable(dist, site)
-        return
-    files = dist.files
-    if files is None:
+def _check_options(out: Path, python: str, python_prefix: str | None, compresslevel: int) -> None:
+    """Refuse what :func:`pack_env` can not do, before it copies anything."""
+    if not out.name.endswith((".tar.gz", ".tgz")):
         raise ConfigError(
-            f"{dist.metadata['Name']} {dist.version} has no record of its installed files; "
-            "reinstall it with pip to pack it"
+            f"the archive must be a .tar.gz or .tgz (Spark unpacks those keeping links and "
+            f"permissions); got {str(out)!r}"
         )
-    for rel in files:
-        parts = Path(str(rel)).parts
-        if not parts or parts[0] == ".." or Path(str(rel)).is_absolute():
-            continue  # scripts and data outside site-packages: of no use to executors
-        src = Path(str(dist.locate_file(rel)))
-        if not src.is_file():
-            if str(rel).endswith(".pyc"):
-                continue  # bytecode the installer recorded but nobody has compiled yet
-            raise ConfigError(
-                f"{dist.metadata['Name']} {dist.version} is damaged: {src} is missing; reinstall it"
-            )
-        _place(src, site / Path(*parts))
-
-
-def _copy_editable(dist: md.Distribution, site: Path) -> None:
-    """An editable install: the modules it maps to, from their source, and a
-    ``.dist-info`` with its metadata."""
-    name, version = dist.metadata["Name"], dist.version
-    tops = [t.strip() for t in (dist.read_text("top_level.txt") or "").splitlines()]
-    tops = [t for t in tops if t] or [normalize(name).replace("-", "_")]
-    written: list[Path] = []
-    for top in tops:
-        spec = importlib.util.find_spec(top)
-        if spec is None:
-            raise ConfigError(
-                f"{name} is installed in editable mode but its module {top!r} can not be "
-                "found; install it without -e to pack it"
-            )
-        if spec.submodule_search_locations:
-            for location in spec.submodule_search_locations:
-                root = Path(location)
-                for src in _walk_source(root):
-                    dst = site / top / src.relative_to(root)
-                    _place(src, dst)
-                    written.append(dst)
-        elif spec.origin and os.path.isfile(spec.origin):
-            dst = site / Path(spec.origin).name
-            _place(Path(spec.origin), dst)
-            written.append(dst)
-    info = site / f"{normalize(name).replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(dist.read_text("METADATA") or "", encoding="utf-8")
-    (info / "INSTALLER").write_text("rstreams-pack-env\n", encoding="utf-8")
-    (info / "top_level.txt").write_text("".join(t + "\n" for t in tops), encoding="utf-8")
-    written += [info / "METADATA", info / "INSTALLER", info / "top_level.txt"]
-    lines = [f"{_record_path(p, site)},{_hash(p)},{p.stat().st_size}" for p in written]
-    lines.append(f"{_record_path(info / 'RECORD', site)},,")
-    (info / "RECORD").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _walk_source(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
-        for f in sorted(filenames):
-            if not f.endswith((".pyc", ".pyo")) and not f.startswith("."):
-                yield Path(dirpath) / f
-
-
-def _record_path(p: Path, site: Path) -> str:
-    return p.relative_to(site).as_posix()
-
-
-def _hash(p: Path) -> str:
-    import base64
-
-    digest = hashlib.sha256(p.read_bytes()).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def _place(src: Path, dst: Path) -> None:
-    """Hard-link ``src`` to ``dst`` (copy across file systems), keeping its mtime so that
-    recorded bytecode stays valid."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_symlink() and not os.path.isabs(os.readlink(src)):
-        os.symlink(os.readlink(src), dst)
-        return
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+    if python not in ("bundle", "link"):
+        raise ConfigError(f"python must be 'bundle' or 'link'; got {python!r}")
+    if python_prefix and python != "link":
+        raise ConfigError("a python prefix is for python='link' (the executors' own Python)")
+    if os.name == "nt":
+        raise ConfigError("packing an environment for Spark executors needs Linux or macOS")
+    if not 0 <= compresslevel <= 9:
+        raise ConfigError(f"compresslevel is 0-9; got {compresslevel}")
 
 
 # -- the interpreter -----------------------------------------------------------------------
+
+
+def _stage_python(stage: Path, python: str, prefix: str | None) -> tuple[str, Path]:
+    """The interpreter in ``stage``, bundled or linked (``python``): the path executors
+    run it by, and the (created) site-packages directory it reads."""
+    if python == "bundle":
+        interpreter = _bundle_python(stage)
+        site = _site_packages(stage)
+    else:
+        interpreter = _link_python(stage, prefix)
+        site = stage / "lib" / _pyname() / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    return interpreter, site
 
 
 def _pyname() -> str:
@@ -484,7 +323,7 @@ def _copy_stdlib(src: Path, dst: Path) -> None:
             if s.is_symlink():
                 os.symlink(os.readlink(s), target / f)
             else:
-                _place(s, target / f)
+                place(s, target / f)
 
 
 def _site_packages(stage: Path) -> Path:
@@ -581,7 +420,7 @@ def spark_python_path() -> list[str]:
 def _check(stage: Path, python: str, include: Sequence[str], dists: dict[str, Any]) -> None:
     """Start the packed interpreter the way executors do and import rstreams' Spark
     runtime and the included distributions from the archive."""
-    requirement_cls = _requirement_class()
+    requirement_cls = requirement_class()
     modules = ["rstreams", "pandas", "pyarrow", "numpy"]
     zips = spark_python_path()
     if zips:

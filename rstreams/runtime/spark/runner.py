@@ -40,14 +40,11 @@ from rstreams.runtime.results import (
     write_dead_letters,
 )
 from rstreams.runtime.spark import encoding as enc
-
-# The translation rules of windowed aggregations and joins, which add themselves to the
-# compiler's `translate` (windows.py builds on compiler.py, not the reverse).
-from rstreams.runtime.spark import windows as _windows  # noqa: F401
 from rstreams.runtime.spark.checkpoints import guard_checkpoint, stale_at_checkpoint_end
 from rstreams.runtime.spark.compiler import Compiler, SourceInfo
 from rstreams.runtime.spark.native import calibrate
 from rstreams.runtime.spark.options import redis_target, spark_config
+from rstreams.runtime.spark.rules import register_rules
 from rstreams.runtime.spark.segments import FAILURE_MARK, ListParam, RecordFailed
 from rstreams.runtime.spark.session import (
     check_executors,
@@ -270,6 +267,7 @@ def _run_on(
         accumulator: Any = (
             session.sparkContext.accumulator([], ListParam()) if on_error != "fail" else None
         )
+        register_rules()  # (the compiler's translation rules; idempotent)
         compiler = Compiler(
             session, plan.pipeline, plan.sources, streaming=s.streaming, on_error=on_error,
             calibration=functools.partial(calibrate, session, case=s.exact_unicode),

@@ -36,7 +36,7 @@ from rstreams.runtime.gctune import tuned
 from rstreams.runtime.results import letter_fields, row_json
 from rstreams.runtime.spark import encoding as enc
 from rstreams.semantics.aggregations import Aggregation
-from rstreams.userfn import as_timestamp, describe_fn
+from rstreams.userfn import as_timestamp, call_each, describe_fn, map_column
 from rstreams.windowed import result_row
 
 FAILURE_MARK = "RSTREAMS-RECORD-FAILED:"
@@ -310,20 +310,10 @@ class Segment:
         self, step: PyStep, rows: _Rows, fn: Callable[[Any], Any], part: int, base: int
     ) -> tuple[list[Any], _Rows]:
         """``[fn(v) for v in values]`` and the rows that did not fail."""
-        try:
-            return list(map(fn, rows.values)), rows
-        except Exception:
-            pass
-        results: list[Any] = []
-        keep: list[int] = []
-        for i, v in enumerate(rows.values):
-            try:
-                results.append(fn(v))
-            except Exception as e:
-                self._fail(step, rows, i, e, part, base)
-                continue
-            keep.append(i)
-        return results, rows.take(keep)
+        results, keep = map_column(
+            fn, rows.values, lambda i, e: self._fail(step, rows, i, e, part, base)
+        )
+        return results, rows if keep is None else rows.take(keep)
 
     def _apply(self, step: PyStep, rows: _Rows, part: int, base: int) -> _Rows:
         kind = step.kind
@@ -365,18 +355,10 @@ class Segment:
             _, rows = self._column(step, rows, lambda v: as_timestamp(fn(v)), part, base)
             return rows
         if kind in ("peek", "foreach"):
-            fn = step.fn
-            failed: list[int] = []
-            for i, v in enumerate(rows.values):
-                try:
-                    fn(v)
-                except Exception as e:
-                    self._fail(step, rows, i, e, part, base)
-                    failed.append(i)
-            if failed:
-                bad = set(failed)
-                rows = rows.take([i for i in range(len(rows)) if i not in bad])
-            return rows
+            passed = call_each(
+                step.fn, rows.values, lambda i, e: self._fail(step, rows, i, e, part, base)
+            )
+            return rows if passed is None else rows.take(passed)
         raise AssertionError(kind)
 
     def _encode(self, rows: _Rows, part: int, base: int) -> pa.RecordBatch | None:

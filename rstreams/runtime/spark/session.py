@@ -109,30 +109,7 @@ def get_session(
     builder: Any = SparkSession.builder.appName(app_name)
     if master is not None or submitted is None:
         builder = builder.master(effective)
-    settings = {
-        **STATE_STORE_CONF,
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        **(conf or {}),
-    }
-    python = worker_python(conf)
-    settings[PYTHON_CONF] = python
-    local = effective.startswith("local")
-    if local and not os.path.isabs(python) and os.sep in python:
-        # (on a cluster ./environment/bin/python is where spark.archives unpacks; local
-        # workers start in this directory, where no archive is unpacked)
-        raise ConfigError(
-            f"spark.pyspark.python={python!r} is relative: that works on cluster "
-            f"executors (spark.archives unpacks there), not with master {effective!r}; "
-            "give an absolute path, or leave it unset to run this interpreter"
-        )
-    if local and "spark.sql.shuffle.partitions" not in settings:
-        # Spark's 200 suits clusters; locally each one is a task (and, streaming, a
-        # state store per micro-batch, fixed for the checkpoint's life).
-        settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(effective))
-    if not os.environ.get("RSTREAMS_SPARK_LOG_LEVEL") and JAVA_OPTIONS not in settings:
-        # Quiet from the JVM's first line on (setLogLevel only applies once it runs).
-        settings[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONF}"
+    settings, python = _settings(effective, conf)
     for key, value in settings.items():
         builder = builder.config(key, value)
     # Under spark-submit (or a gateway someone else runs) the JVM is not ours to stop.
@@ -162,6 +139,37 @@ def get_session(
         _launched[id(session)] = getattr(SparkContext._gateway, "proc", None)
     session.sparkContext.setLogLevel(os.environ.get("RSTREAMS_SPARK_LOG_LEVEL", "ERROR"))
     return session, True
+
+
+def _settings(master: str, conf: dict[str, str] | None) -> tuple[dict[str, str], str]:
+    """The settings of a session rstreams creates on ``master`` (its state store, UTC,
+    quiet logs, shuffle partitions for local masters; ``conf`` over them) and the
+    workers' Python; a relative Python for a local master is refused."""
+    settings = {
+        **STATE_STORE_CONF,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        **(conf or {}),
+    }
+    python = worker_python(conf)
+    settings[PYTHON_CONF] = python
+    local = master.startswith("local")
+    if local and not os.path.isabs(python) and os.sep in python:
+        # (on a cluster ./environment/bin/python is where spark.archives unpacks; local
+        # workers start in this directory, where no archive is unpacked)
+        raise ConfigError(
+            f"spark.pyspark.python={python!r} is relative: that works on cluster "
+            f"executors (spark.archives unpacks there), not with master {master!r}; "
+            "give an absolute path, or leave it unset to run this interpreter"
+        )
+    if local and "spark.sql.shuffle.partitions" not in settings:
+        # Spark's 200 suits clusters; locally each one is a task (and, streaming, a
+        # state store per micro-batch, fixed for the checkpoint's life).
+        settings["spark.sql.shuffle.partitions"] = str(2 * _local_cores(master))
+    if not os.environ.get("RSTREAMS_SPARK_LOG_LEVEL") and JAVA_OPTIONS not in settings:
+        # Quiet from the JVM's first line on (setLogLevel only applies once it runs).
+        settings[JAVA_OPTIONS] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONF}"
+    return settings, python
 
 
 def _local_cores(master: str) -> int:

@@ -19,7 +19,7 @@ from rstreams.dsl import nodes as n
 from rstreams.errors import UnsupportedOperation
 from rstreams.functions import Builtin
 from rstreams.runtime.spark import encoding as enc
-from rstreams.runtime.spark.compiled import Stream, field_of, is_identity, translate
+from rstreams.runtime.spark.compiled import Rule, Stream, field_of, is_identity
 from rstreams.runtime.spark.native import Native, translate_flat, translate_map, truthy
 from rstreams.runtime.spark.segments import PyStep
 from rstreams.serde import Serde, StrSerde
@@ -43,7 +43,6 @@ def _be(col: Column, digits: int) -> Column:
     return F.unhex(F.lpad(F.hex(col), digits, "0"))
 
 
-@translate.register(n.SourceNode)
 def _source(node: n.SourceNode, comp: Compiler, ordered: bool) -> Stream:
     info = comp.sources[node.topic]
     if info.redis is not None:
@@ -143,12 +142,10 @@ def map_values(comp: Compiler, s: Stream, node: n.Node, fn: Any, kind: str) -> S
     return comp.add_step(s, PyStep(kind, node.name, fn, fn), nonnull=False)
 
 
-@translate.register(n.MapNode)
 def _map(node: n.MapNode, comp: Compiler, ordered: bool) -> Stream:
     return map_values(comp, comp.get(node.parents[0], ordered), node, node.fn, "map")
 
 
-@translate.register(n.FlatMapNode)
 def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     if _builtin(node.fn):
@@ -169,7 +166,6 @@ def _flat_map(node: n.FlatMapNode, comp: Compiler, ordered: bool) -> Stream:
     return comp.add_step(s, step, nonnull=False, aligned=False, unique=False)
 
 
-@translate.register(n.FilterNode)
 def _filter(node: n.FilterNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     if _builtin(node.fn):
@@ -182,7 +178,6 @@ def _filter(node: n.FilterNode, comp: Compiler, ordered: bool) -> Stream:
     return comp.add_step(s, PyStep("filter", node.name, node.fn, node.fn))
 
 
-@translate.register(n.KeyByNode)
 def _key_by(node: n.KeyByNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     if is_identity(node.fn):
@@ -197,22 +192,15 @@ def _key_by(node: n.KeyByNode, comp: Compiler, ordered: bool) -> Stream:
     return comp.add_step(s, PyStep("keyBy", node.name, node.fn, node.fn), unique=False)
 
 
-@translate.register(n.SelectTimestampNode)
-@translate.register(n.PeekNode)
-@translate.register(n.ForeachNode)
 def _python_only(node: n.FnNode, comp: Compiler, ordered: bool) -> Stream:
     s = comp.get(node.parents[0], ordered)
     return comp.add_step(s, PyStep(node.kind, node.name, node.fn, node.fn))
 
 
-@translate.register(n.PrintNode)
-@translate.register(n.ToRStreamNode)
-@translate.register(n.SinkNode)
 def _pass_through(node: n.Node, comp: Compiler, ordered: bool) -> Stream:
     return comp.get(node.parents[0], ordered)
 
 
-@translate.register(n.MergeNode)
 def _merge(node: n.MergeNode, comp: Compiler, ordered: bool) -> Stream:
     parts = [comp.flush(comp.get(p, ordered)) for p in node.parents]
     key = enc.join_kinds([p.key for p in parts])
@@ -229,3 +217,22 @@ def _merge(node: n.MergeNode, comp: Compiler, ordered: bool) -> Stream:
         python=any(p.python for p in parts),
         after_agg=any(p.after_agg for p in parts),
     )
+
+
+#: This module's translation rules (sources, record steps, merge and sinks), by node type;
+#: registered with ``translate`` by :func:`rstreams.runtime.spark.rules.register_rules`,
+#: not on import.
+RULES: dict[type[n.Node], Rule] = {
+    n.SourceNode: _source,
+    n.MapNode: _map,
+    n.FlatMapNode: _flat_map,
+    n.FilterNode: _filter,
+    n.KeyByNode: _key_by,
+    n.SelectTimestampNode: _python_only,
+    n.PeekNode: _python_only,
+    n.ForeachNode: _python_only,
+    n.PrintNode: _pass_through,
+    n.ToRStreamNode: _pass_through,
+    n.SinkNode: _pass_through,
+    n.MergeNode: _merge,
+}

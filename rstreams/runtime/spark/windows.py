@@ -47,8 +47,8 @@ from rstreams.dsl.windows import HoppingWindow, SessionWindow, TumblingWindow
 from rstreams.errors import UnsupportedOperation
 from rstreams.runtime.spark import encoding as enc
 from rstreams.runtime.spark import stateful
-from rstreams.runtime.spark.compiled import table_stream
-from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key, translate
+from rstreams.runtime.spark.compiled import Rule, table_stream
+from rstreams.runtime.spark.compiler import NULL_PACKED, Compiler, Stream, null_key
 from rstreams.runtime.spark.segments import _OUT_BATCH, ErrorPolicy
 from rstreams.runtime.spark.timed import _TIME, join_side_frame, timed_frame
 from rstreams.semantics.aggregations import Aggregation
@@ -97,7 +97,6 @@ def _ms(value: int) -> str:
     return f"{value} milliseconds"
 
 
-@translate.register
 def _window_aggregate(node: n.WindowAggregateNode, comp: Compiler, ordered: bool) -> Stream:
     """Batch: count/sum/min/max natively (``F.window``; ``F.session_window`` for sessions
     in close mode), everything else, and sum/min/max over values that are not all ints,
@@ -283,7 +282,6 @@ class SessionFold:
         return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-@translate.register
 def _late(node: n.LateNode, comp: Compiler, ordered: bool) -> Stream:
     """Batch mode has no stream time: no record is late (an empty stream of the window's
     input records)."""
@@ -338,7 +336,6 @@ class _Join:
             yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-@translate.register
 def _join(node: n.JoinNode, comp: Compiler, ordered: bool) -> Stream:
     if comp.streaming:
         return stateful.join(node, comp)
@@ -481,3 +478,13 @@ def _time_order(t: Column, order: Column, side: Column) -> Column:
     return F.concat(
         F.unhex(F.lpad(F.hex(flipped), 16, "0")), order, F.unhex(F.lpad(F.hex(side), 2, "0"))
     )
+
+
+#: This module's translation rules (windowed aggregations, late records and joins), by node type;
+#: registered with ``translate`` by :func:`rstreams.runtime.spark.rules.register_rules`,
+#: not on import.
+RULES: dict[type[n.Node], Rule] = {
+    n.WindowAggregateNode: _window_aggregate,
+    n.LateNode: _late,
+    n.JoinNode: _join,
+}

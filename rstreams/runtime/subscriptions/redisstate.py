@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rstreams.errors import ConfigError
 from rstreams.runtime.queues.base import LogRecord
+from rstreams.runtime.subscriptions.selectors import make_selector
 
 if TYPE_CHECKING:
     import redis
@@ -229,7 +230,7 @@ class RedisState:
         # Consumer numbers are never reused, even if the state was deleted meanwhile.
         sub._seq = itertools.count(int(time.time() * 1000))
         if self.selector_spec is not None:
-            sub.selector = sub._make_selector(self.selector_spec)
+            sub.selector = make_selector(self.selector_spec)
         self.known = {}
 
     def _check_state(self, state: dict[str, Any]) -> None:
@@ -285,7 +286,7 @@ class RedisState:
         sub._rr, sub._next_queue = state["rr"], state["next_queue"]
         sub._seq = itertools.count(state["seq"])
         if self.selector_spec is not None:
-            sub.selector = sub._make_selector(self.selector_spec)
+            sub.selector = make_selector(self.selector_spec)
             sub.selector.restore(state["selector_state"], known.__getitem__)
 
     def _fetch(self, cursors: list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from rstreams.errors import ConfigError
 from rstreams.runtime.subscriptions.errors import ConsumerAssignError
 from rstreams.runtime.subscriptions.hashing import (
     DEFAULT_RANGE_SIZE,
@@ -428,3 +429,30 @@ class StickyHashRangeSelector(Generic[C]):
 StickyKeySelector = (
     AutoSplitHashRangeSelector[C] | ConsistentHashingSelector[C] | StickyHashRangeSelector[C]
 )
+
+
+_SELECTORS = {
+    "consistent_hashing": ConsistentHashingSelector,
+    "auto_split": AutoSplitHashRangeSelector,
+    "sticky": StickyHashRangeSelector,
+}
+
+
+def make_selector(spec: str | Any) -> Any:
+    """The key_shared selector ``spec`` names (``"consistent_hashing"``, ``"auto_split"``,
+    ``"sticky"``), or ``spec`` itself, a selector object or class, once checked."""
+    if isinstance(spec, type):
+        spec = spec()
+    if not isinstance(spec, str):
+        for method in ("add_consumer", "remove_consumer", "select", "ranges"):
+            if not callable(getattr(spec, method, None)):
+                raise ConfigError(f"key_shared_selector {spec!r} has no {method}()")
+        return spec
+    try:
+        return _SELECTORS[spec]()
+    except KeyError:
+        choices = ", ".join(repr(k) for k in _SELECTORS)
+        raise ConfigError(
+            f"unknown key_shared_selector {spec!r}; choose one of {choices} "
+            "or pass a selector object"
+        ) from None

@@ -44,74 +44,22 @@ to ``receiver_queue_size`` each — and returns the caller's.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-import attrs
-
 from rstreams.errors import ConfigError
-from rstreams.runtime.queues.base import Headers, LogRecord
+from rstreams.runtime.queues.base import LogRecord
 from rstreams.runtime.queues.broker import Broker
+from rstreams.runtime.subscriptions.consumer import Consumer
 from rstreams.runtime.subscriptions.errors import ConsumerBusyError, ConsumerClosedError
 from rstreams.runtime.subscriptions.failover import failover_active_index
 from rstreams.runtime.subscriptions.hashing import NONE_KEY, sticky_key_hash
-from rstreams.runtime.subscriptions.selectors import (
-    AutoSplitHashRangeSelector,
-    ConsistentHashingSelector,
-    StickyHashRangeSelector,
-)
-
-
-class SubscriptionType(str, enum.Enum):
-    EXCLUSIVE = "exclusive"
-    SHARED = "shared"
-    FAILOVER = "failover"
-    KEY_SHARED = "key_shared"
-
-    @classmethod
-    def parse(cls, value: SubscriptionType | str) -> SubscriptionType:
-        if isinstance(value, SubscriptionType):
-            return value
-        try:
-            return cls(str(value).lower().replace("-", "_"))
-        except ValueError:
-            choices = ", ".join(repr(t.value) for t in cls)
-            raise ConfigError(
-                f"unknown subscription_type {value!r}; choose one of {choices}"
-            ) from None
-
-
-@attrs.frozen
-class Message:
-    """A message as a consumer receives it; ``id`` is what :meth:`Consumer.ack` takes."""
-
-    topic: str
-    queue: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: Headers = ()
-    #: how many times it was handed to a consumer before and came back unacknowledged
-    redelivery_count: int = 0
-
-    @property
-    def id(self) -> tuple[int, int]:
-        return (self.queue, self.offset)
-
-
-MessageRef = Message | tuple[int, int]
-
-_SELECTORS = {
-    "consistent_hashing": ConsistentHashingSelector,
-    "auto_split": AutoSplitHashRangeSelector,
-    "sticky": StickyHashRangeSelector,
-}
+from rstreams.runtime.subscriptions.messages import Message, MessageRef, SubscriptionType
+from rstreams.runtime.subscriptions.selectors import StickyHashRangeSelector, make_selector
 
 
 class _Cursor:
@@ -159,6 +107,17 @@ _HOLD = object()  # key_shared: keep in replay, look further
 _STOP = object()  # nobody can take it now: stop this queue for this pass
 
 
+def _queue_count(broker: Broker, topic: str, name: str) -> int:
+    """The queue count of ``topic``, which a subscription named ``name`` reads: it must
+    exist, and the subscription needs a name (its group on the broker)."""
+    if not name:
+        raise ConfigError("a subscription needs a non-empty name")
+    queue_count = broker.queue_count(topic)
+    if queue_count is None:
+        raise ConfigError(f"topic {topic!r} does not exist; create it first (broker.create_topic)")
+    return queue_count
+
+
 class Subscription:
     """A named subscription to every queue of ``topic`` on ``broker``.
 
@@ -193,13 +152,7 @@ class Subscription:
         namespace: str | None = None,
         consumer_ttl: float = 10.0,
     ) -> None:
-        if not name:
-            raise ConfigError("a subscription needs a non-empty name")
-        queue_count = broker.queue_count(topic)
-        if queue_count is None:
-            raise ConfigError(
-                f"topic {topic!r} does not exist; create it first (broker.create_topic)"
-            )
+        queue_count = _queue_count(broker, topic, name)
         if receiver_queue_size < 1:
             raise ConfigError(f"receiver_queue_size must be >= 1; got {receiver_queue_size}")
         if max_look_ahead < 1 or read_batch < 1:
@@ -214,7 +167,7 @@ class Subscription:
         self.read_batch = read_batch
         self.selector: Any = None
         if self.type is SubscriptionType.KEY_SHARED:
-            self.selector = self._make_selector(key_shared_selector)
+            self.selector = make_selector(key_shared_selector)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._consumers: list[Consumer] = []
@@ -258,24 +211,6 @@ class Subscription:
             return
         with self._lock:
             self._changed.wait(seconds)
-
-    @staticmethod
-    def _make_selector(spec: str | Any) -> Any:
-        if isinstance(spec, type):
-            spec = spec()
-        if not isinstance(spec, str):
-            for method in ("add_consumer", "remove_consumer", "select", "ranges"):
-                if not callable(getattr(spec, method, None)):
-                    raise ConfigError(f"key_shared_selector {spec!r} has no {method}()")
-            return spec
-        try:
-            return _SELECTORS[spec]()
-        except KeyError:
-            choices = ", ".join(repr(k) for k in _SELECTORS)
-            raise ConfigError(
-                f"unknown key_shared_selector {spec!r}; choose one of {choices} "
-                "or pass a selector object"
-            ) from None
 
     def __repr__(self) -> str:
         return (
@@ -589,123 +524,6 @@ class Subscription:
                 _, message = consumer._inbox.popitem_first()
                 out.append(message)
         return out
-
-
-class _Inbox(dict[tuple[int, int], Message]):
-    """Messages dispatched to a consumer and not yet received, in dispatch order."""
-
-    def popitem_first(self) -> tuple[tuple[int, int], Message]:
-        key = next(iter(self))
-        return key, self.pop(key)
-
-
-class Consumer:
-    """A consumer of a :class:`Subscription`; made by :meth:`Subscription.subscribe`."""
-
-    def __init__(self, subscription: Subscription, name: str, priority: int, seq: int) -> None:
-        self.subscription = subscription
-        self.name = name
-        self.priority = priority
-        self.seq = seq
-        self._inbox = _Inbox()
-        self._closed = False
-
-    def __repr__(self) -> str:
-        return f"Consumer({self.name!r}, priority={self.priority}, seq={self.seq})"
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ConsumerClosedError(
-                f"consumer {self.name!r} of subscription {self.subscription.name!r} is closed"
-            )
-
-    def _run(self, fn: Callable[[], T]) -> T:
-        """``fn`` on the subscription's state, if this consumer is still connected."""
-
-        def step() -> T:
-            self._check()
-            return fn()
-
-        return self.subscription._apply(step)
-
-    def receive(self, max_messages: int = 1, timeout: float = 0.0) -> list[Message]:
-        """Up to ``max_messages`` messages; waits up to ``timeout`` seconds for the first.
-
-        ``[]`` when nothing is available for this consumer (yet).
-        """
-        if max_messages < 0:
-            raise ValueError(f"max_messages must be >= 0; got {max_messages}")
-        sub = self.subscription
-        deadline = time.monotonic() + timeout
-        while True:
-            got = self._run(lambda: sub._receive(self, max_messages) if max_messages else [])
-            left = deadline - time.monotonic()
-            if got or left <= 0 or not max_messages:
-                return got
-            # Appends to the broker do not notify us: poll, waking early on acks/joins.
-            sub._pause(min(left, 0.01))
-
-    def ack(self, messages: MessageRef | Iterable[MessageRef]) -> None:
-        """Acknowledge messages (Message objects or ``(queue, offset)`` ids).
-
-        Acknowledging twice does nothing; acknowledging a message of this subscription
-        that another consumer holds is allowed (the cursor is the subscription's).
-        """
-        refs = _refs(messages)
-        self._run(lambda: self.subscription._ack(refs))
-
-    def ack_cumulative(self, message: MessageRef) -> None:
-        """Acknowledge ``message`` and every earlier message of its queue (exclusive and
-        failover subscriptions only, as in Pulsar)."""
-        sub = self.subscription
-        if sub.type not in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            raise ConfigError(
-                f"cumulative acknowledgement is not supported on {sub.type.value} "
-                "subscriptions; acknowledge each message"
-            )
-        self._run(lambda: sub._ack([message], cumulative=True))
-
-    def negative_acknowledge(self, messages: MessageRef | Iterable[MessageRef]) -> None:
-        """Give messages back: they are dispatched again (to any eligible consumer)."""
-        refs = _refs(messages)
-        self._run(lambda: self.subscription._nack(refs))
-
-    def ranges(self) -> list[tuple[int, int]]:
-        """key_shared: the slot ranges this consumer owns now."""
-        sel = self.subscription.selector
-        if sel is None:
-            raise ConfigError("only key_shared consumers own hash ranges")
-        sub = self.subscription
-        return sub._apply(lambda: list(sub.selector.ranges().get(self, [])))
-
-    def close(self) -> None:
-        """Leave the subscription; unacknowledged messages go to the other consumers."""
-        if self._closed:
-            return
-        self.subscription._apply(lambda: self.subscription._remove(self))
-        self._closed = True
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _refs(messages: MessageRef | Iterable[MessageRef]) -> Sequence[MessageRef]:
-    if isinstance(messages, Message):
-        return [messages]
-    if (
-        isinstance(messages, tuple)
-        and len(messages) == 2
-        and all(isinstance(x, int) for x in messages)
-    ):
-        return [messages]  # type: ignore[list-item]
-    return list(messages)  # type: ignore[arg-type]
 
 
 __all__ = [

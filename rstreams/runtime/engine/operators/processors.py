@@ -45,7 +45,7 @@ from rstreams.serde import (
     deserialize_rows,
     remembering_decoder,
 )
-from rstreams.userfn import as_timestamp, is_identity
+from rstreams.userfn import as_timestamp, call_each, is_identity, map_column
 
 #: The processor kinds defined here: kind -> builder (see ``operators.registry``).
 BUILDERS: dict[str, ProcessorBuilder] = {}
@@ -164,22 +164,13 @@ def apply_column(
 ) -> tuple[list[Any], Batch]:
     """``fn`` over the values at C speed; only if that raises, again row by row to apply
     the on_error policy to the failing rows. Returns the results and the surviving rows."""
-    try:
-        if isinstance(fn, Builtin):
-            return fn.column(batch.values), batch
-        return list(map(fn, batch.values)), batch
-    except Exception:
-        pass
-    results: list[Any] = []
-    keep: list[int] = []
-    for i, v in enumerate(batch.values):
-        try:
-            results.append(fn(v))
-        except Exception as e:
-            ctx.handle_error(step, batch.row(i), e, user_fn)
-            continue
-        keep.append(i)
-    return results, batch.take(keep)
+    results, keep = map_column(
+        fn,
+        batch.values,
+        lambda i, e: ctx.handle_error(step, batch.row(i), e, user_fn),
+        fn.column if isinstance(fn, Builtin) else None,
+    )
+    return results, batch if keep is None else batch.take(keep)
 
 
 class FnProcessor(Processor):
@@ -362,18 +353,11 @@ class PeekProcessor(FnProcessor):
     """``fn(value)`` once per record for its side effect; failed records stop here."""
 
     def process(self, batch: Batch) -> None:
-        fn = self.fn
-        failed: list[int] = []
-        for i, v in enumerate(batch.values):
-            try:
-                fn(v)
-            except Exception as e:
-                self.ctx.handle_error(self.name, batch.row(i), e, fn)
-                failed.append(i)
-        if failed:
-            bad = set(failed)
-            batch = batch.take([i for i in range(len(batch)) if i not in bad])
-        self.forward(batch)
+        fn, ctx = self.fn, self.ctx
+        keep = call_each(
+            fn, batch.values, lambda i, e: ctx.handle_error(self.name, batch.row(i), e, fn)
+        )
+        self.forward(batch if keep is None else batch.take(keep))
 
 
 @register_processor("print", BUILDERS)

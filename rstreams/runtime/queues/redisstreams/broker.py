@@ -52,6 +52,7 @@ from rstreams.runtime.queues.redisstreams.codec import (
     stored_bytes,
 )
 from rstreams.runtime.queues.redisstreams.lost import (
+    Reached,
     RedisDataDamagedError,
     RedisDataLostError,
     number,
@@ -149,9 +150,7 @@ class RedisBroker:
         self._compact = _checked(client.register_script(scripts.COMPACT))
         self._held = _checked(client.register_script(scripts.HELD))
         self._options: dict[str, dict[str, Any]] = {}  # topics are never deleted
-        #: Per stream key, the highest end this process saw it reach (its end, a read,
-        #: a committed offset): a stream's end never goes down, so one below is a loss.
-        self._reached: dict[str, tuple[str, int, int]] = {}
+        self._reached = Reached()  # (how far each queue was seen to reach: losses)
         self._closed = False
         #: ``(key, value)`` that every write of this broker checks, in the same atomic
         #: step, besides its own fences: the job lock's generation, for the run that owns
@@ -428,24 +427,13 @@ class RedisBroker:
         return end
 
     def _reach(self, topic: str, queue: int, at_least: int, *, end: bool = False) -> None:
-        """Note that the queue's end is at least ``at_least`` (``end``: is exactly that,
-        then a :class:`RedisDataLostError` if this process saw it reach more)."""
-        key = self.stream_key(topic, queue)
-        reached = self._reached.get(key, (topic, queue, 0))[2]
-        if end and at_least < reached:
-            raise RedisDataLostError(
-                topic, queue, key,
-                f"ends at offset {at_least} but the job had reached offset {reached}",
-                offset=at_least,
-            )  # fmt: skip
-        if at_least > reached:
-            self._reached[key] = (topic, queue, at_least)
+        self._reached.note(topic, queue, self.stream_key(topic, queue), at_least, end=end)
 
     def check_reached(self) -> None:
         """Check that no queue this process saw ends below where it saw it end (after the
         connection to Redis broke: did the server come back with its data?);
         :class:`RedisDataLostError` if one does, or is gone."""
-        for topic, queue, _ in list(self._reached.values()):
+        for topic, queue in self._reached.queues():
             self.end_offset(topic, queue)
 
     def check_not_behind(self, topic: str, queue: int, committed: int) -> None:
@@ -461,14 +449,7 @@ class RedisBroker:
             )  # fmt: skip
 
     def _gone(self, topic: str, queue: int, key: str, offset: int | None) -> RedisDataLostError:
-        reached = self._reached.get(key, (topic, queue, 0))[2]
-        if offset is not None:
-            reached = max(reached, offset)
-        return RedisDataLostError(
-            topic, queue, key,
-            f"does not exist although the topic does (the job had reached offset {reached})",
-            offset=offset,
-        )  # fmt: skip
+        return self._reached.gone(topic, queue, key, offset)
 
     # -- removing records ---------------------------------------------------------------
 
@@ -543,36 +524,14 @@ class RedisBroker:
                 continue
             for q in range(count):
                 start = self.start_offset(topic, q)
-                before = self._retention_point(
-                    topic, q, start,
+                before = retention_point(
+                    self._scan(topic, q), start,
                     None if limit_ms is None else now - limit_ms, limit_bytes,
                 )  # fmt: skip
                 if before > start:
                     self.purge(topic, q, before)
                     dropped += before - start
         return dropped
-
-    def _retention_point(
-        self, topic: str, queue: int, start: int, oldest_ms: int | None, limit_bytes: int | None
-    ) -> int:
-        """The offset retention keeps from (never past the last record)."""
-        sizes: list[tuple[int, int, int]] = []  # (offset, timestamp, bytes)
-        for c in self._scan(topic, queue):
-            sizes += zip(c.offsets, c.timestamps, stored_bytes(c))
-        if not sizes:
-            return start
-        last = len(sizes) - 1
-        cut = 0
-        if oldest_ms is not None:  # the first record young enough
-            cut = next((i for i, (_, ts, _) in enumerate(sizes) if ts >= oldest_ms), last)
-        if limit_bytes is not None:  # the first record from which the rest fits
-            total, i = sum(b for _, _, b in sizes), 0
-            while i < last and total > limit_bytes:
-                total -= sizes[i][2]
-                i += 1
-            cut = max(cut, i)
-        cut = min(cut, last)
-        return sizes[cut][0] if cut > 0 else start
 
     # -- consumer groups ----------------------------------------------------------------
 
@@ -629,3 +588,28 @@ class RedisBroker:
         if not self._closed:
             self._closed = True
             self.client.close()
+
+
+def retention_point(
+    chunks: Iterable[RecordColumns], start: int, oldest_ms: int | None, limit_bytes: int | None
+) -> int:
+    """The offset retention keeps a queue from, given its records from ``start`` on: the
+    first record no older than ``oldest_ms`` and from which the rest fits in
+    ``limit_bytes`` (either None: no such bound), never past the last record."""
+    sizes: list[tuple[int, int, int]] = []  # (offset, timestamp, bytes)
+    for c in chunks:
+        sizes += zip(c.offsets, c.timestamps, stored_bytes(c))
+    if not sizes:
+        return start
+    last = len(sizes) - 1
+    cut = 0
+    if oldest_ms is not None:  # the first record young enough
+        cut = next((i for i, (_, ts, _) in enumerate(sizes) if ts >= oldest_ms), last)
+    if limit_bytes is not None:  # the first record from which the rest fits
+        total, i = sum(b for _, _, b in sizes), 0
+        while i < last and total > limit_bytes:
+            total -= sizes[i][2]
+            i += 1
+        cut = max(cut, i)
+    cut = min(cut, last)
+    return sizes[cut][0] if cut > 0 else start

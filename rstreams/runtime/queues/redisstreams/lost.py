@@ -1,4 +1,5 @@
-"""The error for data Redis acknowledged and no longer has."""
+"""The error for data Redis acknowledged and no longer has, and what a process saw its
+queues reach, by which such a loss is seen."""
 
 from __future__ import annotations
 
@@ -60,3 +61,43 @@ def number(raw: bytes | str | None, key: str, field: str) -> int:
         return int(raw)
     except ValueError:
         raise RedisDataDamagedError(key, field, raw) from None
+
+
+class Reached:
+    """Per stream key, the highest end this process saw a queue reach (its end, a read,
+    a committed offset). A stream's end never goes down, so an end below it, or a
+    stream that is gone, is a :class:`RedisDataLostError` naming that position."""
+
+    __slots__ = ("_ends",)
+
+    def __init__(self) -> None:
+        self._ends: dict[str, tuple[str, int, int]] = {}
+
+    def note(self, topic: str, queue: int, key: str, at_least: int, *, end: bool) -> None:
+        """Note that the queue's end is at least ``at_least`` (``end``: is exactly that,
+        then a :class:`RedisDataLostError` if this process saw it reach more)."""
+        reached = self._ends.get(key, (topic, queue, 0))[2]
+        if end and at_least < reached:
+            raise RedisDataLostError(
+                topic, queue, key,
+                f"ends at offset {at_least} but the job had reached offset {reached}",
+                offset=at_least,
+            )  # fmt: skip
+        if at_least > reached:
+            self._ends[key] = (topic, queue, at_least)
+
+    def gone(self, topic: str, queue: int, key: str, offset: int | None) -> RedisDataLostError:
+        """The error for a queue's stream that no longer exists (``offset``: the
+        position the caller was at, if any)."""
+        reached = self._ends.get(key, (topic, queue, 0))[2]
+        if offset is not None:
+            reached = max(reached, offset)
+        return RedisDataLostError(
+            topic, queue, key,
+            f"does not exist although the topic does (the job had reached offset {reached})",
+            offset=offset,
+        )  # fmt: skip
+
+    def queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queue) whose end this process saw."""
+        return [(topic, queue) for topic, queue, _ in self._ends.values()]

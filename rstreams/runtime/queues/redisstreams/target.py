@@ -260,6 +260,28 @@ def connect(target: RedisTarget, *, patience: float = 0.0, **options: Any) -> re
 def _connect_once(target: RedisTarget, **options: Any) -> redis.Redis:
     import redis
     import redis.exceptions as rx
+
+    where = f"Redis at {target.address}"
+    client = redis.Redis(**{**_client_options(target), **options})
+    try:
+        info = client.info("server")
+    except (
+        rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError, rx.ResponseError,
+        rx.ConnectionError, rx.TimeoutError, OSError,
+    ) as e:  # fmt: skip
+        client.close()
+        raise _refusal(target, where, e) from None
+    try:
+        check_version(str(info.get("redis_version", "0")), where)
+    except RedisVersionError:
+        client.close()
+        raise
+    return client
+
+
+def _client_options(target: RedisTarget) -> dict[str, Any]:
+    """redis-py's settings for ``target``: its address and credentials, TLS, and no
+    retries of its own (the callers retry, knowing what a retry may repeat)."""
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
@@ -281,45 +303,34 @@ def _connect_once(target: RedisTarget, **options: Any) -> redis.Redis:
             ssl_certfile=target.tls_cert,
             ssl_keyfile=target.tls_key,
         )
-    kwargs.update(options)
-    where = f"Redis at {target.address}"
-    client = redis.Redis(**kwargs)
-    try:
-        info = client.info("server")
-    except (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError) as e:
-        client.close()
-        raise RedisAuthError(
-            f"{where} refused the credentials of {target.redacted}: {target.scrub(str(e))}"
-        ) from None
-    except rx.ResponseError as e:
-        client.close()
-        text = target.scrub(str(e))
+    return kwargs
+
+
+def _refusal(target: RedisTarget, where: str, e: Exception) -> RedisConfigError:
+    """The error a user sees for the first command's failure ``e``: refused credentials,
+    no such database, another error reply, failed TLS, or no server there (secrets
+    scrubbed from the text)."""
+    import redis.exceptions as rx
+
+    text = target.scrub(str(e))
+    if isinstance(e, (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError)):
+        return RedisAuthError(f"{where} refused the credentials of {target.redacted}: {text}")
+    if isinstance(e, rx.ResponseError):
         if "DB index" in text or "invalid DB" in text:
-            raise RedisDatabaseError(
+            return RedisDatabaseError(
                 f"{where} has no database {target.db} ({text}); raise its `databases` setting "
                 "or use another number"
-            ) from None
+            )
         if "NOAUTH" in text or "WRONGPASS" in text or "AUTH" in text:
-            raise RedisAuthError(
-                f"{where} refused the credentials of {target.redacted}: {text}"
-            ) from None
-        raise RedisConfigError(f"{where} answered with an error: {text}") from None
-    except (rx.ConnectionError, rx.TimeoutError, OSError) as e:
-        client.close()
-        text = target.scrub(str(e))
-        if target.tls and any(w in text for w in ("SSL", "TLS", "certificate", "Timeout")):
-            # (a server that does not speak TLS never answers the handshake: a timeout)
-            raise RedisTLSError(
-                f"TLS with {where} failed: {text} (check the CA and client certificate files, "
-                "and that the server listens for TLS on this port)"
-            ) from None
-        raise RedisUnreachableError(
-            f"cannot reach {where}: {text.rstrip('.')}; is a redis-server (7.0 or newer) running "
-            f"there, and is the URL right ({target.redacted})?"
-        ) from None
-    try:
-        check_version(str(info.get("redis_version", "0")), where)
-    except RedisVersionError:
-        client.close()
-        raise
-    return client
+            return RedisAuthError(f"{where} refused the credentials of {target.redacted}: {text}")
+        return RedisConfigError(f"{where} answered with an error: {text}")
+    if target.tls and any(w in text for w in ("SSL", "TLS", "certificate", "Timeout")):
+        # (a server that does not speak TLS never answers the handshake: a timeout)
+        return RedisTLSError(
+            f"TLS with {where} failed: {text} (check the CA and client certificate files, "
+            "and that the server listens for TLS on this port)"
+        )
+    return RedisUnreachableError(
+        f"cannot reach {where}: {text.rstrip('.')}; is a redis-server (7.0 or newer) running "
+        f"there, and is the URL right ({target.redacted})?"
+    )
