@@ -414,7 +414,7 @@ class TopologyTestDriver:
                 positions = task.positions
                 if positions[topic] != offset:
                     task.process_next(topic)
-                elif one is None or task.idle or task.lifecycle.state is not _RUNNING:
+                elif one is None or task.step_clock.idle or task.lifecycle.state is not _RUNNING:
                     positions[topic] = offset + 1  # (what process_next does)
                     columns = RecordColumns([offset], [ts], [key], [value], [headers])
                     task.process_records(topic, columns)
