@@ -38,3 +38,22 @@ def lines() -> dict[str, list[str]]:
             if t < 150 * (i + 1):
                 out.append(f"{key} {t}")
     return {"events": out}
+
+
+def labelled(table: dict) -> list[tuple[str, int, str | None, int]]:
+    """A table of the count as ``(key, window start, closed, count)``, sorted."""
+    return sorted((w.key, w.start, w.closed, n) for w, n in table.items())
+
+
+def expected() -> list[tuple[str, int, str | None, int]]:
+    """Worked out from the input: a window closes by event time when the input's
+    largest timestamp is at least its end + grace, else at the end of the input."""
+    times = [(line.split()[0], int(line.split()[1])) for line in lines()["events"]]
+    top = max(t for _, t in times)
+    counts: dict[tuple[str, int], int] = {}
+    for key, t in times:
+        counts[(key, t - t % 100)] = counts.get((key, t - t % 100), 0) + 1
+    return sorted(
+        (key, start, "event-time" if start + 100 + 10 <= top else "end-of-input", n)
+        for (key, start), n in counts.items()
+    )

@@ -51,11 +51,13 @@ least once, the producer keeps its time with its commit: :func:`producer_time_gr
 
 A shuffle with a single producer carries only those, and only when the step reading it
 judges event time (a windowed aggregation or a join, :func:`carries_time`): its
-consumers judge by the largest timestamp they have seen or been told. No control
-record follows a batch there, and none says the input ended, so a window of a queue
-that gets no later record closes at the end of input (``closed="end-of-input"``) even
-where the producer's time had passed it: what is late is exact, only that label and
-the moment such a window comes out are the queue's own.
+consumers judge by the largest timestamp they have seen or been told. After each
+batch the producer tells every queue its time moved past (``StepClock.tells_due``), so
+a window of a queue that gets no later record still closes by event time once that
+time passed it, as on the test driver and Spark.
+
+Which inputs and outputs carry what, and the minimum over producers, are the rules of
+:mod:`rstreams.semantics.clock` (re-exported here); this module is their wire format.
 """
 
 from __future__ import annotations
