@@ -496,15 +496,24 @@ class StepClock:
 
     def tells_due(self, out_time: int) -> list[tuple[str, int, int, int]]:
         """After a batch: ``(topic, queue, time, high)`` for every queue of the told
-        outputs that has not been told ``out_time`` (the task's time): a queue whose
-        records stopped still learns its producer's time, and closes what that time
-        passed before the end of input, as the producer's other queues do."""
+        outputs that has not been told the task's time: a queue whose records stopped
+        still learns its producer's time, and closes what that time passed before the
+        end of input, as the producer's other queues do.
+
+        That time is ``out_time - 1`` while records may follow: a record at
+        ``out_time`` itself, coming later to that queue, must find open what it would
+        have found open had it come in this batch (a session ending ``gap`` before it
+        closes at exactly its time: told first, the session would close before the
+        record could extend it, and the result would depend on where batches end).
+        Nothing ``out_time - 1`` closes can take a record at or within the told slack
+        of ``out_time``. Once the task's input ended, no record follows: ``out_time``."""
         due: list[tuple[str, int, int, int]] = []
         if out_time <= NO_TIME:
             return due
+        time = out_time if self.ended else out_time - 1
         for topic, queues, _ in self.plan.tells:
             for q in range(queues):
-                high = self.tell(topic, q, out_time)
+                high = self.tell(topic, q, time)
                 if high is not None:
-                    due.append((topic, q, out_time, high))
+                    due.append((topic, q, time, high))
         return due
