@@ -414,7 +414,7 @@ class TopologyTestDriver:
                 positions = task.positions
                 if positions[topic] != offset:
                     task.process_next(topic)
-                elif one is None or task.idle or task.lifecycle.state is not _RUNNING:
+                elif one is None or task.step_clock.idle or task.lifecycle.state is not _RUNNING:
                     positions[topic] = offset + 1  # (what process_next does)
                     columns = RecordColumns([offset], [ts], [key], [value], [headers])
                     task.process_records(topic, columns)
@@ -436,10 +436,11 @@ class TopologyTestDriver:
                 return
 
     def _share_time(self, touched: dict[Any, None], task: Any = None) -> None:
-        """After each record: every task of a windowed step or join gets the largest
+        """After each record: every task of a windowed step or join is told the largest
         timestamp any of them has seen, the time the pipe sequence (one producer) has
         reached at that step, whatever queue its records went to (docs/windows.md,
-        event time). What that time closes or expires in any task comes out now.
+        event time; :meth:`StepClock.told <rstreams.semantics.clock.StepClock.told>`).
+        What that time closes or expires in any task comes out now.
 
         Only ``task`` (it processed the record) can have moved its time: only its
         steps are looked at (every step without ``task``, or after work that reaches
@@ -453,7 +454,9 @@ class TopologyTestDriver:
             top = max(p.max_time for _, p in step)
             for task, p in step:
                 if p.max_time < top:
-                    p.max_time = top
+                    # The pipe sequence, one producer, tells the task its time, as the
+                    # engine's single producer tells each queue after a batch.
+                    p.max_time = task.step_clock.told("", top)
                     touched[task] = None
                     p.on_watermark()
 

@@ -100,6 +100,38 @@ def test_uneven_queues_give_the_same_tables_everywhere(name, tmp_path) -> None:
         assert durable.tables == expected, f"{workers} worker(s)"
 
 
+@pytest.mark.slow
+def test_what_closes_before_the_end_is_the_same_everywhere(tmp_path) -> None:
+    # After a keyBy into three queues, some queues get their last record long before the
+    # input ends. A window closes by event time once the input's time passed it, whether
+    # or not its queue gets a later record: before the end of input on every backend
+    # (closed="event-time"), only the windows the last timestamp did not pass at the end
+    # ("end-of-input"). Not only the final counts: which windows close before the end.
+    path = UNEVEN / "closing_count.py"
+    module = runpy.run_path(str(path))
+    topology, inputs, _ = uneven_case(path, tmp_path)
+    expected = module["expected"]()
+    assert {c for _, _, c, _ in expected} == {"event-time", "end-of-input"}
+    # The driver, record by record: what it emits before the end of input is exactly
+    # what closes by event time, in the order the input's time passed each window.
+    with TopologyTestDriver(topology) as d:
+        for line in module["lines"]()["events"]:
+            d.pipe("events", line.encode("utf-8"))
+        before = d.read("counts")
+        d.end_of_input()
+        after = d.read("counts")
+    assert {r.key.closed for r in before} == {"event-time"}
+    assert {r.key.closed for r in after} == {"end-of-input"}
+    assert [r.key.start + 100 for r in before] == sorted(r.key.start + 100 for r in before)
+    labelled = module["labelled"]
+    assert labelled({r.key: r.value for r in before + after}) == expected
+    assert labelled(run(topology, inputs).tables["counts"]) == expected, "in memory"
+    for workers in (1, 2):
+        data_dir = str(tmp_path / f"data-{workers}")
+        durable = run(topology, inputs, data_dir=data_dir, workers=workers, pipeline=str(path))
+        assert labelled(durable.tables["counts"]) == expected, f"{workers} worker(s)"
+
+
 # -- the examples of event time, worked out from their data ---------------------------------
 
 

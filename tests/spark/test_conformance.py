@@ -334,3 +334,20 @@ def test_uneven_queues_streaming(name: str, spark: Any, tmp_path: Path) -> None:
     assert got.tables == expected
     if name == "uneven_join":
         assert run_spark(topology, inputs, spark=spark).tables == expected
+
+
+def test_what_closes_before_the_end_streaming(spark: Any, tmp_path: Path) -> None:
+    """After a keyBy into three queues, a window closes by event time once the input's
+    time passed it, whether or not its queue gets a later record: the same windows
+    close before the end of input (``closed="event-time"``) on the streaming replay as
+    on the driver and the embedded runtimes (tests/integration/
+    test_conformance_embedded.py). Spark batch has no "before the end": it sees the
+    whole input at once and labels nothing."""
+    module = runpy.run_path(str(UNEVEN / "closing_count.py"))
+    topology = module["build"]().build()
+    texts = {t: ("part.txt", "\n".join(ls) + "\n") for t, ls in module["lines"]().items()}
+    _, inputs = driver_and_inboxes(topology, texts, tmp_path)
+    got = run_spark(
+        topology, inputs, spark=spark, streaming=True, checkpoint=str(tmp_path / "checkpoint")
+    )
+    assert module["labelled"](got.tables["counts"]) == module["expected"]()

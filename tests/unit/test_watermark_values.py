@@ -126,13 +126,25 @@ def test_a_shuffle_with_several_producers_carries_their_minimum() -> None:
     assert [t.ctx.watermark for t in downstream(engine)] == [260] * 3
 
 
-def test_one_producer_sends_no_control_records() -> None:
+def test_one_producer_tells_every_queue_its_time_after_a_batch() -> None:
+    # No watermark (one producer): after each batch, every queue of the shuffle is told
+    # the producer's time (less 1 ms while records may follow at that time itself), so a
+    # queue whose records stopped (a@10) still closes what that time passed, before the
+    # end of input, as the driver and Spark do; at its end, the time itself.
     broker = MemoryBroker()
     engine = LocalEngine(window_count(source_queues=1, queues=2), broker, EngineConfig())
     feed(engine, 0, ("a", 10), ("b", 120))
+
+    def last_told() -> list[int]:
+        queues = [broker.read("wm-agg-shuffle", q, 0, 100)[-1] for q in range(2)]
+        assert all(r.key is None for r in queues)
+        return [decode_control(r.value).watermark for r in queues]
+
+    assert last_told() == [119, 119]
+    closed = [r.key for r in broker.read("out", 0, 0, 100)]
+    assert closed == [b'{"@windowed":["a",0,100],"closed":"event-time"}']
     engine.end_of_input()
-    for q in range(2):
-        assert all(r.key is not None for r in broker.read("wm-agg-shuffle", q, 0, 100))
+    assert last_told() == [120, 120]
     assert [t.ctx.watermark for t in downstream(engine)] == [END, END]
 
 
@@ -156,10 +168,10 @@ def test_one_producer_tells_a_queue_its_time_before_a_record_behind_it(
     assert late == 1
     out = [(r.key, r.value) for r in broker.read("out", 0, 0, 100)]
     assert (b'{"@windowed":["a",0,100],"closed":"event-time"}', b"2") in out
-    (told,) = [
-        decode_control(r.value) for r in broker.read("wm-agg-shuffle", 1, 0) if r.key is None
-    ]
-    assert told.watermark == 500
+    # The queue of "a" is told 500 right before a@30 (and after batches, what they end at).
+    queue = broker.read("wm-agg-shuffle", 1, 0)
+    (at,) = [i for i, r in enumerate(queue) if r.key is not None and r.timestamp == 30]
+    assert queue[at - 1].key is None and decode_control(queue[at - 1].value).watermark == 500
 
 
 def test_send_told_tells_the_chosen_queue_of_each_record_behind_before_sending_it() -> None:
@@ -459,11 +471,13 @@ def test_a_caught_up_queue_that_never_had_a_record_says_so_again_to_a_new_owner(
     feed(engine, 1, ("a", 10), ("b", 120))
     punctuate(1000)
     (task,) = downstream(engine)
-    assert task.input_marks.value == 120
+    assert task.step_clock.value == 120
     # The consumer's new owner: nothing of what it read before.
-    task.input_marks = InputWatermarks(list(task.input_marks.marks), task.input_marks.probe)
+    task.step_clock.marks = InputWatermarks(
+        list(task.step_clock.marks.marks), task.step_clock.marks.probe
+    )
     feed(engine, 1, ("a", 230))
     punctuate(1000)
-    assert task.input_marks.value == NO_TIME  # queues 0, 2, 3 not heard of yet
+    assert task.step_clock.value == NO_TIME  # queues 0, 2, 3 not heard of yet
     punctuate(RESEND_WATERMARK_MS)
-    assert task.input_marks.value == 230
+    assert task.step_clock.value == 230

@@ -73,6 +73,7 @@ from rstreams.runtime.spark.segments import ErrorPolicy
 from rstreams.runtime.spark.tables import is_local, local_path, write_bytes_atomically
 from rstreams.runtime.spark.timed import join_side_frame, timed_frame
 from rstreams.semantics.aggregations import Aggregation
+from rstreams.semantics.clock import ClockPlan, StepClock
 from rstreams.semantics.joins import JoinCore
 from rstreams.semantics.temporal import TemporalJoinCore
 from rstreams.semantics.timing import NO_TIME, DictState, Emit
@@ -515,10 +516,16 @@ class Replay:
             yield pd.DataFrame({"k_m": out_k, "v_m": out_v, enc.ORDER: out_o, "_late": out_late})
 
 
+#: The clock of a queue's replay: the source order is its one producer, whose time a
+#: time row tells (as the engine's single producer tells each queue after a batch).
+_SOURCE_ORDER = StepClock(ClockPlan((0, 0)), 0)
+
+
 def _advance(q: WindowQueue | JoinQueue, ts: int, emit: Emit) -> None:
     """A time row: the step's time reached ``ts`` (a record of another queue); close
     and expire what that allows, as the record's own queue does."""
     core = q.core
+    ts = _SOURCE_ORDER.told("", ts)
     if ts > core.time:
         core.emit = emit
         core.max_time = max(core.max_time, ts)

@@ -393,7 +393,7 @@ class Worker:
                 continue
             if not eoi.done(task_id):
                 task.end_of_input()
-            elif not task.ended:
+            elif not task.step_clock.ended:
                 task.input_ended()  # taken over after its end of input: say so again
             else:
                 continue

@@ -51,30 +51,59 @@ least once, the producer keeps its time with its commit: :func:`producer_time_gr
 
 A shuffle with a single producer carries only those, and only when the step reading it
 judges event time (a windowed aggregation or a join, :func:`carries_time`): its
-consumers judge by the largest timestamp they have seen or been told. No control
-record follows a batch there, and none says the input ended, so a window of a queue
-that gets no later record closes at the end of input (``closed="end-of-input"``) even
-where the producer's time had passed it: what is late is exact, only that label and
-the moment such a window comes out are the queue's own.
+consumers judge by the largest timestamp they have seen or been told. After each
+batch the producer tells every queue its time moved past (``StepClock.tells_due``), so
+a window of a queue that gets no later record still closes by event time once that
+time passed it, as on the test driver and Spark.
+
+Which inputs and outputs carry what, and the minimum over producers, are the rules of
+:mod:`rstreams.semantics.clock` (re-exported here); this module is their wire format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import msgpack
 
-from rstreams.dsl.windows import SessionWindow
+# The time rules themselves (which inputs carry time, the minimum over producers) are
+# the stream-time clock's, shared with the other backends; the wire format is here.
+from rstreams.semantics.clock import (
+    END,
+    NO_TIME,
+    TIMED_KINDS,
+    InputWatermarks,
+    Positions,
+    Producer,
+    SourceProbe,
+    carries_time,
+    producers_of,
+    task_count,
+    told_slack,
+    watermarked,
+)
 
-#: No event time yet.
-NO_TIME = -(2**62)
-#: The watermark of an input that has ended.
-END = 2**62
-
-Producer = tuple[int, int]  # (sub-topology id, queue)
-#: The end positions a caught-up producer reached, per user source topic it reads.
-Positions = tuple[tuple[str, int], ...]
+__all__ = [
+    "END",
+    "NO_TIME",
+    "TIMED_KINDS",
+    "Control",
+    "InputWatermarks",
+    "Positions",
+    "Producer",
+    "SourceProbe",
+    "carries_time",
+    "decode_control",
+    "encode_control",
+    "ingest_group",
+    "producer_time_group",
+    "producers_of",
+    "send_told",
+    "task_count",
+    "told_slack",
+    "watermarked",
+]
 
 
 def ingest_group(job_id: str) -> str:
@@ -124,85 +153,6 @@ def decode_control(value: bytes | None) -> Control:
     return Control((int(sub), int(queue)), int(watermark), bool(idle), int(high), caught_up)
 
 
-class SourceProbe(Protocol):
-    """What a consumer asks the broker about a caught-up producer's source queues."""
-
-    def at_end(self, queries: Sequence[tuple[int, Positions]]) -> list[bool]:
-        """For each (queue, positions): queue ``queue`` of each topic still ends at the
-        position given (all in one question: on a networked broker, one round trip)."""
-
-    def ingest_ended(self, caught_up: Sequence[tuple[int, Positions]]) -> bool:
-        """For each (queue, positions): the ingest recorded that it reached the end of
-        each topic's input file when the queue ended at the position given."""
-
-
-def task_count(topology: Any, sub: Any, queue_count: Any) -> int:
-    """Tasks of sub-topology ``sub``: one per queue of its widest source topic."""
-    return max((queue_count(t) or 0) for t in sub.source_topics)
-
-
-def producers_of(topology: Any, topic: str, queue_count: Any) -> list[Producer]:
-    """Every task that writes shuffle topic ``topic``."""
-    out: list[Producer] = []
-    for sub in topology.subtopologies:
-        if any(f.kind == "shuffle-sink" and f.topic == topic for f in sub.factories):
-            out.extend((sub.id, q) for q in range(task_count(topology, sub, queue_count)))
-    return out
-
-
-#: The processor kinds that judge event time.
-TIMED_KINDS = frozenset({"window-aggregate", "join"})
-
-
-def carries_time(topology: Any, topic: str, queue_count: Any) -> bool:
-    """Does shuffle topic ``topic`` carry control records: it has several producers, or
-    one and a consumer that judges event time?"""
-    if len(producers_of(topology, topic, queue_count)) > 1:
-        return True
-    return any(
-        f.kind in TIMED_KINDS for sub in topology.subtopology_of_topic(topic) for f in sub.factories
-    )
-
-
-def watermarked(topology: Any, topic: str, queue_count: Any) -> bool:
-    """Does shuffle topic ``topic`` carry watermark control records (sent after each
-    processed batch)? When it has several producers, and when it feeds a join: a
-    producer's batch reaches a join one side after the other (each branch of the batch
-    in turn), so a time told before a record would run ahead of the other side's
-    records of the same batch (a windowed join would then expire, or take for late,
-    what the other side still has to match); a watermark sent after the whole batch
-    does not."""
-    if len(producers_of(topology, topic, queue_count)) > 1:
-        return True
-    return any(
-        f.kind == "join" for sub in topology.subtopology_of_topic(topic) for f in sub.factories
-    )
-
-
-def told_slack(topology: Any, topic: str) -> int:
-    """How far behind its producer's time a record sent to ``topic`` may be without
-    its queue being told that time first (see :func:`send_told`): the smallest grace of
-    the windowed aggregations reading it (sessions: one less). A record at most that far
-    behind updates the same windows and sessions whether its consumer's time is the
-    producer's or its own records' (a window of the record ends after it, so it closes
-    after ``ts + grace``); only the moment a window closes moves, up to the end of the
-    batch, where the queue is told. 0 (tell every record behind) where a step between
-    the shuffle and the window may change timestamps, or a join reads it."""
-    slack: int | None = None
-    for sub in topology.subtopology_of_topic(topic):
-        for f in sub.factories:
-            if f.kind in ("selectTimestamp", "join"):
-                return 0
-            if f.kind != "window-aggregate":
-                continue
-            window = f.node.window
-            grace = int(window.grace)
-            if isinstance(window, SessionWindow):
-                grace = max(0, grace - 1)  # (a session closes at end + gap + grace, inclusive)
-            slack = grace if slack is None else min(slack, grace)
-    return slack or 0
-
-
 def send_told(
     timestamps: Sequence[int],
     top: int,
@@ -242,105 +192,3 @@ def send_told(
     for q, time in later.items():
         tell(q, time)
     return top
-
-
-class InputWatermarks:
-    """The watermarks a task has received, per producer.
-
-    :attr:`value` is their minimum over the producers not idle (and not caught up, see
-    the module docstring). Once every producer has ended (or is idle), it is the largest
-    watermark any of them sent before that: the largest timestamp of the input, which is
-    where one queue's stream time would be. Without producers it is :data:`END`: nothing
-    bounds the task's time from outside. It never goes back.
-    """
-
-    __slots__ = ("caught_up", "idle", "marks", "probe", "top", "value")
-
-    def __init__(self, producers: list[Producer], probe: SourceProbe | None = None) -> None:
-        self.marks: dict[Producer, int] = dict.fromkeys(producers, NO_TIME)
-        self.idle: set[Producer] = set()
-        #: Producers idle because they read all their input, with the positions.
-        self.caught_up: dict[Producer, Positions] = {}
-        self.probe = probe
-        self.top = NO_TIME  # the largest watermark received short of END
-        self.value = NO_TIME if producers else END
-
-    def update(
-        self,
-        producer: Producer,
-        watermark: int,
-        idle: bool,
-        high: int = NO_TIME,
-        caught_up: Positions | None = None,
-    ) -> bool:
-        """Note a control record; True if :attr:`value` changed. A producer's watermark
-        never goes back (a restarted producer may resend an older one)."""
-        if producer not in self.marks:
-            return False  # not a producer of ours (e.g. a topology since changed)
-        if high < END and high > self.top:
-            self.top = high
-        if watermark > self.marks[producer]:
-            self.marks[producer] = watermark
-            if watermark < END and watermark > self.top:
-                self.top = watermark
-        self.caught_up.pop(producer, None)
-        self.idle.discard(producer)
-        if caught_up is not None and self.probe is not None:
-            self.caught_up[producer] = caught_up
-        elif idle:
-            self.idle.add(producer)
-        return self.refresh()
-
-    def refresh(self) -> bool:
-        """Compute :attr:`value` again (caught-up producers' queues may have grown or
-        their input ended since); True if it changed."""
-        value = self._minimum()
-        if value >= END:
-            value = self.top
-        if value <= self.value:
-            return False
-        self.value = value
-        return True
-
-    def _minimum(self) -> int:
-        if not self.caught_up:
-            return min((w for p, w in self.marks.items() if p not in self.idle), default=END)
-        probe = self.probe
-        assert probe is not None
-        groups: dict[int, list[Producer]] = {}
-        for p in self.marks:
-            groups.setdefault(p[0], []).append(p)
-        asked = [p for p in self.marks if p not in self.idle and self.caught_up.get(p) is not None]
-        ended = dict(
-            zip(asked, probe.at_end([(p[1], self.caught_up[p]) for p in asked]), strict=True)
-        )
-        value = END
-        for members in groups.values():
-            held: list[int] = []  # the watermarks of members that hold time back
-            at_end: list[Producer] = []  # caught up, and their queues still end there
-            awake = 0
-            for p in members:
-                if p in self.idle:
-                    continue
-                awake += 1
-                positions = self.caught_up.get(p)
-                if positions is not None and ended[p]:
-                    at_end.append(p)
-                    if len(positions) == 1:
-                        continue  # one input, read in order: nothing of it is behind
-                held.append(self.marks[p])
-            if at_end and len(at_end) == awake:
-                # All of this input is read: it holds nothing back. Unless it never gave
-                # a record: an input not started yet (an empty file, followed) holds
-                # time back, or a join would drop everything its other side buffered.
-                started = any(self.marks[p] > NO_TIME for p in at_end)
-                if started and probe.ingest_ended([(p[1], self.caught_up[p]) for p in at_end]):
-                    continue
-                if not held:
-                    # Every queue read, but the ingest has not reached the end of the
-                    # input yet: time is where the input got.
-                    value = min(value, max(self.marks[p] for p in at_end))
-                    continue
-            if held:
-                value = min(value, *held)
-        return value

@@ -68,19 +68,13 @@ from rstreams.runtime.engine.operators.processors import Processor, SourceProces
 from rstreams.runtime.engine.operators.producer import Producer
 from rstreams.runtime.engine.operators.registry import PROCESSORS
 from rstreams.runtime.engine.operators.watermarks import (
-    END,
     NO_TIME,
     TIMED_KINDS,
-    InputWatermarks,
     Positions,
-    carries_time,
     decode_control,
     encode_control,
     ingest_group,
     producer_time_group,
-    producers_of,
-    told_slack,
-    watermarked,
 )
 from rstreams.runtime.engine.tasks.commit import Commit, Committer
 from rstreams.runtime.engine.tasks.faults import maybe_crash
@@ -96,6 +90,7 @@ from rstreams.runtime.inputs import InputLocator
 from rstreams.runtime.layout import store_dir
 from rstreams.runtime.queues.base import RecordColumns
 from rstreams.runtime.queues.broker import Broker
+from rstreams.semantics.clock import RESEND_WATERMARK_MS, StepClock, plan_clock
 from rstreams.serde import INTERNAL_SERDE
 from rstreams.state.metered import MeteredStore, store_stack
 from rstreams.state.stores import KeyValueStore, MemoryStore, StoreDamagedError
@@ -115,13 +110,6 @@ __all__ = [
 
 Fetch = Callable[[str, int, int, int], RecordColumns]
 
-#: How often (wall ms) a task tells its consumers an unchanged watermark again.
-RESEND_WATERMARK_MS = 10_000
-#: How often a consumer looks again at the queues of producers that said they were
-#: caught up (their input may have ended, or grown, since).
-REFRESH_CAUGHT_UP_MS = 200
-#: A task's mark before it said anything: nothing a consumer needs told again.
-_NOTHING_SENT: tuple[int, bool, None] = (NO_TIME, False, None)
 #: Records one broker transaction of a worker's commit holds before the next task's
 #: commit goes into another: a Redis script blocks the server while it runs (other
 #: clients get BUSY replies past ``lua-time-limit``, 5 s by default).
@@ -205,24 +193,6 @@ def relieve_memory(tasks: Collection[Task], budget: int) -> list[tuple[str, int]
         t.drop_clean()  # what the commit stored
         total -= held[t] - t.held()
     return written
-
-
-def _marked_inputs(
-    topology: Topology, sources: Iterable[str], count: Any
-) -> tuple[set[str], set[str], list[Any]]:
-    """Of the shuffle topics among ``sources``: those with several producers (with the
-    producers), and those whose one producer tells its time."""
-    marked: set[str] = set()
-    told: set[str] = set()
-    producers: list[tuple[int, int]] = []
-    for topic in sources:
-        if topology.topics[topic].role == "shuffle":
-            if watermarked(topology, topic, count):
-                marked.add(topic)
-                producers += producers_of(topology, topic, count)
-            elif carries_time(topology, topic, count):
-                told.add(topic)
-    return marked, told, producers
 
 
 def transactions_topic(job_id: str) -> str:
@@ -379,77 +349,40 @@ class Task:
         self._input_topics = [t for t in self.sources if self.topology.topics[t].role != "shuffle"]
         if self._input_topics:
             self.ctx.locate = InputLocator(self.broker, self._input_topics).locate
-        self._init_watermarks()
+        self._init_clock()
         for p in self.processors:
             p.init(self.ctx)
         # The processors with something to do at a commit (most have nothing).
         self._flushing = [p for p in self.processors if p.holds]
         #: Whether prepare_commit has anything to do (the test driver skips the others).
-        self.prepares = bool(self._flushing or self.marked_outputs or self.stores)
+        self.prepares = bool(self._flushing or self.marked_outputs or self.ctx.tell or self.stores)
 
-    def _init_watermarks(self) -> None:
-        """Which of this task's inputs carry watermarks (shuffles with several
-        producers) and which of its outputs must (the same, seen from upstream)."""
-        count = self.broker.queue_count
-        topology = self.topology
-        #: Shuffle topics read whose records include watermark control records: from
-        #: several producers (their minimum is this task's watermark), or from one
-        #: (``told_inputs``: what it says raises the time of the timed steps).
-        self.marked_inputs, self.told_inputs, producers = _marked_inputs(
-            topology, self.sources if self.config.watermarks else [], count
-        )
-        #: Per told input, the latest time it told (used when there are several).
-        self._told_times: dict[str, int] = {}
+    def _init_clock(self) -> None:
+        """This task's stream time (:class:`~rstreams.semantics.clock.StepClock`):
+        which inputs carry watermarks or told times, which outputs must, from the
+        topology and the queue counts."""
+        topology, config = self.topology, self.config
+        reads_files = config.caught_up_idle and len(self._input_topics) == len(self.sources)
+        plan = plan_clock(
+            topology, self.sub, self.queue, self.sources, self.broker.queue_count,
+            watermarks=config.watermarks, reads_files=reads_files, idle_ms=config.source_idle_ms,
+        )  # fmt: skip
+        probe = _BrokerProbe(self.broker, topology.job_id) if config.caught_up_idle else None
+        self.step_clock = StepClock(plan, self.clock(), probe, self._restored_times)
+        self.ctx.watermark = self.step_clock.value
         #: Inputs whose records need nothing but processing: no control records among
         #: them, no idleness to follow (see one_record).
-        self._plain_inputs = set(self.sources) - self.marked_inputs - self.told_inputs
-        if self.config.source_idle_ms is not None:
+        self._plain_inputs = set(self.sources) - plan.marked - set(plan.told)
+        if plan.idle_ms is not None:
             self._plain_inputs.clear()
         # (Any: their stream time, max_time, is theirs, not every processor's.)
         self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
-        probe = _BrokerProbe(self.broker, topology.job_id) if self.config.caught_up_idle else None
-        self.input_marks = InputWatermarks(producers, probe)
-        self.ctx.watermark = self.input_marks.value
-        self._refreshed_at = self.clock()
-        #: Inputs without watermarks: then what this task sends bounds its own watermark.
-        self.unmarked_input = len(self.marked_inputs) < len(self.sources)
-        #: Reads input files only (see EngineConfig.caught_up_idle): says it is caught up
-        #: when it has read all its queues hold.
-        self.reads_inputs = self.config.caught_up_idle and len(self._input_topics) == len(
-            self.sources
-        )
-        #: (shuffle topic, queue count) this task must send its watermark to.
-        self.marked_outputs: list[tuple[str, int]] = []
-        for f in self.sub.factories:
-            if f.kind != "shuffle-sink" or f.topic is None or not self.config.watermarks:
-                continue
-            entry = (f.topic, count(f.topic) or 0)
-            if watermarked(topology, f.topic, count) and entry not in self.marked_outputs:
-                self.marked_outputs.append(entry)
-            # What this task sends bounds its watermark (it reads no watermarks): it
-            # tells a queue its time before a record behind it (see the watermarks
-            # module). Only to a shuffle it alone feeds: several producers' consumers
-            # take a control record for a watermark (nothing older follows), which a
-            # told time is not; theirs come after each batch (marked_outputs).
-            if (
-                self.config.watermarks
-                and not self.marked_inputs
-                and not watermarked(topology, f.topic, count)
-                and carries_time(topology, f.topic, count)
-            ):
-                self.ctx.tell[f.topic] = functools.partial(self._tell, f.topic)
-                self.ctx.told_slack[f.topic] = told_slack(topology, f.topic)
-        self._told: dict[tuple[str, int], int] = {}
-        self.ended = False
-        self.idle = False
-        #: The positions this task was idle at because it had read all its input.
-        self.caught_up: Positions | None = None
-        self._last_input = self.clock()
-        self._sent_mark: tuple[int, bool, Positions | None] = _NOTHING_SENT
-        self._sent_at = self._last_input
-        # The largest watermark sent short of END (and the largest timestamp sent), as of
-        # the last commit of an earlier owner.
-        self.ctx.out_time, self._high = self._restored_times
+        self.marked_outputs = plan.outputs
+        for topic, _, slack in plan.tells:
+            self.ctx.tell[topic] = functools.partial(self._tell, topic)
+            self.ctx.told_slack[topic] = slack
+        # The largest timestamp sent, as of the last commit of an earlier owner.
+        self.ctx.out_time = self._restored_times[0]
         #: At least once, a task that tells its time keeps it with its offsets.
         self._kept_time: int | None = None
         if self.ctx.tell and not self.exactly_once:
@@ -457,72 +390,55 @@ class Task:
             times = [kept.get((t, self.queue), NO_TIME) for t in self.ctx.tell]
             self.ctx.out_time = self._kept_time = max(self.ctx.out_time, *times)
 
-    # -- watermarks ----------------------------------------------------------------------
+    # -- stream time ---------------------------------------------------------------------
 
     @property
     def watermark(self) -> int:
         """This task's watermark: nothing it sends from now on is older (END once its
         bounded input is over)."""
-        if self.ended:
-            return END
-        wm = self.ctx.watermark
-        if self.unmarked_input:
-            wm = min(wm, self.ctx.out_time)
-        return wm
+        return self.step_clock.watermark(self.ctx.out_time)
 
-    def _send_watermark(self, again: bool = False) -> None:
-        """Tell the consumers of this task's shuffles its watermark, after the records
-        it follows (in the same transaction), if it moved (or ``again``). Not while a
-        processor holds records back (combined or coalesced updates): they go first,
-        at commit."""
-        # (END is final: once sent, nothing more is news to a consumer, and a control
-        # record appended after the end of input would stay uncommitted lag.)
-        if not self.marked_outputs or self._sent_mark[0] >= END:
+    def _send_marks(self, again: bool = False) -> None:
+        """Send what the clock says is due, after the records it follows (in the same
+        transaction): its watermark to the consumers of its marked shuffles (not while
+        a processor holds records back: they go first, at commit), its time to every
+        queue of a told shuffle that has not reached it."""
+        clock, out_time = self.step_clock, self.ctx.out_time
+        me, send = (self.sub.id, self.queue), self.producer.send
+        if clock.plan.tells:
+            for topic, q, time, high in clock.tells_due(out_time):
+                send(topic, q, None, encode_control(me, time, False, high), 0, ())
+        if not self.marked_outputs:
             return
-        mark = (self.watermark, self.idle, self.caught_up)
-        if (mark == self._sent_mark and not again) or (
-            not self.ended and any(p.held() for p in self.processors)
-        ):
-            return
-        self._sent_mark = mark
-        self._sent_at = self.clock()
-        if mark[0] < END and mark[0] > self._high:
-            self._high = mark[0]
-        value = encode_control((self.sub.id, self.queue), mark[0], mark[1], self._high, mark[2])
-        for topic, n in self.marked_outputs:
-            for q in range(n):
-                self.producer.send(topic, q, None, value, 0, ())
+        holding = any(p.held() for p in self.processors)
+        mark = clock.outgoing(out_time, self.clock(), holding, again)
+        if mark is not None:
+            value = encode_control(me, *mark)
+            for topic, n in self.marked_outputs:
+                for q in range(n):
+                    send(topic, q, None, value, 0, ())
 
     def _tell(self, topic: str, queue: int, time: int) -> None:
         """Tell queue ``queue`` of ``topic`` this task's time, before a record behind it."""
-        if self._told.get((topic, queue), NO_TIME) >= time:
-            return
-        self._told[(topic, queue)] = time
-        if time > self._high:
-            self._high = time
-        value = encode_control((self.sub.id, self.queue), time, False, self._high)
-        self.producer.send(topic, queue, None, value, 0, ())
+        high = self.step_clock.tell(topic, queue, time)
+        if high is not None:
+            value = encode_control((self.sub.id, self.queue), time, False, high)
+            self.producer.send(topic, queue, None, value, 0, ())
 
     def _on_control(self, value: bytes | None, topic: str) -> None:
         c = decode_control(value)
-        if topic in self.told_inputs:
-            # One producer: its time (or, at its end, the last time it had before)
-            # is the time of this task's timed steps. Several such inputs (a join of
-            # two topics) are several producers: their minimum, once each has told one.
-            told = c.watermark if c.watermark < END else c.high
-            if len(self.told_inputs) > 1:
-                self._told_times[topic] = max(self._told_times.get(topic, NO_TIME), told)
-                told = min(self._told_times.get(t, NO_TIME) for t in self.told_inputs)
+        clock = self.step_clock
+        if topic in clock.plan.told:
+            told = clock.told(topic, c.watermark, c.high)
             for p in self._timed:
                 if told > p.max_time:
                     p.max_time = told
                     p.on_watermark()
-            return
-        if self.input_marks.update(c.producer, c.watermark, c.idle, c.high, c.caught_up):
+        elif clock.mark(c.producer, c.watermark, c.idle, c.high, c.caught_up):
             self._watermark_moved()
 
     def _watermark_moved(self) -> None:
-        self.ctx.watermark = self.input_marks.value
+        self.ctx.watermark = self.step_clock.value
         for p in self.processors:
             p.on_watermark()
 
@@ -566,14 +482,13 @@ class Task:
         if lifecycle.state is not _RUNNING:
             lifecycle.check()
         try:  # an error fails the task
-            source = self.sources[topic]
-            unmarked = topic not in self.marked_inputs
-            if unmarked and (self.idle or self.config.source_idle_ms is not None):
-                self._last_input = self.clock()
-                self.idle = False
-                self.caught_up = None
+            source, clock = self.sources[topic], self.step_clock
+            plan = clock.plan
+            unmarked = topic not in plan.marked
+            if unmarked and (clock.idle or plan.idle_ms is not None):
+                clock.input_came(self.clock())
             if (
-                unmarked and topic not in self.told_inputs
+                unmarked and topic not in plan.told
             ) or None not in records.keys:  # no control record among them
                 source.process_log(self.queue, records)
             else:
@@ -586,8 +501,8 @@ class Task:
                         start = i + 1
                 if start < len(keys):
                     source.process_log(self.queue, records.slice(start, len(keys)))
-            if self.marked_outputs:
-                self._send_watermark()
+            if self.marked_outputs or plan.tells:
+                self._send_marks()
         except BaseException:
             lifecycle.fail()
             raise
@@ -598,7 +513,7 @@ class Task:
         source, for an input without watermarks or idleness to follow while the task
         runs and is not idle (an error then fails the task, as :meth:`process_records`
         would). None: such records go through :meth:`process_records`."""
-        if topic not in self._plain_inputs or self.marked_outputs:
+        if topic not in self._plain_inputs or self.marked_outputs or self.ctx.tell:
             return None
         return self.sources[topic].process_one
 
@@ -616,31 +531,10 @@ class Task:
         with self.lifecycle:  # an error fails the task
             for p in self.processors:
                 p.punctuate(now)
-            idle_ms = self.config.source_idle_ms
-            if self.reads_inputs and not self.idle and not self.ended and not self.lag(ends):
-                # Read all it was given: hold nothing back while the queues end there.
-                self.idle = True
-                self.caught_up = tuple(sorted(self.positions.items()))
-            elif (
-                idle_ms is not None
-                and self.unmarked_input
-                and (not self.idle or self.caught_up is not None)
-                and now - self._last_input >= idle_ms
-                and not self.lag(ends)
-            ):
-                self.idle = True  # stop holding the watermark back until input comes
-                self.caught_up = None
-            if self.input_marks.caught_up and now - self._refreshed_at >= REFRESH_CAUGHT_UP_MS:
-                # A caught-up producer's queue may have grown, or its input ended.
-                self._refreshed_at = now
-                if self.input_marks.refresh():
-                    self._watermark_moved()
-            # Now and then again, unchanged: a consumer restarted since has lost it
-            # (what it had read before its last commit is not read again). That includes
-            # a mark with no time but idle or caught up (a queue the input never reached):
-            # without it, a consumer's new owner would wait for that producer forever.
-            again = self._sent_mark != _NOTHING_SENT and now - self._sent_at >= RESEND_WATERMARK_MS
-            self._send_watermark(again)
+            clock = self.step_clock
+            if clock.punctuate(now, lambda: self.lag(ends), tuple(sorted(self.positions.items()))):
+                self._watermark_moved()
+            self._send_marks(clock.resend_due(now))
 
     def end_of_input(self) -> None:
         """Bounded input is over for this task's inputs: let processors finish."""
@@ -649,14 +543,14 @@ class Task:
                 p.end_of_input()
             for p in self.processors:
                 p.flush()  # what waits for a commit goes before the final watermark
-            self.ended = True
-            self._send_watermark()
+            self.step_clock.end()
+            self._send_marks()
 
     def input_ended(self) -> None:
         """End of input was declared, and handled by an earlier owner of this task:
         its watermark is infinite again (its consumers may have lost it)."""
-        self.ended = True
-        self._send_watermark()
+        self.step_clock.end()
+        self._send_marks()
 
     def held(self) -> int:
         """Entries this task keeps in memory: cached state, combined partials,
@@ -705,8 +599,8 @@ class Task:
         try:  # an error fails the task, as it would fail the commit
             for p in self._flushing:
                 p.flush()
-            if self.marked_outputs:
-                self._send_watermark()
+            if self.marked_outputs or self.ctx.tell:
+                self._send_marks()
             now = self.clock()
             for store in self.stores.values():
                 # (A full cache stays: the changes it holds are not written yet.)
@@ -719,7 +613,7 @@ class Task:
         """All :meth:`prepare_commit` does while the task runs, as calls of the clock
         time for its stores to make (the test driver makes them itself); None when it
         does more (processors to flush, watermarks to send)."""
-        if self._flushing or self.marked_outputs or self.committer.exactly_once:
+        if self._flushing or self.marked_outputs or self.ctx.tell or self.committer.exactly_once:
             return None
         return [store.prepare for store in self.stores.values()]
 
@@ -743,13 +637,13 @@ class Task:
         maybe_crash("commit-start")
         for p in self._flushing:
             p.flush()  # coalesced updates go out now
-        self._send_watermark()  # after them, in the same transaction
+        self._send_marks()  # after them, in the same transaction
         # (an error fails the task: see commit_tasks)
         return self.committer.begin(
             self.clock(),
             self.stores.values(),
             self.positions,
-            (self.ctx.out_time, self._high),
+            (self.ctx.out_time, self.step_clock.high),
             tx,
         )
 
