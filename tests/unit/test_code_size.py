@@ -28,7 +28,6 @@ ALLOWED: set[str] = {
     "admin.py",
     "admin.py::add_parsers",
     # the stream-time clock's rework
-    "runtime/spark/stateful.py::Replay.__call__",
     "runtime/spark/streaming.py::run_streaming",
 }
 
