@@ -27,8 +27,6 @@ ALLOWED: set[str] = {
     # the admin commands' split
     "admin.py",
     "admin.py::add_parsers",
-    # the stream-time clock's rework
-    "runtime/spark/streaming.py::run_streaming",
 }
 
 
