@@ -351,13 +351,10 @@ class _ReplayedQueue:
         """The queue's stream time: what its clock was told."""
         return self.clock.told_time
 
-    def _time_of(self, ts: int, watermark: int | None) -> int:
-        """The time to replay a record at ``ts`` with: ``watermark``, the time the clock
-        reached by it (a replay tells it a batch at once); None (a record replayed on its
-        own): the clock is told ``ts`` now."""
-        if watermark is None:
-            return self.clock.told_each(SOURCE_ORDER, (ts,))[0]
-        return watermark
+    def _told(self, ts: int) -> int:
+        """A record replayed on its own (no time given): the clock is told ``ts`` now;
+        the time it reached by it. (:class:`Replay` tells a micro-batch at once.)"""
+        return self.clock.told_each(SOURCE_ORDER, (ts,))[0]
 
     def advance(self, time: int, emit: Emit) -> None:
         """A time row: the step's time reached ``time`` (by a record of another queue,
@@ -404,11 +401,13 @@ class WindowQueue(_ReplayedQueue):
 
     def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
-        """Replay one record, with the time its clock reached by it (``watermark``, see
-        :meth:`_time_of`): True if it counted, False if it was late; raises if the
+        """Replay one record, with the time its clock reached by it (``watermark``; None:
+        see :meth:`_told`): True if it counted, False if it was late; raises if the
         update failed (then nothing expires, as on the engine)."""
         self.core.emit = emit
-        return self.core.record(k, v, ts, -1, self._time_of(ts, watermark))
+        if watermark is None:
+            watermark = self._told(ts)
+        return self.core.record(k, v, ts, -1, watermark)
 
     def end_of_input(self, emit: Emit) -> None:
         """Close every open window (close mode); update mode keeps them for more input."""
@@ -466,12 +465,15 @@ class JoinQueue(_ReplayedQueue):
     def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
         """Replay one record of side ``side_no`` (``order``: its ``_o``, a temporal
-        join's position; ``watermark``: see :meth:`_time_of`): False if it was late."""
+        join's position; ``watermark``: the time its clock reached by it, None: see
+        :meth:`_told`): False if it was late."""
         off = self.offset
         self.offset += 1
         self.core.emit = emit
         side = "L" if side_no == LEFT else "R"
-        return self.core.record(side, k, v, ts, off, self._time_of(ts, watermark), order)
+        if watermark is None:
+            watermark = self._told(ts)
+        return self.core.record(side, k, v, ts, off, watermark, order)
 
     def end_of_input(self, emit: Emit) -> None:
         """Nothing can match any more: emit the unmatched, empty the buffers."""
