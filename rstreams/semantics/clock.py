@@ -13,8 +13,12 @@ event time). How that time travels differs by backend, what it is does not:
 * the test driver: the piped records are one producer; after each record it tells
   every task of a step the producer's time (:meth:`StepClock.told`), as the engine's
   producer tells every queue of a shuffle after each batch;
-* Spark's streaming replay: the query's source order is one producer; a *time row*
-  tells a queue that producer's time (:meth:`StepClock.told` again).
+* Spark's streaming replay: each replayed queue holds a :class:`StepClock` whose plan
+  has one told input, the query's source order (one producer, both sides of a join
+  included, as the driver's pipe); its records and *time rows* (another queue's record
+  that raised that producer's time) tell it that time, a micro-batch at once
+  (:meth:`StepClock.told_each`), and the window and join cores judge each row by what
+  it returns.
 
 So after a shuffle with several queues, a window closes before the end of input on
 every backend once its producers' time passed it, whether or not its own queue gets a
@@ -34,13 +38,14 @@ Inputs and their rules, as the plan says them:
   (``out_time``), and may go idle (``idle_ms``) or be caught up (``reads_files``).
 
 The clock does no per-record work: the engine calls it once per batch, per control
-record and per punctuation.
+record and per punctuation, Spark's replay once per queue and micro-batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 from rstreams.dsl.windows import SessionWindow
@@ -415,12 +420,41 @@ class StepClock:
     def told(self, topic: str, time: int, high: int = NO_TIME) -> int:
         """A told input's producer told ``time`` (END with ``high``: it ended, having
         got to ``high``). Returns the time the timed steps have reached by it: this
-        one, or with several told inputs their minimum once each has told one."""
+        one (they keep the largest themselves, as their ``max_time``), or with several
+        told inputs their minimum once each has told one. The clock keeps the largest
+        each input told (:attr:`told_time`)."""
         if time >= END:
             time = high
+        told = self.told_times
+        if time > told.get(topic, NO_TIME):
+            told[topic] = time
         if len(self.plan.told) <= 1:
             return time
-        self.told_times[topic] = max(self.told_times.get(topic, NO_TIME), time)
+        return min(told.get(t, NO_TIME) for t in self.plan.told)
+
+    def told_each(self, topic: str, times: Sequence[int]) -> list[int]:
+        """Told each of ``times`` in turn (none END), in one call: the time the timed
+        steps have reached after each, the largest the input told so far (or with
+        several told inputs, the minimum of theirs). A replay that knows a batch of its
+        producer's times at once (Spark's: a queue's records and time rows of a
+        micro-batch, in source order) asks once per batch, not once per record."""
+        start = self.told_times.get(topic, NO_TIME)
+        reached = list(accumulate(times, max, initial=start))
+        del reached[0]
+        if not reached:
+            return reached
+        self.told_times[topic] = reached[-1]
+        if len(self.plan.told) <= 1:
+            return reached
+        others = min(self.told_times.get(t, NO_TIME) for t in self.plan.told if t != topic)
+        return [min(t, others) for t in reached]
+
+    @property
+    def told_time(self) -> int:
+        """The time the told inputs have reached (their minimum); NO_TIME before each
+        has told one, or without told inputs."""
+        if not self.plan.told:
+            return NO_TIME
         return min(self.told_times.get(t, NO_TIME) for t in self.plan.told)
 
     def input_came(self, now: int) -> None:

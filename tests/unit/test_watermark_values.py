@@ -27,6 +27,7 @@ from rstreams.runtime.engine.operators.watermarks import (
 )
 from rstreams.runtime.engine.tasks.task import RESEND_WATERMARK_MS, Task
 from rstreams.runtime.queues.memory import MemoryBroker
+from rstreams.semantics.clock import ClockPlan, StepClock
 
 
 def test_the_input_watermark_is_the_minimum_over_producers() -> None:
@@ -54,6 +55,21 @@ def test_end_of_input_and_idle_producers_stop_holding_it_back() -> None:
     assert marks.value == 30
     assert not marks.update((5, 5), 99, False)  # not a producer of this input
     assert InputWatermarks([]).value == END
+
+
+def test_a_told_input_tells_a_batch_of_times_at_once_as_one_by_one() -> None:
+    # Spark's replay tells a queue's clock a micro-batch of its producer's times in one
+    # call: the time reached after each is the largest told so far, across calls.
+    one = StepClock(ClockPlan((0, 0), ("t",), told=("t",)), 0)
+    assert one.told_each("t", [5, 3, 9, 7]) == [5, 5, 9, 9]
+    assert one.told_each("t", [8, 12]) == [9, 12]
+    assert one.told_each("t", []) == [] and one.told_time == 12
+    assert one.told("t", 10) == 10 and one.told_time == 12  # (the caller keeps its largest)
+    # Several told inputs (a join of two topics): their minimum once each has told one.
+    two = StepClock(ClockPlan((0, 0), ("a", "b"), told=("a", "b")), 0)
+    assert two.told_each("a", [4, 20]) == [NO_TIME, NO_TIME]
+    assert two.told_each("b", [6, 30]) == [6, 20]
+    assert two.told("a", 25) == 25 and two.told_time == 25
 
 
 def test_control_records_round_trip() -> None:

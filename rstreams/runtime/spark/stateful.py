@@ -6,7 +6,10 @@ of its shuffle topic (``mmh3(msgpack(key)) % queues``, with the planner's queue 
 and judges lateness, window closing and join expiry against *stream time*: the step's,
 the largest timestamp its producer has sent to any of its queues (docs/windows.md,
 event time; here the producer is the query's source order, and :class:`_Route` sends
-every record that raises that time to every queue as a time row). Stream time is
+every record that raises that time to every queue as a time row). Each queue holds a
+:class:`~rstreams.semantics.clock.StepClock` (:func:`replay_plan`: one told input, the
+source order): the queue's records and time rows of a micro-batch tell it their times
+in one call, and the core judges each row by the time it says. Stream time is
 shared by all keys: a record of one key closes the windows of another. A Spark
 operator keyed by the record key could not replay that, and Spark's own session windows
 and stream-stream joins judge by one watermark per query and emit in append mode only
@@ -54,7 +57,6 @@ stream time stay, so a later run continues them; join buffers are emptied).
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 from collections.abc import Iterator
@@ -315,29 +317,78 @@ class JoinSpec:
         )  # fmt: skip
 
 
-class WindowQueue:
+#: The one input a replayed queue's clock is told the time of: the query's source order,
+#: the single producer of the step's records, both sides of a join included (as the
+#: driver's pipe: docs/windows.md, event time).
+SOURCE_ORDER = "source order"
+
+
+def replay_plan(queue: int) -> ClockPlan:
+    """The :class:`~rstreams.semantics.clock.ClockPlan` of queue ``queue`` of a replayed
+    step: one told input, the source order (its records and time rows tell its time); no
+    marked input, nothing sent on (a replayed queue has no consumers to tell)."""
+    return ClockPlan((0, queue), sources=(SOURCE_ORDER,), told=(SOURCE_ORDER,))
+
+
+class _ReplayedQueue:
+    """What a window and a join queue share: the queue's :class:`StepClock` (built from
+    :func:`replay_plan`, restored from the saved stream time), which the core judges by:
+    each record and time row is replayed with the time the clock says the source order
+    has reached (:meth:`StepClock.told_each`, once per micro-batch)."""
+
+    core: WindowCore | JoinCore | TemporalJoinCore
+
+    def __init__(self, queue: int, saved: dict[str, Any] | None) -> None:
+        self.clock = StepClock(replay_plan(queue), 0)  # (no wall-clock rules: now is 0)
+        if saved is not None:
+            self.clock.told(SOURCE_ORDER, saved["t"])
+
+    def _restore_time(self) -> None:
+        self.core.time = self.core.max_time = self.clock.told_time
+
+    @property
+    def time(self) -> int:
+        """The queue's stream time: what its clock was told."""
+        return self.clock.told_time
+
+    def _told(self, ts: int) -> int:
+        """A record replayed on its own (no time given): the clock is told ``ts`` now;
+        the time it reached by it. (:class:`Replay` tells a micro-batch at once.)"""
+        return self.clock.told_each(SOURCE_ORDER, (ts,))[0]
+
+    def advance(self, time: int, emit: Emit) -> None:
+        """A time row: the step's time reached ``time`` (by a record of another queue,
+        as the clock says); close and expire what that allows, as the record's own
+        queue does."""
+        core = self.core
+        if time > core.time:
+            core.emit = emit
+            core.max_time = max(core.max_time, time)
+            core.advance(time)
+
+
+class WindowQueue(_ReplayedQueue):
     """One queue of a window step: :class:`~rstreams.semantics.windows.WindowCore` over
     a dict, saved as ``{"t": stream time, "w": [[key, start, end, aggregate, largest
     timestamp]], "h": [[close time, key, start]]}`` (an earlier version's rows have no
     largest timestamp: results carry no event time here, so the start stands in)."""
 
-    def __init__(self, spec: WindowSpec, saved: dict[str, Any] | None) -> None:
+    core: WindowCore
+
+    def __init__(self, spec: WindowSpec, saved: dict[str, Any] | None, queue: int = 0) -> None:
+        super().__init__(queue, saved)
         agg = Aggregation.of_parts(spec.op, spec.fn, spec.initializer, spec.merger)
         self.state = DictState()
         self.core = WindowCore(agg, spec.window, spec.emit, self.state, _ignore)
         self.session = self.core.session
         if saved is not None:
-            self.core.time = self.core.max_time = saved["t"]
+            self._restore_time()
             for k, s, e, agg_value, *top in saved["w"]:
                 if self.session:
                     self.state.put(("s", k, s), (e, agg_value))
                 else:
                     self.state.put(("w", k, s), (agg_value, top[0] if top else s))
             self.core.restore(saved["h"])
-
-    @property
-    def time(self) -> int:
-        return self.core.time
 
     def save(self) -> dict[str, Any]:
         rows = []
@@ -346,13 +397,16 @@ class WindowQueue:
                 rows.append([k, s, value[0], value[1]])
             else:
                 rows.append([k, s, s + self.core.size, value[0], value[1]])
-        return {"t": self.core.time, "w": rows, "h": self.core.saved_heap()}
+        return {"t": self.time, "w": rows, "h": self.core.saved_heap()}
 
     def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
-        """Replay one record: True if it counted, False if it was late; raises if the
+        """Replay one record, with the time its clock reached by it (``watermark``; None:
+        see :meth:`_told`): True if it counted, False if it was late; raises if the
         update failed (then nothing expires, as on the engine)."""
         self.core.emit = emit
+        if watermark is None:
+            watermark = self._told(ts)
         return self.core.record(k, v, ts, -1, watermark)
 
     def end_of_input(self, emit: Emit) -> None:
@@ -361,7 +415,7 @@ class WindowQueue:
         self.core.end_of_input()
 
 
-class JoinQueue:
+class JoinQueue(_ReplayedQueue):
     """One queue of a join step: :class:`~rstreams.semantics.joins.JoinCore` (windowed)
     or :class:`~rstreams.semantics.temporal.TemporalJoinCore` (no window, a record's
     position its ``_o``) over a dict. A record's sequence number is its offset in the
@@ -370,7 +424,8 @@ class JoinQueue:
     the heap}`` (windowed) or ``{"t", "n", "s": [[state key, value]]}`` (temporal: the
     core's own entries; an older table join's ``"j"`` rows are read as its old entries)."""
 
-    def __init__(self, spec: JoinSpec, saved: dict[str, Any] | None) -> None:
+    def __init__(self, spec: JoinSpec, saved: dict[str, Any] | None, queue: int = 0) -> None:
+        super().__init__(queue, saved)
         self.state = DictState()
         self.window = spec.window
         self.core: JoinCore | TemporalJoinCore
@@ -384,7 +439,7 @@ class JoinQueue:
         self.offset = 0
         if saved is None:
             return
-        self.core.time = self.core.max_time = saved["t"]
+        self._restore_time()
         self.offset = saved["n"]
         if isinstance(self.core, TemporalJoinCore):
             for skey, value in saved.get("s", ()):
@@ -397,28 +452,27 @@ class JoinQueue:
             self.state.put(("j", side, k, ts, seq), (v, matched))
         self.core.restore(saved["h"])
 
-    @property
-    def time(self) -> int:
-        return self.core.time
-
     def save(self) -> dict[str, Any]:
         if isinstance(self.core, TemporalJoinCore):
             entries = [[skey, value] for skey, value in self.state.items()]
-            return {"t": self.core.time, "n": self.offset, "s": entries}
+            return {"t": self.time, "n": self.offset, "s": entries}
         rows: list[list[Any]] = []
         for skey, value in self.state.items():
             _, side, k, ts, seq = skey
             rows.append([side, k, ts, seq, value[0], value[1]])
-        return {"t": self.core.time, "n": self.offset, "j": rows, "h": self.core.saved_heap()}
+        return {"t": self.time, "n": self.offset, "j": rows, "h": self.core.saved_heap()}
 
     def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
         """Replay one record of side ``side_no`` (``order``: its ``_o``, a temporal
-        join's position): False if it was late."""
+        join's position; ``watermark``: the time its clock reached by it, None: see
+        :meth:`_told`): False if it was late."""
         off = self.offset
         self.offset += 1
         self.core.emit = emit
         side = "L" if side_no == LEFT else "R"
+        if watermark is None:
+            watermark = self._told(ts)
         return self.core.record(side, k, v, ts, off, watermark, order)
 
     def end_of_input(self, emit: Emit) -> None:
@@ -436,100 +490,131 @@ class Replay:
     """The function given to ``applyInPandasWithState``, grouped by queue ``_q``.
 
     Sorts the queue's rows of the micro-batch by ``(_o, _s)`` (end-of-input markers
-    last), replays them through a :class:`WindowQueue` or :class:`JoinQueue` restored
-    from the queue's state, and returns every result (``_late`` false) and late record
-    (``_late`` true; windows only) with its ordering key.
+    last), restores a :class:`WindowQueue` or :class:`JoinQueue` from the queue's state,
+    replays the rows through it (:meth:`_replay`), and returns every result (``_late``
+    false) and late record (``_late`` true; windows only) with its ordering key.
     """
 
     spec: WindowSpec | JoinSpec
     policy: ErrorPolicy
 
     def __call__(self, key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        import pandas as pd
-
         from rstreams.serde import INTERNAL_SERDE
 
-        pack, unpack = INTERNAL_SERDE.serialize, INTERNAL_SERDE.deserialize
-        frames = [p for p in pdfs if len(p)]
-        if not frames:
+        rows = _sorted_rows(pdfs)
+        if rows is None:
             return
-        df = pd.concat(frames) if len(frames) > 1 else frames[0]
-        rows = sorted(
-            zip(
-                df[enc.ORDER].tolist(),
-                df["_s"].tolist(),
-                df["k_m"].tolist(),
-                df["_t"].tolist(),
-                df["v_m"].tolist(),
-            ),
-            key=operator.itemgetter(0, 1),
-        )
-        saved = unpack(state.get[0]) if state.exists else None
-        if saved is None and all(r[1] == END for r in rows):
+        saved = INTERNAL_SERDE.deserialize(state.get[0]) if state.exists else None
+        if saved is None and bool((rows["_s"] == END).all()):
             return  # an end of input for a queue that never had a record
-        spec = self.spec
+        queue, spec = int(key[0]), self.spec
         q: WindowQueue | JoinQueue = (
-            WindowQueue(spec, saved) if isinstance(spec, WindowSpec) else JoinQueue(spec, saved)
+            WindowQueue(spec, saved, queue)
+            if isinstance(spec, WindowSpec)
+            else JoinQueue(spec, saved, queue)
         )
-        windows = isinstance(spec, WindowSpec)
-        fn = spec.fn if isinstance(spec, WindowSpec) else spec.joiner
-        out_k: list[bytes] = []
-        out_v: list[bytes | None] = []
-        out_o: list[bytes] = []
-        out_late: list[bool] = []
+        out = _Out(spec, self.policy)
+        self._replay(q, rows, out, queue)
+        state.update((INTERNAL_SERDE.serialize(q.save()),))
+        if out.keys:
+            yield out.frame()
+
+    def _replay(self, q: WindowQueue | JoinQueue, df: Any, out: _Out, queue: int) -> None:
+        """Replay the sorted rows ``df`` through ``q``, into ``out``. The queue's clock is
+        told the source order's time at every row at once (a record's or a time row's
+        ``_t``; an end-of-input marker tells none), and each row is replayed with the
+        time it says: a record judged by it, a time row closing and expiring by it."""
+        from rstreams.serde import INTERNAL_SERDE
+
+        unpack = INTERNAL_SERDE.deserialize
+        told = df["_t"].where(df["_s"] != END, NO_TIME).tolist()
+        times = q.clock.told_each(SOURCE_ORDER, told)
+        windows = isinstance(self.spec, WindowSpec)
         results: list[tuple[Any, Any]] = []
         emit = _appender(results)
-        queue = int(key[0])
-        for o, side, km, ts, vm in rows:
+        for o, side, km, ts, vm, now in zip(
+            df[enc.ORDER].tolist(), df["_s"].tolist(), df["k_m"].tolist(),
+            df["_t"].tolist(), df["v_m"].tolist(), times,
+        ):  # fmt: skip
             if side == END:
                 q.end_of_input(emit)
                 prefix = _AT_END + enc.be32(queue)
             elif side == TIME:
-                _advance(q, ts, emit)
+                q.advance(now, emit)
                 prefix = o + _AFTER
             else:
                 k, v = unpack(km), unpack(vm)
                 try:
-                    ok = q.record(side, k, v, ts, emit, order=o)
+                    ok = q.record(side, k, v, ts, emit, now, o)
                 except Exception as e:
-                    self.policy.failed(spec.name, e, key=k, value=v, fn=fn, order=o)
+                    out.failed(e, k, v, o)
                     ok = None  # (its earlier results stand, as on the engine)
                 if ok is False and windows:  # late (a late join record just counts)
-                    out_k.append(km)
-                    out_v.append(vm)
-                    out_o.append(o)
-                    out_late.append(True)
+                    out.late(km, vm, o)
                 prefix = o
-            for i, (rk, rv) in enumerate(results):
-                try:
-                    kb, vb = pack(rk), None if rv is None else pack(rv)
-                except Exception as e:
-                    self.policy.failed(spec.name, e, key=rk, value=rv, fn=fn, order=o)
-                    continue
-                out_k.append(kb)
-                out_v.append(vb)
-                out_o.append(prefix + enc.be32(i))
-                out_late.append(False)
-            results.clear()
-        state.update((pack(q.save()),))
-        if out_k:
-            yield pd.DataFrame({"k_m": out_k, "v_m": out_v, enc.ORDER: out_o, "_late": out_late})
+            if results:
+                out.results(results, prefix, o)
 
 
-#: The clock of a queue's replay: the source order is its one producer, whose time a
-#: time row tells (as the engine's single producer tells each queue after a batch).
-_SOURCE_ORDER = StepClock(ClockPlan((0, 0)), 0)
+def _sorted_rows(pdfs: Iterator[Any]) -> Any:
+    """A queue's rows of a micro-batch, one frame sorted by ``(_o, _s)`` (stable: the
+    order Spark gave rows alike in both); None if there are none."""
+    import pandas as pd
+
+    frames = [p for p in pdfs if len(p)]
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return df.sort_values([enc.ORDER, "_s"], kind="stable", ignore_index=True)
 
 
-def _advance(q: WindowQueue | JoinQueue, ts: int, emit: Emit) -> None:
-    """A time row: the step's time reached ``ts`` (a record of another queue); close
-    and expire what that allows, as the record's own queue does."""
-    core = q.core
-    ts = _SOURCE_ORDER.told("", ts)
-    if ts > core.time:
-        core.emit = emit
-        core.max_time = max(core.max_time, ts)
-        core.advance(None)
+class _Out:
+    """What a queue's replay of a micro-batch returns: each result, packed, its ordering
+    key the prefix of what released it plus its position among that one's results, and
+    each late record (windows) as it came."""
+
+    def __init__(self, spec: WindowSpec | JoinSpec, policy: ErrorPolicy) -> None:
+        self.name = spec.name
+        self.fn = spec.fn if isinstance(spec, WindowSpec) else spec.joiner
+        self.policy = policy
+        self.keys: list[bytes] = []
+        self.values: list[bytes | None] = []
+        self.orders: list[bytes] = []
+        self.late_flags: list[bool] = []
+
+    def failed(self, e: Exception, key: Any, value: Any, order: bytes) -> None:
+        """A record's update, or the packing of a result, raised: the error policy."""
+        self.policy.failed(self.name, e, key=key, value=value, fn=self.fn, order=order)
+
+    def late(self, km: bytes, vm: bytes, order: bytes) -> None:
+        self.keys.append(km)
+        self.values.append(vm)
+        self.orders.append(order)
+        self.late_flags.append(True)
+
+    def results(self, results: list[tuple[Any, Any]], prefix: bytes, order: bytes) -> None:
+        """Take (and clear) ``results``, released by the row at ``order``."""
+        from rstreams.serde import INTERNAL_SERDE
+
+        pack = INTERNAL_SERDE.serialize
+        for i, (rk, rv) in enumerate(results):
+            try:
+                kb, vb = pack(rk), None if rv is None else pack(rv)
+            except Exception as e:
+                self.failed(e, rk, rv, order)
+                continue
+            self.keys.append(kb)
+            self.values.append(vb)
+            self.orders.append(prefix + enc.be32(i))
+            self.late_flags.append(False)
+        results.clear()
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(
+            {"k_m": self.keys, "v_m": self.values, enc.ORDER: self.orders, "_late": self.late_flags}
+        )
 
 
 def _appender(results: list[tuple[Any, Any]]) -> Emit:

@@ -25,6 +25,7 @@ from rstreams.runtime.spark.compiler import (
     STREAM_METRIC_PREFIX,
     Compiler,
     Stream,
+    Terminal,
     last_per_key,
 )
 from rstreams.runtime.spark.segments import ErrorPolicy
@@ -129,6 +130,9 @@ def run_streaming(
     trigger_once: bool,
     failures: Failures,
 ) -> tuple[dict[str, dict[Any, Any]], int, int]:
+    """Run one query per terminal step until a bounded run's input is read (or, for a
+    continuous run, until interrupted): the final table of every sink topic, the input
+    lines read and the records written."""
     base = checkpoint.rstrip("/")
     comp.markers = f"{base}/{stateful.MARKERS}"
     if stateful.uses_markers(comp.pipeline):
@@ -139,34 +143,57 @@ def run_streaming(
     for term in terminals:
         if isinstance(term.node, n.SinkNode):
             sinks_per_topic[term.node.topic] = sinks_per_topic.get(term.node.topic, 0) + 1
-    queries = []
+    queries: list[Any] = []
     holders: list[SinkTable] = []
     for term in terminals:
-        node = term.node
-        s = comp.flush(term.stream, encode_step=node.name)
-        handler: Callable[[DataFrame, int], None]
-        if isinstance(node, n.SinkNode):
-            output = outputs.get(node.topic) if sinks_per_topic[node.topic] == 1 else None
-            holder = SinkTable(
-                comp.spark, node, s, f"{base}/{node.name}.table", output, comp.policy(s)
-            )
+        query, holder = _start_query(comp, term, outputs, sinks_per_topic, base, trigger_once)
+        queries.append(query)
+        if holder is not None:
             holders.append(holder)
-            handler = holder.process
-        elif isinstance(node, n.PrintNode):
-            handler = _printer(node, s)
-        else:
-            handler = _run_for_effects
-        writer = (
-            s.df.writeStream.option("checkpointLocation", f"{base}/{node.name}")
-            .outputMode("update" if s.after_agg else "append")
-            .foreachBatch(handler)
-        )
-        writer = (
-            writer.trigger(availableNow=True)
-            if trigger_once
-            else writer.trigger(processingTime="1 second")
-        )
-        queries.append(writer.start())
+    _await(queries)
+    tables = _sink_tables(comp.spark, topology, holders, outputs, sinks_per_topic)
+    failures.add_native(_native_failures(queries), [])
+    return tables, _records_read(queries), sum(h.records for h in holders)
+
+
+def _start_query(
+    comp: Compiler,
+    term: Terminal,
+    outputs: dict[str, str],
+    sinks_per_topic: dict[str, int],
+    base: str,
+    trigger_once: bool,
+) -> tuple[Any, SinkTable | None]:
+    """Start the query of terminal step ``term`` (checkpoint ``<base>/<step>``): a sink
+    keeps its final table (and writes its output, if it alone sinks to its topic), a
+    print step prints, any other runs for its effects."""
+    node = term.node
+    s = comp.flush(term.stream, encode_step=node.name)
+    handler: Callable[[DataFrame, int], None]
+    holder = None
+    if isinstance(node, n.SinkNode):
+        output = outputs.get(node.topic) if sinks_per_topic[node.topic] == 1 else None
+        holder = SinkTable(comp.spark, node, s, f"{base}/{node.name}.table", output, comp.policy(s))
+        handler = holder.process
+    elif isinstance(node, n.PrintNode):
+        handler = _printer(node, s)
+    else:
+        handler = _run_for_effects
+    writer = (
+        s.df.writeStream.option("checkpointLocation", f"{base}/{node.name}")
+        .outputMode("update" if s.after_agg else "append")
+        .foreachBatch(handler)
+    )
+    writer = (
+        writer.trigger(availableNow=True)
+        if trigger_once
+        else writer.trigger(processingTime="1 second")
+    )
+    return writer.start(), holder
+
+
+def _await(queries: list[Any]) -> None:
+    """Wait for every query to end (an interrupt stops them all)."""
     try:
         for q in queries:
             q.awaitTermination()
@@ -176,15 +203,29 @@ def run_streaming(
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def _sink_tables(
+    spark: SparkSession,
+    topology: Topology,
+    holders: list[SinkTable],
+    outputs: dict[str, str],
+    sinks_per_topic: dict[str, int],
+) -> dict[str, dict[Any, Any]]:
+    """The final table of each sink topic; a topic several sinks write to gets its
+    output written here, from all of them."""
     tables: dict[str, dict[Any, Any]] = {t: {} for t in topology.sink_topics}
     for holder in holders:
         tables[holder.node.topic].update(holder.table)
     for topic, count in sinks_per_topic.items():
         if count > 1 and topic in outputs:
-            write_output(comp.spark, tables[topic], outputs[topic])
-    records_in = _records_read(queries)
-    # Native steps that dropped records (on_error skip): summed over a query's batches;
-    # a step upstream of several sinks is observed by each of their queries: once.
+            write_output(spark, tables[topic], outputs[topic])
+    return tables
+
+
+def _native_failures(queries: list[Any]) -> int:
+    """Records native steps dropped (on_error skip): summed over a query's batches; a
+    step upstream of several sinks is observed by each of their queries: once."""
     failed: dict[str, int] = {}
     for q in queries:
         mine: dict[str, int] = {}
@@ -194,5 +235,4 @@ def run_streaming(
                     mine[name] = mine.get(name, 0) + int(row.asDict().get("failed") or 0)
         for name, count in mine.items():
             failed[name] = max(failed.get(name, 0), count)
-    failures.add_native(sum(failed.values()), [])
-    return tables, records_in, sum(h.records for h in holders)
+    return sum(failed.values())
