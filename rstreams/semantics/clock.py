@@ -43,12 +43,11 @@ record and per punctuation, Spark's replay once per queue and micro-batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Protocol
 
-from rstreams.dsl.windows import SessionWindow
 from rstreams.semantics.timing import NO_TIME
 
 __all__ = [
@@ -142,12 +141,14 @@ def watermarked(topology: Any, topic: str, queue_count: Any) -> bool:
 def told_slack(topology: Any, topic: str) -> int:
     """How far behind its producer's time a record sent to ``topic`` may be without
     its queue being told that time first (see :func:`send_told`): the smallest grace of
-    the windowed aggregations reading it (sessions: one less). A record at most that far
-    behind updates the same windows and sessions whether its consumer's time is the
-    producer's or its own records' (a window of the record ends after it, so it closes
-    after ``ts + grace``); only the moment a window closes moves, up to the end of the
-    batch, where the queue is told. 0 (tell every record behind) where a step between
-    the shuffle and the window may change timestamps, or a join reads it."""
+    the windowed aggregations reading it. A record at most that far behind updates the
+    same windows and sessions whether its consumer's time is the producer's or its own
+    records' (a window of the record ends after it, so it closes after ``ts + grace``;
+    a session it can join ends at ``ts - gap`` or later, so it closes after ``ts +
+    grace`` too: :meth:`WindowCore.close_time <rstreams.semantics.windows.WindowCore.close_time>`);
+    only the moment a window closes moves, up to the end of the batch, where the queue
+    is told. 0 (tell every record behind) where a step between the shuffle and the
+    window may change timestamps, or a join reads it."""
     slack: int | None = None
     for sub in topology.subtopology_of_topic(topic):
         for f in sub.factories:
@@ -155,10 +156,7 @@ def told_slack(topology: Any, topic: str) -> int:
                 return 0
             if f.kind != "window-aggregate":
                 continue
-            window = f.node.window
-            grace = int(window.grace)
-            if isinstance(window, SessionWindow):
-                grace = max(0, grace - 1)  # (a session closes at end + gap + grace, inclusive)
+            grace = int(f.node.window.grace)
             slack = grace if slack is None else min(slack, grace)
     return slack or 0
 
@@ -528,24 +526,20 @@ class StepClock:
             self.high = time
         return self.high
 
-    def tells_due(self, out_time: int) -> list[tuple[str, int, int, int]]:
+    def tells_due(self, times: Mapping[str, int]) -> list[tuple[str, int, int, int]]:
         """After a batch: ``(topic, queue, time, high)`` for every queue of the told
-        outputs that has not been told the task's time: a queue whose records stopped
+        outputs that has not been told the task's time there (``times``: per told
+        topic, the largest timestamp the task sent to it): a queue whose records stopped
         still learns its producer's time, and closes what that time passed before the
-        end of input, as the producer's other queues do.
-
-        That time is ``out_time - 1`` while records may follow: a record at
-        ``out_time`` itself, coming later to that queue, must find open what it would
-        have found open had it come in this batch (a session ending ``gap`` before it
-        closes at exactly its time: told first, the session would close before the
-        record could extend it, and the result would depend on where batches end).
-        Nothing ``out_time - 1`` closes can take a record at or within the told slack
-        of ``out_time``. Once the task's input ended, no record follows: ``out_time``."""
+        end of input, as the producer's other queues do. What that time closes no record
+        that is not late can change, even one at that time itself coming later to that
+        queue (a session ending ``gap`` before it closes only once time passes its end +
+        gap + grace): ties do not decide, so where batches end does not either."""
         due: list[tuple[str, int, int, int]] = []
-        if out_time <= NO_TIME:
-            return due
-        time = out_time if self.ended else out_time - 1
         for topic, queues, _ in self.plan.tells:
+            time = times.get(topic, NO_TIME)
+            if time <= NO_TIME:
+                continue
             for q in range(queues):
                 high = self.tell(topic, q, time)
                 if high is not None:

@@ -1,11 +1,16 @@
 """Windowed aggregations (Kafka Streams semantics) as one state machine.
 
 A record updates a window [start, end) only if ``end > stream time - grace``;
-otherwise it is late. Windows whose ``end + grace`` (sessions: ``end + gap + grace``)
-stream time has reached are expired: with ``emit="close"`` their final result is emitted
-first; either way their state is deleted, so state does not grow with time. Sessions of
-a key merge when a record falls within ``gap`` of several. Results carry, as their
-timestamp, the window's largest record timestamp (a session's end).
+otherwise it is late. A window closes once no record that is not late can change it:
+when stream time reaches ``end + grace`` (a record at ``end`` falls in the next window);
+a session ``[start, end]``, which a record at ``end + gap`` still extends, when stream
+time passes ``end + gap + grace`` (:meth:`WindowCore.close_time`). So a record at the
+time that closes something never finds closed what it belongs to, whichever record
+brought stream time there first, on whatever queue: ties do not decide. Closed windows
+are expired: with ``emit="close"`` their final result is emitted first; either way
+their state is deleted, so state does not grow with time. Sessions of a key merge when
+a record falls within ``gap`` of several. Results carry, as their timestamp, the
+window's largest record timestamp (a session's end).
 
 State entries: ``("w", key, start) -> (aggregate, largest timestamp)`` for tumbling and
 hopping windows, ``("s", key, start) -> (end, aggregate)`` for sessions. The expiry heap
@@ -83,7 +88,12 @@ class WindowCore(TimedCore):
     def restore(self, heap: list[tuple[int, Any, int]] | None = None) -> None:
         """Rebuild the indexes from the state (every window in it is open: a closed one
         was deleted); ``heap``: a saved ``(close time, key, start)`` heap to keep
-        instead. A restored window's idle clock starts at :attr:`now`."""
+        instead (not for sessions: their close times are rebuilt from the state, as
+        :meth:`close_time` has them, since a heap saved before sessions closed 1 ms
+        later would close them early). A restored window's idle clock starts at
+        :attr:`now`."""
+        if self.session:
+            heap = None
         tag = "s" if self.session else "w"
         for skey, value in self.state.items():
             if len(skey) != 3 or skey[0] != tag:
@@ -99,11 +109,15 @@ class WindowCore(TimedCore):
         return [[c, hk.key, s] for c, hk, s in self.heap]
 
     def close_time(self, end: int) -> int:
-        return end + self.grace + self.gap
+        """The stream time at which the window or session ending at ``end`` closes:
+        ``end + grace`` for a window ``[start, end)``; ``end + gap + grace + 1`` for a
+        session ``[start, end]`` (a record at ``end + gap`` still extends it, and is not
+        late until stream time passes ``end + gap + grace``)."""
+        return end + self.grace + self.gap + (1 if self.session else 0)
 
     def _track(self, key: Any, start: int, end: int, push: bool = True) -> None:
         if push:
-            heapq.heappush(self.heap, (end + self.grace + self.gap, HeapKey(key), start))
+            heapq.heappush(self.heap, (self.close_time(end), HeapKey(key), start))
         if self.session:
             self.sessions.setdefault(key, {})[start] = end
             bisect.insort(self.starts.setdefault(key, []), start)
@@ -268,7 +282,7 @@ class WindowCore(TimedCore):
             if self.idle is not None:
                 self.touched[(k, start)] = self.now
             if end != e:
-                heapq.heappush(self.heap, (end + self.grace + gap, HeapKey(k), start))
+                heapq.heappush(self.heap, (self.close_time(end), HeapKey(k), start))
             if not self.emit_close:
                 if end != e:
                     self.emit_window(k, start, e, None, e, off, False)  # (now longer)

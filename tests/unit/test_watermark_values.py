@@ -144,9 +144,8 @@ def test_a_shuffle_with_several_producers_carries_their_minimum() -> None:
 
 def test_one_producer_tells_every_queue_its_time_after_a_batch() -> None:
     # No watermark (one producer): after each batch, every queue of the shuffle is told
-    # the producer's time (less 1 ms while records may follow at that time itself), so a
-    # queue whose records stopped (a@10) still closes what that time passed, before the
-    # end of input, as the driver and Spark do; at its end, the time itself.
+    # the producer's time, so a queue whose records stopped (a@10) still closes what that
+    # time passed, before the end of input, as the driver and Spark do.
     broker = MemoryBroker()
     engine = LocalEngine(window_count(source_queues=1, queues=2), broker, EngineConfig())
     feed(engine, 0, ("a", 10), ("b", 120))
@@ -156,11 +155,11 @@ def test_one_producer_tells_every_queue_its_time_after_a_batch() -> None:
         assert all(r.key is None for r in queues)
         return [decode_control(r.value).watermark for r in queues]
 
-    assert last_told() == [119, 119]
+    assert last_told() == [120, 120]
     closed = [r.key for r in broker.read("out", 0, 0, 100)]
     assert closed == [b'{"@windowed":["a",0,100],"closed":"event-time"}']
     engine.end_of_input()
-    assert last_told() == [120, 120]
+    assert last_told() == [120, 120]  # (nothing new to tell)
     assert [t.ctx.watermark for t in downstream(engine)] == [END, END]
 
 
@@ -253,7 +252,7 @@ def test_told_slack_is_the_grace_of_the_window_reading_the_shuffle() -> None:
         return told_slack(t, topic)
 
     assert slack(HoppingWindow(10, 2, grace=7)) == 7
-    assert slack(SessionWindow(10, grace=7)) == 6  # (closes at end + gap + grace)
+    assert slack(SessionWindow(10, grace=7)) == 7  # (closes once time passes end + gap + grace)
     assert slack(SessionWindow(10)) == 0
 
 

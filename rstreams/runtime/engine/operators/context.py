@@ -189,6 +189,10 @@ class StreamContext:
         #: Shuffle topic -> how far behind a record may be before its queue is told
         #: (watermarks.told_slack).
         self.told_slack: dict[str, int] = {}
+        #: Told shuffle topic -> the largest timestamp this task has sent to it: the
+        #: time its step has from this producer (docs/windows.md, event time: what the
+        #: producer sent to that step, not what it sent to others, as of each record).
+        self.told_time: dict[str, int] = {}
         #: (topic, queue, offset) -> (input file, line) of a record read from a file, for
         #: error messages (set by the task: source topics only); None: never known.
         self.locate: Callable[[str, int, int], tuple[str, int] | None] | None = None

@@ -22,7 +22,7 @@ from rstreams.planner.topology import ProcessorBuilder, ProcessorFactory, regist
 from rstreams.runtime.engine.operators.batch import Batch
 from rstreams.runtime.engine.operators.context import StreamContext
 from rstreams.runtime.engine.operators.processors import Processor, apply_column
-from rstreams.runtime.engine.operators.watermarks import send_told
+from rstreams.runtime.engine.operators.watermarks import NO_TIME, send_told
 from rstreams.runtime.queues.base import Headers
 from rstreams.semantics.aggregations import Aggregation
 from rstreams.semantics.nullkeys import NULL_KEYS
@@ -320,7 +320,12 @@ class ShuffleSinkProcessor(_SinkBase):
                     headers[start:stop],
                 )  # fmt: skip
 
-        top = send_told(timestamps, self.ctx.out_time, send_part, tell, self._slack, qs)
+        # By the time this task sent to this topic: a batch goes to each shuffle sink in
+        # turn, and what an earlier one sent of it is no time of this step's yet.
+        told = self.ctx.told_time
+        top = send_told(timestamps, told.get(topic, NO_TIME), send_part, tell, self._slack, qs)
+        if top > told.get(topic, NO_TIME):
+            told[topic] = top
         self.ctx.out_time = max(self.ctx.out_time, top)
 
     def _count_into(self, batch: Batch) -> None:

@@ -378,17 +378,22 @@ class Task:
         # (Any: their stream time, max_time, is theirs, not every processor's.)
         self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         self.marked_outputs = plan.outputs
+        # The largest timestamp sent, as of the last commit of an earlier owner (per told
+        # topic, a bound of what was sent to it: exactly once keeps only the largest).
+        self.ctx.out_time = self._restored_times[0]
         for topic, _, slack in plan.tells:
             self.ctx.tell[topic] = functools.partial(self._tell, topic)
             self.ctx.told_slack[topic] = slack
-        # The largest timestamp sent, as of the last commit of an earlier owner.
-        self.ctx.out_time = self._restored_times[0]
-        #: At least once, a task that tells its time keeps it with its offsets.
-        self._kept_time: int | None = None
+            self.ctx.told_time[topic] = self.ctx.out_time
+        #: At least once, a task that tells its time keeps it with its offsets, per topic.
+        self._kept_times: dict[str, int] | None = None
         if self.ctx.tell and not self.exactly_once:
             kept = self.broker.group_offsets(producer_time_group(topology.job_id))
-            times = [kept.get((t, self.queue), NO_TIME) for t in self.ctx.tell]
-            self.ctx.out_time = self._kept_time = max(self.ctx.out_time, *times)
+            told = self.ctx.told_time
+            for t in told:
+                told[t] = max(told[t], kept.get((t, self.queue), NO_TIME))
+            self._kept_times = dict(told)
+            self.ctx.out_time = max(self.ctx.out_time, *told.values())
 
     # -- stream time ---------------------------------------------------------------------
 
@@ -406,7 +411,7 @@ class Task:
         clock, out_time = self.step_clock, self.ctx.out_time
         me, send = (self.sub.id, self.queue), self.producer.send
         if clock.plan.tells:
-            for topic, q, time, high in clock.tells_due(out_time):
+            for topic, q, time, high in clock.tells_due(self.ctx.told_time):
                 send(topic, q, None, encode_control(me, time, False, high), 0, ())
         if not self.marked_outputs:
             return
@@ -652,12 +657,13 @@ class Task:
 
     def _commit_end(self, c: Commit) -> None:
         self.committer.end(c, self.stores.values(), self.positions)
-        out_time = self.ctx.out_time
-        if self._kept_time is not None and out_time > max(self._kept_time, -1):
-            group = producer_time_group(self.topology.job_id)
-            for topic in self.ctx.tell:
-                self.broker.commit(group, topic, self.queue, out_time)
-            self._kept_time = out_time
+        kept = self._kept_times
+        if kept is not None:
+            for topic, time in self.ctx.told_time.items():
+                if time > max(kept[topic], -1):
+                    group = producer_time_group(self.topology.job_id)
+                    self.broker.commit(group, topic, self.queue, time)
+                    kept[topic] = time
 
     def close(self) -> None:
         """Commit (unless the task failed), close the processors and the stores. A
