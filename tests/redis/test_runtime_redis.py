@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import runpy
 import signal
 import subprocess
 from pathlib import Path
@@ -71,6 +72,24 @@ def test_windows_and_joins_give_the_drivers_tables(name, tmp_path, redis_url) ->
     )  # fmt: skip
     assert result.tables == expected
     assert not list((tmp_path / "d").glob("*/log"))  # the log was in Redis
+
+
+@pytest.mark.slow
+def test_what_closes_before_the_end_is_the_same_on_redis(tmp_path, redis_url) -> None:
+    """tests/pipelines/closing_count.py on Redis with 2 workers: the windows the input's
+    time passed close by event time before the end of input, whether or not their queue
+    got a later record; only the others at the end (as on the driver, in memory, the file
+    log and Spark streaming: test_conformance_embedded, tests/spark/test_conformance)."""
+    path = _conformance.UNEVEN / "closing_count.py"
+    module = runpy.run_path(str(path))
+    topology, inputs, _ = _conformance.uneven_case(path, tmp_path)
+    expected = module["expected"]()
+    assert {c for _, _, c, _ in expected} == {"event-time", "end-of-input"}
+    result = _conformance.run(
+        topology, inputs, data_dir=str(tmp_path / "d"), workers=2, pipeline=str(path),
+        broker=redis_url,
+    )  # fmt: skip
+    assert module["labelled"](result.tables["counts"]) == expected
 
 
 def _kill_host(pid: int) -> list[int]:
