@@ -7,9 +7,9 @@ event time). How that time travels differs by backend, what it is does not:
 * the embedded engine: each task has a :class:`StepClock`, built from its
   :class:`ClockPlan` (:func:`plan_clock`, from the topology and the queue counts). The
   task hands it the control records of its input queues (:meth:`StepClock.mark`: a
-  watermark of one of several producers; :meth:`StepClock.told`: the time of a single
-  producer), tells it when records came and when it is idle, and sends the marks it
-  says are due (:meth:`StepClock.outgoing`, :meth:`StepClock.tells_due`);
+  watermark of one of several producers on one of its shuffles; :meth:`StepClock.told`:
+  the time of a single producer), tells it when records came and when it is idle, and
+  sends the marks it says are due (:meth:`StepClock.outgoing`, :meth:`StepClock.tells_due`);
 * the test driver: the piped records are one producer; after each record it tells
   every task of a step the producer's time (:meth:`StepClock.told`), as the engine's
   producer tells every queue of a shuffle after each batch;
@@ -29,7 +29,11 @@ Inputs and their rules, as the plan says them:
 * **marked** inputs (a shuffle with several producers, or feeding a join) carry a
   watermark from each producer after each of its batches; the input watermark
   (:attr:`StepClock.value`) is their minimum (:class:`InputWatermarks`: producers idle,
-  or caught up with input files read to their end, leave it);
+  or caught up with input files read to their end, leave it), per producer **and
+  topic**: a task reads one topic's records, then the next's, so a producer's mark read
+  on one shuffle says nothing of its records on another not read yet (the late records
+  of several windowed steps merged make one task read each step's shuffle, all from
+  the same producers);
 * **told** inputs (a shuffle with one producer, read by a timed step) carry that
   producer's time: before a record more than the grace behind it, and after each batch
   to every queue the time moved on; several told inputs (a join of two topics) give
@@ -56,6 +60,7 @@ __all__ = [
     "TIMED_KINDS",
     "ClockPlan",
     "InputWatermarks",
+    "MarkedInput",
     "Positions",
     "Producer",
     "SourceProbe",
@@ -77,6 +82,11 @@ RESEND_WATERMARK_MS = 10_000
 REFRESH_CAUGHT_UP_MS = 200
 
 Producer = tuple[int, int]  # (sub-topology id, queue)
+#: A marked input of a task: a producer on one shuffle topic it reads, ``(topic,
+#: producer)``. A producer that writes several shuffles a task reads is one input per
+#: topic: its watermark read on one says nothing of its records on another, not read
+#: yet (the task reads one topic's records, then the next's).
+MarkedInput = tuple[str, Producer]
 #: The end positions a caught-up producer reached, per user source topic it reads.
 Positions = tuple[tuple[str, int], ...]
 #: A task's mark before it said anything: nothing a consumer needs told again.
@@ -162,9 +172,10 @@ def told_slack(topology: Any, topic: str) -> int:
 
 
 class InputWatermarks:
-    """The watermarks a task has received, per producer.
+    """The watermarks a task has received, per marked input: per producer and shuffle
+    topic (:data:`MarkedInput`; a bare :data:`Producer` given is one on topic ``""``).
 
-    :attr:`value` is their minimum over the producers not idle (and not caught up, see
+    :attr:`value` is their minimum over the inputs not idle (and not caught up, see
     the module docstring). Once every producer has ended (or is idle), it is the largest
     watermark any of them sent before that: the largest timestamp of the input, which is
     where one queue's stream time would be. Without producers it is :data:`END`: nothing
@@ -173,14 +184,17 @@ class InputWatermarks:
 
     __slots__ = ("caught_up", "idle", "marks", "probe", "top", "value")
 
-    def __init__(self, producers: list[Producer], probe: SourceProbe | None = None) -> None:
-        self.marks: dict[Producer, int] = dict.fromkeys(producers, NO_TIME)
-        self.idle: set[Producer] = set()
-        #: Producers idle because they read all their input, with the positions.
-        self.caught_up: dict[Producer, Positions] = {}
+    def __init__(
+        self, inputs: Iterable[MarkedInput | Producer], probe: SourceProbe | None = None
+    ) -> None:
+        keys = [k if isinstance(k[0], str) else ("", k) for k in inputs]
+        self.marks: dict[MarkedInput, int] = dict.fromkeys(keys, NO_TIME)
+        self.idle: set[MarkedInput] = set()
+        #: Inputs idle because their producer read all its input, with the positions.
+        self.caught_up: dict[MarkedInput, Positions] = {}
         self.probe = probe
         self.top = NO_TIME  # the largest watermark received short of END
-        self.value = NO_TIME if producers else END
+        self.value = NO_TIME if keys else END
 
     def update(
         self,
@@ -189,23 +203,26 @@ class InputWatermarks:
         idle: bool,
         high: int = NO_TIME,
         caught_up: Positions | None = None,
+        topic: str = "",
     ) -> bool:
-        """Note a control record; True if :attr:`value` changed. A producer's watermark
-        never goes back (a restarted producer may resend an older one)."""
-        if producer not in self.marks:
+        """Note a control record of ``producer`` on ``topic``; True if :attr:`value`
+        changed. A producer's watermark never goes back (a restarted producer may
+        resend an older one)."""
+        key = (topic, producer)
+        if key not in self.marks:
             return False  # not a producer of ours (e.g. a topology since changed)
         if high < END and high > self.top:
             self.top = high
-        if watermark > self.marks[producer]:
-            self.marks[producer] = watermark
+        if watermark > self.marks[key]:
+            self.marks[key] = watermark
             if watermark < END and watermark > self.top:
                 self.top = watermark
-        self.caught_up.pop(producer, None)
-        self.idle.discard(producer)
+        self.caught_up.pop(key, None)
+        self.idle.discard(key)
         if caught_up is not None and self.probe is not None:
-            self.caught_up[producer] = caught_up
+            self.caught_up[key] = caught_up
         elif idle:
-            self.idle.add(producer)
+            self.idle.add(key)
         return self.refresh()
 
     def refresh(self) -> bool:
@@ -224,17 +241,18 @@ class InputWatermarks:
             return min((w for p, w in self.marks.items() if p not in self.idle), default=END)
         probe = self.probe
         assert probe is not None
-        groups: dict[int, list[Producer]] = {}
+        # Per topic, the producers of each sub-topology: the tasks of one input.
+        groups: dict[tuple[str, int], list[MarkedInput]] = {}
         for p in self.marks:
-            groups.setdefault(p[0], []).append(p)
+            groups.setdefault((p[0], p[1][0]), []).append(p)
         asked = [p for p in self.marks if p not in self.idle and self.caught_up.get(p) is not None]
         ended = dict(
-            zip(asked, probe.at_end([(p[1], self.caught_up[p]) for p in asked]), strict=True)
+            zip(asked, probe.at_end([(p[1][1], self.caught_up[p]) for p in asked]), strict=True)
         )
         value = END
         for members in groups.values():
             held: list[int] = []  # the watermarks of members that hold time back
-            at_end: list[Producer] = []  # caught up, and their queues still end there
+            at_end: list[MarkedInput] = []  # caught up, and their queues still end there
             awake = 0
             for p in members:
                 if p in self.idle:
@@ -251,7 +269,8 @@ class InputWatermarks:
                 # a record: an input not started yet (an empty file, followed) holds
                 # time back, or a join would drop everything its other side buffered.
                 started = any(self.marks[p] > NO_TIME for p in at_end)
-                if started and probe.ingest_ended([(p[1], self.caught_up[p]) for p in at_end]):
+                ended_at = [(p[1][1], self.caught_up[p]) for p in at_end]
+                if started and probe.ingest_ended(ended_at):
                     continue
                 if not held:
                     # Every queue read, but the ingest has not reached the end of the
@@ -274,7 +293,9 @@ class ClockPlan:
     build it where they know both.
 
     ``producer``: the task, as its consumers name it, ``(sub-topology id, queue)``.
-    ``marked``: inputs whose producers send watermarks (their ``producers``).
+    ``marked``: inputs whose producers send watermarks (``producers``: each producer
+    of each, as ``(topic, producer)``: one producer's watermark read on one topic does
+    not count for the others).
     ``told``: inputs whose single producer tells its time.
     ``outputs``: ``(topic, queues)`` this task sends its watermark to.
     ``tells``: ``(topic, queues, slack)`` this task tells its time to (see
@@ -287,7 +308,7 @@ class ClockPlan:
     producer: Producer
     sources: tuple[str, ...] = ()
     marked: frozenset[str] = frozenset()
-    producers: tuple[Producer, ...] = ()
+    producers: tuple[MarkedInput, ...] = ()
     told: tuple[str, ...] = ()
     outputs: tuple[tuple[str, int], ...] = ()
     tells: tuple[tuple[str, int, int], ...] = ()
@@ -317,13 +338,13 @@ def plan_clock(
     sources = tuple(sources)
     marked: set[str] = set()
     told: list[str] = []
-    producers: list[Producer] = []
+    producers: list[MarkedInput] = []
     for topic in sources if watermarks else ():
         if topology.topics[topic].role != "shuffle":
             continue
         if watermarked(topology, topic, queue_count):
             marked.add(topic)
-            producers += producers_of(topology, topic, queue_count)
+            producers += ((topic, p) for p in producers_of(topology, topic, queue_count))
         elif carries_time(topology, topic, queue_count):
             told.append(topic)
     outputs: list[tuple[str, int]] = []
@@ -410,10 +431,17 @@ class StepClock:
     # -- what comes in ------------------------------------------------------------------
 
     def mark(
-        self, producer: Producer, watermark: int, idle: bool, high: int, caught_up: Positions | None
+        self,
+        producer: Producer,
+        watermark: int,
+        idle: bool,
+        high: int,
+        caught_up: Positions | None,
+        topic: str = "",
     ) -> bool:
-        """A watermark control record of a marked input; True if :attr:`value` moved."""
-        return self.marks.update(producer, watermark, idle, high, caught_up)
+        """A watermark control record of ``producer`` read on marked input ``topic``;
+        True if :attr:`value` moved."""
+        return self.marks.update(producer, watermark, idle, high, caught_up, topic)
 
     def told(self, topic: str, time: int, high: int = NO_TIME) -> int:
         """A told input's producer told ``time`` (END with ``high``: it ended, having

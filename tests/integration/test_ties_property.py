@@ -37,6 +37,8 @@ from rstreams.testing import TopologyTestDriver
 from rstreams.windowed import Windowed
 
 PATH = Path(__file__).resolve().parents[1] / "pipelines" / "ties.py"
+#: The same with the steps' late records merged: one task reads the four steps' shuffles.
+MERGED = PATH.with_name("ties_merged.py")
 TIES = runpy.run_path(str(PATH))
 JSON = get_serde("json")
 #: The durable runtime's. (At least once, producers of several source queues restarted
@@ -52,6 +54,7 @@ FINAL = (
     "late-session-sums",
     "late-tumbling",
     "late-hopping",
+    "late",
 )
 
 Sinks = dict[str, tuple[dict[Any, Any], Counter[tuple[Any, Any]]]]
@@ -77,8 +80,8 @@ def fold(topic: str, records: list[tuple[Any, Any]]) -> tuple[dict[Any, Any], Co
     return table, every
 
 
-def topology(queues: int, source_queues: int, grace: int) -> Topology:
-    return TIES["pipeline"](queues, source_queues, grace).build()
+def topology(queues: int, source_queues: int, grace: int, merged: bool = False) -> Topology:
+    return TIES["pipeline"](queues, source_queues, grace, merged).build()
 
 
 def on_driver(t: Topology, lines: list[str]) -> Sinks:
@@ -161,6 +164,28 @@ def test_a_record_at_a_sessions_close_time_continues_it_on_every_queue_count(
     assert on_driver(topology(1, 1, 0), SESSION_TIE) == expected
 
 
+#: A producer's watermark read on one shuffle must not count for its records on another
+#: not read yet. Dealt one line at a time over 2 source queues, each batch of the merged
+#: late records' task reads one step's shuffle, then the next: the marks after ``a 1``
+#: came on the first while ``a 0`` still waited on the others (the session sums then
+#: took ``a 0`` for late).
+SHARED_PRODUCERS = ["a 0 L 0", "a 1 L 1", "a 1 L 2"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("queues", [1, 2, 3])
+@pytest.mark.parametrize("batch", [1, 5, 1000])
+def test_a_task_reading_several_shuffles_of_the_same_producers_judges_each_by_its_own(
+    queues: int, batch: int
+) -> None:
+    expected = on_driver(topology(1, 1, 0, merged=True), SHARED_PRODUCERS)
+    assert expected["late"][0] == {}
+    assert expected["session-sums"][0] == {("a", 0, 1, None): 3}
+    t = topology(queues, 2, 0, merged=True)
+    assert on_driver(t, SHARED_PRODUCERS) == expected, "driver"
+    assert on_engine(t, SHARED_PRODUCERS, 2, 1, batch, []) == expected, "engine"
+
+
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -172,13 +197,14 @@ def test_ties_give_the_drivers_tables_on_the_engine(data: st.DataObject) -> None
     disorder = grace if source_queues == 1 else 0
     lines = data.draw(tied_lines(disorder), label="lines")
     queues = data.draw(st.sampled_from([1, 2, 3]), label="queues")
+    merged = data.draw(st.booleans(), label="late records merged")
     chunk = data.draw(st.integers(1, 8), label="chunk")
     batch = data.draw(st.sampled_from([1, 2, 5, 1000]), label="batch")
     cuts = sorted(data.draw(st.lists(st.integers(0, len(lines)), max_size=2), label="cuts"))
-    expected = on_driver(topology(1, 1, grace), lines)
-    assert on_driver(topology(queues, source_queues, grace), lines) == expected, "driver"
-    got = on_engine(topology(queues, source_queues, grace), lines, source_queues, chunk,
-                    batch, cuts)  # fmt: skip
+    expected = on_driver(topology(1, 1, grace, merged), lines)
+    t = topology(queues, source_queues, grace, merged)
+    assert on_driver(t, lines) == expected, "driver"
+    got = on_engine(t, lines, source_queues, chunk, batch, cuts)
     assert got == expected, "engine"
 
 
@@ -188,8 +214,11 @@ def tables(result: Any, t: Topology) -> dict[str, dict[Any, Any]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [None, 3, 11])
-def test_ties_give_the_drivers_tables_on_every_runtime(seed: int | None, tmp_path) -> None:
-    t = TIES["build"]().build()
+@pytest.mark.parametrize("pipeline", [PATH, MERGED], ids=["late-apart", "late-merged"])
+def test_ties_give_the_drivers_tables_on_every_runtime(
+    seed: int | None, pipeline: Path, tmp_path
+) -> None:
+    t = runpy.run_path(str(pipeline))["build"]().build()
     lines = TIES["lines"]()["events"] if seed is None else TIES["generate"](seed, 300)
     path = tmp_path / "events.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -199,5 +228,5 @@ def test_ties_give_the_drivers_tables_on_every_runtime(seed: int | None, tmp_pat
     assert tables(run(t, inputs), t) == expected, "in memory"
     for workers in (1, 2):
         data_dir = str(tmp_path / f"data-{workers}")
-        durable = run(t, inputs, data_dir=data_dir, workers=workers, pipeline=str(PATH))
+        durable = run(t, inputs, data_dir=data_dir, workers=workers, pipeline=str(pipeline))
         assert tables(durable, t) == expected, f"{workers} worker(s)"

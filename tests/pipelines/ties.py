@@ -42,9 +42,12 @@ def _joiner(left: str | None, right: str | None) -> str:
     return f"{left} + {right}"
 
 
-def pipeline(queues: int = 3, source_queues: int = 1, grace: int = 0) -> StreamBuilder:
+def pipeline(
+    queues: int = 3, source_queues: int = 1, grace: int = 0, merged_late: bool = False
+) -> StreamBuilder:
     """Every timed step over ``events`` (``source_queues`` queues), each with
-    ``queues`` queues and ``grace``."""
+    ``queues`` queues and ``grace``; ``merged_late``: the steps' late records in one
+    sink, ``late`` (else one per step, ``late-<step>``)."""
     b = StreamBuilder("ties")
     events = b.source("events", queues=source_queues).selectTimestamp(_ts)
     keyed = events.keyBy(_key)
@@ -64,11 +67,17 @@ def pipeline(queues: int = 3, source_queues: int = 1, grace: int = 0) -> StreamB
         name="hopping", queues=queues
     )
     hopping.toRStream().sink("hopping", name="hopping-sink")
-    # (Each step's late records apart: merged, they would make one sub-topology of the
-    # four steps, one task reading four shuffles, whose time is not judged per topic.)
-    for step, windowed in (("sessions", sessions), ("session-sums", sums),
-                           ("tumbling", tumbling), ("hopping", hopping)):  # fmt: skip
-        windowed.late().keyBy(lambda line: line).sink(f"late-{step}", name=f"late-{step}-sink")
+    steps = (("sessions", sessions), ("session-sums", sums), ("tumbling", tumbling),
+             ("hopping", hopping))  # fmt: skip
+    if merged_late:
+        # Merged, the late records make one sub-topology of the four steps: one task
+        # reads four shuffles from the same producers, and judges each by its own.
+        first, *others = (windowed.late() for _, windowed in steps)
+        first.merge(*others).keyBy(lambda line: line).sink("late", name="late-sink")
+    else:
+        for step, windowed in steps:
+            late = windowed.late().keyBy(lambda line: line)
+            late.sink(f"late-{step}", name=f"late-{step}-sink")
     left = events.filter(lambda line: _side(line) == "L")
     right = events.filter(lambda line: _side(line) == "R")
     (

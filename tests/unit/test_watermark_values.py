@@ -57,6 +57,23 @@ def test_end_of_input_and_idle_producers_stop_holding_it_back() -> None:
     assert InputWatermarks([]).value == END
 
 
+def test_a_producers_watermark_on_one_topic_does_not_count_for_another() -> None:
+    # Producers (0, 0) and (0, 1) write shuffles "x" and "y", both read by one task. It
+    # reads x's records and marks, then y's: a mark read on x says nothing of the
+    # records on y before that producer's mark there, not read yet.
+    marks = InputWatermarks([(t, p) for t in "xy" for p in [(0, 0), (0, 1)]])
+    assert not marks.update((0, 0), 50, False, topic="x")
+    assert not marks.update((0, 1), 70, False, topic="x")
+    assert marks.value == NO_TIME  # nothing read of y
+    assert not marks.update((0, 0), 50, False, topic="y")
+    assert marks.update((0, 1), 20, False, topic="y")
+    assert marks.value == 20  # (0, 1) on y: 20, whatever it said on x
+    assert marks.update((0, 1), 70, False, topic="y") and marks.value == 50
+    marks.update((0, 0), 90, True, topic="x")  # idle on x: still 50 on y
+    assert marks.value == 50
+    assert not marks.update((0, 0), 99, False)  # not on a topic of this task
+
+
 def test_a_told_input_tells_a_batch_of_times_at_once_as_one_by_one() -> None:
     # Spark's replay tells a queue's clock a micro-batch of its producer's times in one
     # call: the time reached after each is the largest told so far, across calls.

@@ -10,10 +10,11 @@ task's producer like any data record, so it is in the same exactly-once transact
 the records it follows, and it is read again after a restore like they are.
 
 A task's own watermark is the minimum of its inputs: the watermarks received from the
-producers of the shuffles it reads (:class:`InputWatermarks`) and, for inputs that do not
-carry one (a user topic, or a shuffle with a single producer), the largest timestamp it
-has sent through its shuffle sinks (input in order per queue, as Kafka Streams' stream
-time assumes). The end of bounded input raises it to :data:`END`.
+producers of the shuffles it reads (:class:`InputWatermarks`, per producer and topic:
+a producer's mark read on one shuffle does not count for its records on another) and,
+for inputs that do not carry one (a user topic, or a shuffle with a single producer),
+the largest timestamp it has sent through its shuffle sinks (input in order per queue,
+as Kafka Streams' stream time assumes). The end of bounded input raises it to :data:`END`.
 
 Inputs that are all read (``EngineConfig.caught_up_idle``, the durable runtime's input
 files): a file is read by one ingest, in order, into every queue of its topic, round

@@ -439,7 +439,7 @@ class Task:
                 if told > p.max_time:
                     p.max_time = told
                     p.on_watermark()
-        elif clock.mark(c.producer, c.watermark, c.idle, c.high, c.caught_up):
+        elif clock.mark(c.producer, c.watermark, c.idle, c.high, c.caught_up, topic):
             self._watermark_moved()
 
     def _watermark_moved(self) -> None:
