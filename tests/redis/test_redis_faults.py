@@ -48,7 +48,7 @@ def _committed(client: redis.Redis) -> int:
 
 #: examples/wordcount.py at a pace no machine can beat: a line takes at least 0.1 ms, so
 #: a pull of 5,000 lines of a queue takes at least 0.5 s and a worker's round over its
-#: four queues at least 2 s. With three pulls per queue (_lost_run's input), a fault
+#: four queues at least 2 s. With three pulls per queue (_lost_run's paced input), a fault
 #: injected within 2 s of the first commit always meets records the job still needs,
 #: however fast the machine (a whole queue in one pull would be committed whole by the
 #: first commit: that raced the fault).
@@ -106,12 +106,15 @@ def test_redis_restarted_with_its_data_mid_run_results_exact(tmp_path, sig):
     assert read_table(tmp_path / "counts.jsonl") == expected_counts(corpus)
 
 
-def _lost_run(tmp_path: Path, fault) -> tuple[int, str]:
-    corpus = big_corpus(tmp_path, 14)  # 87,000 lines: 10,900 a source queue
+def _lost_run(tmp_path: Path, fault, *, paced: bool = False) -> tuple[int, str]:
+    """A run whose data ``fault`` loses after its first commit. ``paced``: the faults
+    that need records the job has not committed yet get the paced word count over
+    87,000 lines (10,900 a source queue, three pulls); the others a plain one."""
+    corpus = big_corpus(tmp_path, 14 if paced else 6)
     server = RedisServer(tmp_path / "redis", persist=False).start()
     try:
         client = redis.Redis(port=server.port)
-        proc = _start(tmp_path, server, corpus, paced=True)
+        proc = _start(tmp_path, server, corpus, paced=paced)
         _wait_for(lambda: _committed(client) > 0, "a first commit", proc)
         fault(server, client, proc)
         return _finish(proc)
@@ -170,4 +173,4 @@ def test_a_stream_trimmed_under_the_job_stops_the_run(tmp_path):
         ]
         assert trimmed, "every source queue was committed up to its end at the first commit"
 
-    _assert_lost(*_lost_run(tmp_path, trim))
+    _assert_lost(*_lost_run(tmp_path, trim, paced=True))
