@@ -114,12 +114,6 @@ def _broker_check(value: str) -> str | None:
     return None
 
 
-def check_choice(option: str, value: object, allowed: tuple[str, ...]) -> None:
-    """Refuse ``value`` for ``option`` unless it is one of ``allowed``, naming them."""
-    if value not in allowed:
-        raise ConfigError(f"{option} must be one of {', '.join(allowed)}; got {value!r}")
-
-
 def default_workers() -> int:
     """Worker processes of the durable runtime when none are asked for: one per core."""
     return os.cpu_count() or 1
