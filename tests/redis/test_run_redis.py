@@ -216,9 +216,12 @@ def test_a_fenced_owner_can_not_commit(redis_url):
     assert broker.end_offset("out", 0) == 0 and broker.committed("fenced", "in", 0) == 0
     assert broker.end_offset("fenced-transactions", 0) == 0
     p_new.send("out", 0, b"k", b"from the new owner", 1, ())
-    c_new.begin(1, [], {"in": 3}, (0, 0))
+    c_new.begin(1, [], {"in": 3}, (0, 0), None, {"b-repartition": 7})
     assert [r.value for r in broker.read("out", 0, 0)] == [b"from the new owner"]
     assert broker.committed("fenced", "in", 0) == 3
+    # The time told each step is in the fenced transaction too, for the next owner.
+    c_next, _ = committer(new)
+    assert c_next.recover() == (0, 0) and c_next.restored_told == {"b-repartition": 7}
     broker.close()
 
 

@@ -92,6 +92,27 @@ def test_what_closes_before_the_end_is_the_same_on_redis(tmp_path, redis_url) ->
     assert module["labelled"](result.tables["counts"]) == expected
 
 
+@pytest.mark.slow
+def test_branches_told_apart_give_the_drivers_tables_on_redis(tmp_path, redis_url) -> None:
+    """tests/pipelines/branches.py on Redis with 2 workers (whose fenced commits keep
+    the time told each step): the lagging branch's step goes by its own time, however
+    its task moves between workers; the same labelled tables as the driver."""
+    path = _conformance.UNEVEN / "branches.py"
+    topology, inputs, expected = _conformance.uneven_case(path, tmp_path)
+    assert expected["b"] and not expected["late-b"]
+    result = _conformance.run(
+        topology, inputs, data_dir=str(tmp_path / "d"), workers=2, pipeline=str(path),
+        broker=redis_url,
+    )  # fmt: skip
+
+    def labelled(tables: dict) -> dict:
+        return {t: {(k.key, k.start, k.closed): v for k, v in rows.items()}
+                for t, rows in tables.items() if t in ("a", "b")}  # fmt: skip
+
+    assert result.tables == expected
+    assert labelled(result.tables) == labelled(expected)
+
+
 def _kill_host(pid: int) -> list[int]:
     """kill -9 of a run and its workers at one moment. Its workers are not in its process
     group (each has a session of its own: workerpool.py), so they are killed by pid:

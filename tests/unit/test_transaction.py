@@ -112,10 +112,26 @@ appends = st.builds(
     offsets=st.dictionaries(names, st.integers(0, 2**40), max_size=4),
     appends=st.lists(appends, max_size=4).map(tuple),
     times=st.tuples(st.integers(-(2**62), 2**62), st.integers(-(2**62), 2**62)),
+    told=st.dictionaries(names, st.integers(-(2**62), 2**62), max_size=3),
 )
-def test_decode_gives_back_what_was_encoded(task, seq, offsets, appends, times) -> None:
-    txn = Transaction(task, seq, offsets, appends, times)
+def test_decode_gives_back_what_was_encoded(task, seq, offsets, appends, times, told) -> None:
+    txn = Transaction(task, seq, offsets, appends, times, told)
     assert Transaction.decode(txn.encode()) == txn
+
+
+def test_a_record_without_told_times_decodes_with_none_told() -> None:
+    """Written before each told step's time was kept: the task falls back to its
+    largest time for every step (Task._init_clock)."""
+    old = msgpack.packb(
+        {"task": "0_0", "seq": 1, "offsets": {}, "appends": [], "times": (7, 9)},
+        use_bin_type=True,
+    )
+    assert Transaction.decode(old).told == {}
+    told = Transaction("0_0", 1, {}, (), (7, 9), {"a-repartition": 3})
+    assert Transaction.decode(told.encode()).told == {"a-repartition": 3}
+    bad = msgpack.packb({**msgpack.unpackb(old), "told": [1, 2]}, use_bin_type=True)
+    with pytest.raises(TransactionFormatError, match="wrong type"):
+        Transaction.decode(bad)
 
 
 def test_the_transaction_log_collects_changelog_records_in_order() -> None:
@@ -168,6 +184,18 @@ def test_a_transaction_cut_short_is_finished_once_by_the_next_owner() -> None:
     # A transaction fully applied is left as it is.
     assert Committer("0_0", 0, "g", broker, producer, "t-transactions", 0).recover() == (1, 2)
     assert broker.end_offset("out", 0) == 2 and broker.end_offset("c-changelog", 0) == 1
+
+
+def test_the_next_owner_gets_the_time_told_to_each_step() -> None:
+    broker, producer, committer = eos_setup()
+    producer.send("out", 0, b"k", b"v", 1, ())
+    told = {"a-repartition": 100, "b-repartition": 20}
+    c = committer.begin(5, [], {"in": 3}, (100, 90), None, told)
+    assert c is not None and c.txn is not None and c.txn.told == told
+    broker.flush()
+    committer.apply(c)
+    again = Committer("0_0", 0, "g", broker, Producer(broker), "t-transactions", 0)
+    assert again.recover() == (100, 90) and again.restored_told == told
 
 
 def test_nothing_to_commit_writes_no_transaction() -> None:

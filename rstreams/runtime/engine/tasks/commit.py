@@ -104,6 +104,9 @@ class Committer:
         #: The input offsets committed last.
         self.committed: dict[str, int] = {}
         self.seq = 0  # of the last transaction
+        #: Per told shuffle topic, the time the last transaction says the task told it
+        #: (set by :meth:`recover`; empty: none, or one written before it was kept).
+        self.restored_told: dict[str, int] = {}
         self._commits = 0
 
     def begin(
@@ -113,14 +116,15 @@ class Committer:
         positions: dict[str, int],
         times: tuple[int, int],
         tx: Any = None,
+        told: dict[str, int] | None = None,
     ) -> Commit | None:
         """First phase: flush the stores (their changelog records get ``timestamp``);
         at-least-once, write everything; exactly-once, append the transaction (not yet
         durable), or with a fence, add it to ``tx``, the worker's broker transaction
         (applied by ``commit_tasks`` after every task's first phase; without ``tx``,
         apply it in a transaction of its own now). None when there
-        is nothing to commit. ``times`` is where the task's time got (a new owner's
-        watermark goes on from there)."""
+        is nothing to commit. ``times`` is where the task's time got, ``told`` the
+        time it told each told shuffle (a new owner goes on from there)."""
         # A store flushed earlier (Task.prepare_commit) has changes pending, not dirty.
         changed = [store for store in stores if store.flush(timestamp) or store.pending]
         if not self.exactly_once:
@@ -138,12 +142,13 @@ class Committer:
         if not outputs and offsets == self.committed:
             return None
         self.seq += 1
+        told = dict(told or {})
         if self.fence is not None:
             if tx is not None:
-                return self._commit_atomic(timestamp, outputs, offsets, times, changed, tx)
+                return self._commit_atomic(timestamp, outputs, offsets, (times, told), changed, tx)
             broker: Any = self.broker
             with broker.transaction() as own:  # a commit of its own, applied now
-                c = self._commit_atomic(timestamp, outputs, offsets, times, changed, own)
+                c = self._commit_atomic(timestamp, outputs, offsets, (times, told), changed, own)
             self._end_atomic(c)
             return Commit(None, 0, c.written)
         # Each append is encoded once, as the frame payload it becomes, marker included:
@@ -156,7 +161,7 @@ class Committer:
             encoded = encode_column_batch(timestamps, keys, values, headers)
             assert encoded is not None
             appends.append(Append(topic, q, self.broker.end_offset(topic, q), *encoded))
-        txn = Transaction(self.task_id, self.seq, offsets, tuple(appends), times)
+        txn = Transaction(self.task_id, self.seq, offsets, tuple(appends), times, told)
         assert self.txn_queue is not None
         record = [(timestamp, None, txn.encode(), ())]
         at = self.broker.append(self.txn_topic, self.txn_queue, record)
@@ -167,7 +172,7 @@ class Committer:
         timestamp: int,
         outputs: list[tuple[tuple[str, int], TxnColumns]],
         offsets: dict[str, int],
-        times: tuple[int, int],
+        times: tuple[tuple[int, int], dict[str, int]],
         stores: list[MeteredStore],
         tx: Any,
     ) -> Commit:
@@ -175,7 +180,7 @@ class Committer:
         (this task's fence joins it); the stores are written at :meth:`end`, once it is
         applied (local: rebuilt from the changelog if the process dies before)."""
         assert self.fence is not None and self.txn_queue is not None and tx is not None
-        txn = Transaction(self.task_id, self.seq, offsets, (), times)
+        txn = Transaction(self.task_id, self.seq, offsets, (), *times)
         tx.add_fence(*self.fence())
         for (topic, q), columns in outputs:
             tx.append_columns(topic, q, *columns)
@@ -241,7 +246,8 @@ class Committer:
 
     def recover(self) -> tuple[int, int] | None:
         """Finish the last transaction if the previous owner died while applying it;
-        returns where the task's time had got then (None: no transaction yet)."""
+        returns where the task's time had got then (None: no transaction yet), and
+        keeps the time it had told each told shuffle (:attr:`restored_told`)."""
         assert self.txn_queue is not None
         end = self.broker.end_offset(self.txn_topic, self.txn_queue)
         if end <= self.broker.start_offset(self.txn_topic, self.txn_queue):
@@ -261,6 +267,7 @@ class Committer:
             self.broker.flush()
             self._commit_offsets(txn.offsets)
         self.broker.purge(self.txn_topic, self.txn_queue, end - 1)
+        self.restored_told = dict(txn.told)
         return txn.times
 
     def _append_outputs(self, txn: Transaction, redo: bool) -> None:

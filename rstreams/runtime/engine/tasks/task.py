@@ -294,6 +294,9 @@ class Task:
         if self.exactly_once:
             # Its changelog records, if any, are restored next.
             self._restored_times = self.committer.recover() or self._restored_times
+        #: Per told topic, the time it told that step then (exactly-once; a topic
+        #: missing: a transaction from before they were kept, see _init_clock).
+        self._restored_told = self.committer.restored_told
         started = time.monotonic()
         restorer = Restorer(self.id, self.queue, self.broker, self.on_restore)
         self.restored = restorer.restore(self.stores, self.changelogs)
@@ -378,13 +381,14 @@ class Task:
         # (Any: their stream time, max_time, is theirs, not every processor's.)
         self._timed: list[Any] = [p for p in self.processors if p.kind in TIMED_KINDS]
         self.marked_outputs = plan.outputs
-        # The largest timestamp sent, as of the last commit of an earlier owner (per told
-        # topic, a bound of what was sent to it: exactly once keeps only the largest).
+        # The largest timestamp sent, as of the last commit of an earlier owner, and per
+        # told topic what was sent to it: its step's time from this task (a transaction
+        # written before those were kept has only the largest, a bound of each).
         self.ctx.out_time = self._restored_times[0]
         for topic, _, slack in plan.tells:
             self.ctx.tell[topic] = functools.partial(self._tell, topic)
             self.ctx.told_slack[topic] = slack
-            self.ctx.told_time[topic] = self.ctx.out_time
+            self.ctx.told_time[topic] = self._restored_told.get(topic, self.ctx.out_time)
         #: At least once, a task that tells its time keeps it with its offsets, per topic.
         self._kept_times: dict[str, int] | None = None
         if self.ctx.tell and not self.exactly_once:
@@ -650,6 +654,7 @@ class Task:
             self.positions,
             (self.ctx.out_time, self.step_clock.high),
             tx,
+            self.ctx.told_time,
         )
 
     def _commit_apply(self, c: Commit) -> None:

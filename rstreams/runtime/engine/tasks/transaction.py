@@ -8,9 +8,12 @@ commits, and where the task's time had got. The record is msgpack, a map::
 
     {"task": str, "seq": int, "offsets": {topic: offset},
      "appends": [[topic, queue, end offset then, frame payload, record count, max ts]],
-     "times": [largest watermark sent, largest timestamp sent]}
+     "times": [largest watermark sent, largest timestamp sent],
+     "told": {told shuffle topic: largest timestamp sent to it}}
 
-Records written before ``times`` existed lack it (then both are unknown, NO_TIME).
+Records written before ``times`` existed lack it (then both are unknown, NO_TIME);
+those written before ``told`` lack that (then each told topic's time is the largest
+timestamp sent to any, from ``times``: all a task kept then).
 
     >>> t = Transaction("0_1", 7, {"in": 3}, (Append("out", 0, 5, b"...", 1, 0),), (10, 12))
     >>> Transaction.decode(t.encode()) == t, t.marker
@@ -68,6 +71,9 @@ class Transaction:
     #: (largest watermark sent short of the end, largest timestamp sent) at the commit:
     #: a new owner's watermark goes on from there.
     times: tuple[int, int] = (NO_TIME, NO_TIME)
+    #: Per told shuffle topic, the largest timestamp the task sent to it (the time it
+    #: told that step): a new owner tells each step its own time, not the task's.
+    told: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def marker(self) -> tuple[str, bytes]:
@@ -82,16 +88,16 @@ class Transaction:
     def encode(self) -> bytes:
         # Plain msgpack, not the internal serde: appends and times must come back as
         # tuples, and the serde's tuple extension costs a Python call per row.
-        return msgpack.packb(
-            {
-                "task": self.task,
-                "seq": self.seq,
-                "offsets": self.offsets,
-                "appends": [list(a) for a in self.appends],
-                "times": self.times,
-            },
-            use_bin_type=True,
-        )
+        txn = {
+            "task": self.task,
+            "seq": self.seq,
+            "offsets": self.offsets,
+            "appends": [list(a) for a in self.appends],
+            "times": self.times,
+        }
+        if self.told:  # (a task that tells no step writes what it wrote before)
+            txn["told"] = self.told
+        return msgpack.packb(txn, use_bin_type=True)
 
     @classmethod
     def decode(cls, data: bytes) -> Transaction:
@@ -122,8 +128,9 @@ class Transaction:
                 dict(offsets),
                 tuple(Append(*a) for a in appends),
                 (int(out_time), int(high)),
+                {str(t): int(time) for t, time in txn.get("told", {}).items()},
             )
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, AttributeError) as e:
             raise TransactionFormatError(f"a field has the wrong type: {e}") from None
 
 
