@@ -51,23 +51,15 @@ class JoinCore(TimedCore):
         # windowed: (side, key) -> {(ts, seq): [value, matched]}
         self.buffers: dict[tuple[str, Any], dict[tuple[int, int], list[Any]]] = {}
 
-    def restore(self, heap: list[tuple[int, str, Any, int, int]] | None = None) -> None:
-        """Rebuild the buffers and expiry heap from the state; ``heap``: a saved
-        ``(expiry, side, key, ts, seq)`` heap to keep instead."""
+    def restore(self) -> None:
+        """Rebuild the buffers and expiry heap from the state (every backend keeps only
+        the state: the heap follows from it)."""
         for skey, value in self.state.items():
             if skey[0] != "j":
                 continue  # another entry of the store (its stream time)
             _, side, key, ts, seq = skey
             self.buffers.setdefault((side, key), {})[(ts, seq)] = list(value)
-            entry = (self._expiry(ts), side, HeapKey(key), ts, seq)
-            if heap is None:
-                heapq.heappush(self.heap, entry)
-        if heap is not None:
-            self.heap = [(x, side, HeapKey(k), ts, seq) for x, side, k, ts, seq in heap]
-
-    def saved_heap(self) -> list[list[Any]]:
-        """The heap as ``[expiry, side, key, ts, seq]`` rows (for :meth:`restore`)."""
-        return [[x, side, hk.key, ts, seq] for x, side, hk, ts, seq in self.heap]
+            heapq.heappush(self.heap, (self._expiry(ts), side, HeapKey(key), ts, seq))
 
     def _outer(self, side: str) -> bool:
         return self.outer_left if side == "L" else self.outer_right

@@ -85,28 +85,18 @@ class WindowCore(TimedCore):
     ) -> None:
         self.emit(Windowed(k, start, end), v, ts, off)
 
-    def restore(self, heap: list[tuple[int, Any, int]] | None = None) -> None:
-        """Rebuild the indexes from the state (every window in it is open: a closed one
-        was deleted); ``heap``: a saved ``(close time, key, start)`` heap to keep
-        instead (not for sessions: their close times are rebuilt from the state, as
-        :meth:`close_time` has them, since a heap saved before sessions closed 1 ms
-        later would close them early). A restored window's idle clock starts at
-        :attr:`now`."""
-        if self.session:
-            heap = None
+    def restore(self) -> None:
+        """Rebuild the indexes and the close-time heap from the state (every window in
+        it is open: a closed one was deleted; every backend keeps only the state, the
+        heap follows from it, as :meth:`close_time` has it). A restored window's idle
+        clock starts at :attr:`now`."""
         tag = "s" if self.session else "w"
         for skey, value in self.state.items():
             if len(skey) != 3 or skey[0] != tag:
                 continue  # another entry of the store (its stream time)
             _, key, start = skey
             end = value[0] if self.session else start + self.size
-            self._track(key, start, end, heap is None)
-        if heap is not None:
-            self.heap = [(c, HeapKey(k), s) for c, k, s in heap]
-
-    def saved_heap(self) -> list[list[Any]]:
-        """The heap as ``[close time, key, start]`` rows (for :meth:`restore`)."""
-        return [[c, hk.key, s] for c, hk, s in self.heap]
+            self._track(key, start, end)
 
     def close_time(self, end: int) -> int:
         """The stream time at which the window or session ending at ``end`` closes:
@@ -115,9 +105,8 @@ class WindowCore(TimedCore):
         late until stream time passes ``end + gap + grace``)."""
         return end + self.grace + self.gap + (1 if self.session else 0)
 
-    def _track(self, key: Any, start: int, end: int, push: bool = True) -> None:
-        if push:
-            heapq.heappush(self.heap, (self.close_time(end), HeapKey(key), start))
+    def _track(self, key: Any, start: int, end: int) -> None:
+        heapq.heappush(self.heap, (self.close_time(end), HeapKey(key), start))
         if self.session:
             self.sessions.setdefault(key, {})[start] = end
             bisect.insort(self.starts.setdefault(key, []), start)

@@ -66,7 +66,7 @@ def test_restore_rebuilds_buffers_and_heap() -> None:
     r = Run("left", JoinWindow(5, 5))
     r.feed("L", "a", "l1", 0)
     again = JoinCore("left", lambda a, b: (a, b), r.core.window, r.state, r._emit)
-    again.restore(r.core.saved_heap())
-    assert again.buffers == r.core.buffers
+    again.restore()
+    assert again.buffers == r.core.buffers and again.heap == r.core.heap
     again.end_of_input()
     assert r.out == [("a", ("l1", None), 0)]

@@ -370,8 +370,9 @@ class _ReplayedQueue:
 class WindowQueue(_ReplayedQueue):
     """One queue of a window step: :class:`~rstreams.semantics.windows.WindowCore` over
     a dict, saved as ``{"t": stream time, "w": [[key, start, end, aggregate, largest
-    timestamp]], "h": [[close time, key, start]]}`` (an earlier version's rows have no
-    largest timestamp: results carry no event time here, so the start stands in)."""
+    timestamp]]}`` (an earlier version's rows have no largest timestamp: results carry
+    no event time here, so the start stands in; its ``"h"``, the close-time heap, is not
+    read: the core rebuilds it from the windows, as the engine's does)."""
 
     core: WindowCore
 
@@ -388,7 +389,7 @@ class WindowQueue(_ReplayedQueue):
                     self.state.put(("s", k, s), (e, agg_value))
                 else:
                     self.state.put(("w", k, s), (agg_value, top[0] if top else s))
-            self.core.restore(saved["h"])
+            self.core.restore()
 
     def save(self) -> dict[str, Any]:
         rows = []
@@ -397,7 +398,7 @@ class WindowQueue(_ReplayedQueue):
                 rows.append([k, s, value[0], value[1]])
             else:
                 rows.append([k, s, s + self.core.size, value[0], value[1]])
-        return {"t": self.time, "w": rows, "h": self.core.saved_heap()}
+        return {"t": self.time, "w": rows}
 
     def record(self, side: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip
@@ -420,8 +421,9 @@ class JoinQueue(_ReplayedQueue):
     or :class:`~rstreams.semantics.temporal.TemporalJoinCore` (no window, a record's
     position its ``_o``) over a dict. A record's sequence number is its offset in the
     queue (a counter kept in the state, as the shuffle topic's offsets are). Saved as
-    ``{"t": stream time, "n": counter, "j": [[side, key, ts, seq, value, matched]], "h":
-    the heap}`` (windowed) or ``{"t", "n", "s": [[state key, value]]}`` (temporal: the
+    ``{"t": stream time, "n": counter, "j": [[side, key, ts, seq, value, matched]]}``
+    (windowed; an earlier version's ``"h"``, the expiry heap, is not read: the core
+    rebuilds it from the buffers) or ``{"t", "n", "s": [[state key, value]]}`` (temporal: the
     core's own entries; an older table join's ``"j"`` rows are read as its old entries)."""
 
     def __init__(self, spec: JoinSpec, saved: dict[str, Any] | None, queue: int = 0) -> None:
@@ -450,7 +452,7 @@ class JoinQueue(_ReplayedQueue):
             return
         for side, k, ts, seq, v, matched in saved["j"]:
             self.state.put(("j", side, k, ts, seq), (v, matched))
-        self.core.restore(saved["h"])
+        self.core.restore()
 
     def save(self) -> dict[str, Any]:
         if isinstance(self.core, TemporalJoinCore):
@@ -460,7 +462,7 @@ class JoinQueue(_ReplayedQueue):
         for skey, value in self.state.items():
             _, side, k, ts, seq = skey
             rows.append([side, k, ts, seq, value[0], value[1]])
-        return {"t": self.time, "n": self.offset, "j": rows, "h": self.core.saved_heap()}
+        return {"t": self.time, "n": self.offset, "j": rows}
 
     def record(self, side_no: int, k: Any, v: Any, ts: int, emit: Emit,
                watermark: int | None = None, order: bytes = b"") -> bool | None:  # fmt: skip

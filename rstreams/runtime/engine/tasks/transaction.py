@@ -8,7 +8,7 @@ commits, and where the task's time had got. The record is msgpack, a map::
 
     {"task": str, "seq": int, "offsets": {topic: offset},
      "appends": [[topic, queue, end offset then, frame payload, record count, max ts]],
-     "times": [largest watermark sent, largest timestamp sent],
+     "times": [largest timestamp sent, largest watermark or told time sent short of the end],
      "told": {told shuffle topic: largest timestamp sent to it}}
 
 Records written before ``times`` existed lack it (then both are unknown, NO_TIME);
@@ -68,8 +68,8 @@ class Transaction:
     #: Input offsets committed by it: topic -> the next offset to read.
     offsets: dict[str, int]
     appends: tuple[Append, ...]
-    #: (largest watermark sent short of the end, largest timestamp sent) at the commit:
-    #: a new owner's watermark goes on from there.
+    #: (largest timestamp sent, largest watermark or told time sent short of the end) at
+    #: the commit: a new owner's time and watermark go on from there.
     times: tuple[int, int] = (NO_TIME, NO_TIME)
     #: Per told shuffle topic, the largest timestamp the task sent to it (the time it
     #: told that step): a new owner tells each step its own time, not the task's.
