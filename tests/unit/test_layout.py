@@ -110,3 +110,25 @@ def test_no_other_module_spells_the_layout() -> None:
             ):
                 found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == []
+
+
+@pytest.mark.parametrize(
+    "name", ["eos", "q5.v2", "a-b_c", "9", "", "-x", ".x", "a/b", "../v", "a b"]
+)
+def test_a_job_id_is_what_the_builder_takes_for_a_name(name: str) -> None:
+    """The layout can import nothing (it sits below the DSL), so it keeps its own copy
+    of the DSL's rule for names: the two take and refuse the same names."""
+    from rstreams.dsl.nodes import check_name
+    from rstreams.errors import TopologyError
+    from rstreams.runtime.layout import check_job_id
+
+    def takes(check, error) -> bool:
+        try:
+            check()
+        except error:
+            return False
+        return True
+
+    assert takes(lambda: check_job_id(name), ValueError) == takes(
+        lambda: check_name(name, "name"), TopologyError
+    )
