@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 a record failed processing (or another runtime failure),
 2 bad usage or configuration, 3 the pipeline file could not be loaded, 130 interrupted
-(Ctrl-C or SIGTERM), 141 stdout's reader went away before all was written.
+by Ctrl-C (SIGINT), 141 stdout's reader went away before all was written, 143 stopped
+by SIGTERM (an interruption exits 128 + the signal's number, as shells report it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from rstreams import __version__
+from rstreams import __version__, interrupts
 from rstreams.cli_run import add_run_parser
 from rstreams.errors import (
     ConfigError,
@@ -257,6 +258,7 @@ def _fail(code: int, msg: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` names (default: the process's arguments); its exit code."""
+    interrupts.reset()
     try:
         try:
             code = _main(argv)
@@ -297,8 +299,9 @@ def _main(argv: Sequence[str] | None) -> int:
     elif args.verbose:
         level = logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # SIGINT and SIGTERM stop any command as Ctrl-C does (exit code 130; `run` stops its
-    # workers), also where they were inherited ignored (a background job of a script).
+    # SIGINT and SIGTERM stop any command as Ctrl-C does (`run` stops its workers), also
+    # where they were inherited ignored (a background job of a script); the exit code is
+    # 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _STOP_SIGNALS}
@@ -316,7 +319,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except RStreamsError as e:
         return _fail(EXIT_FAILED, str(e))
     except KeyboardInterrupt:
-        return _fail(130, "interrupted")
+        return _interrupted()
     except BrokenPipeError:
         raise  # (main's: stdout's reader went away; not a storage error)
     except OSError as e:
@@ -333,7 +336,18 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    interrupts.note(signum)
     raise KeyboardInterrupt
+
+
+def _interrupted() -> int:
+    """Exit 128 + the number of the signal that stopped the command (see the interrupts
+    module): 130 for Ctrl-C (SIGINT) or a plain KeyboardInterrupt, 143 for SIGTERM."""
+    sig = interrupts.received()
+    return _fail(
+        interrupts.exit_code(),
+        "interrupted" if sig == signal.SIGINT else f"interrupted ({sig.name})",
+    )
 
 
 if __name__ == "__main__":

@@ -205,7 +205,8 @@ skipped records, the last errors. It works from another terminal while
 per refresh instead, and stops when the job ends.
 
 exit codes: 0 ok, 1 the job's files can not be read, 2 bad usage (e.g. no
-such job, or several jobs and no JOB given), 130 interrupted (Ctrl-C)""",
+such job, or several jobs and no JOB given), 130 interrupted (Ctrl-C), 143
+stopped by SIGTERM""",
         epilog="""\
 example:
   rstreams run examples/wordcount.py --input big.txt --workers 2   # one terminal

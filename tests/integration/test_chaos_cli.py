@@ -181,8 +181,9 @@ def build():
 
 
 @pytest.mark.parametrize("command", ["produce", "run"])
-def test_sigterm_exits_130(tmp_path, command):
-    """SIGTERM stops a command like Ctrl-C: exit code 130 (docs/cli.md, Exit codes)."""
+def test_sigterm_exits_143(tmp_path, command):
+    """SIGTERM stops a command like Ctrl-C, with exit code 143 (128 + 15, as shells report
+    it; Ctrl-C's is 130: docs/cli.md, Exit codes)."""
     if command == "produce":
         argv = ["produce", "notes", "--job", "scratch", "--data-dir", str(tmp_path / "d")]
     else:
@@ -214,5 +215,5 @@ def test_sigterm_exits_130(tmp_path, command):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
-    assert "rstreams: error: interrupted" in err
+    assert proc.returncode == 143, err
+    assert "rstreams: error: interrupted (SIGTERM)" in err

@@ -4,7 +4,8 @@ A script that starts ``rstreams run ... &`` gives it SIGINT ignored (a non-inter
 shell does that to background jobs, and the disposition is inherited); Ctrl-C in a
 terminal signals the whole process group, workers included. Either way the run stops as
 on Ctrl-C: the workers commit and leave, a followed run exits 0 with what it committed,
-a bounded run is interrupted (exit code 130) and the next run finishes it exactly.
+a bounded run is interrupted (exit code 130 for SIGINT, 143 for SIGTERM: 128 + the
+signal's number) and the next run finishes it exactly.
 Real worker processes on the file log; every wait is for an observable state.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from rstreams import interrupts
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from tests.helpers.metrics import wait_for as wait
@@ -158,8 +160,11 @@ def test_a_bounded_run_with_signals_ignored_is_interrupted_and_resumes_exactly(
             workers=2, chunk_lines=500, progress=signal_once_committed,
         )  # fmt: skip
         try:
+            interrupts.reset()
             with pytest.raises(KeyboardInterrupt):
                 sup.run()
+            # Noted for the command's exit code: 130 for SIGINT, 143 for SIGTERM.
+            assert interrupts.received() == sig
         finally:
             sup.close()
         # The handlers the run found are back.

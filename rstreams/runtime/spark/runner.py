@@ -25,6 +25,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from rstreams import interrupts
 from rstreams.config import RunConfig, dead_letter_topic
 from rstreams.dsl import nodes as n
 from rstreams.errors import ON_ERROR_HINT, ConfigError, ProcessingError, RStreamsError
@@ -72,6 +73,7 @@ def _term_as_interrupt() -> Iterator[None]:
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    interrupts.note(signum)  # (the command's exit code: 143 for SIGTERM)
     raise KeyboardInterrupt
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rstreams import interrupts
 from rstreams.config import RunConfig, default_workers
 from rstreams.errors import JobRunningError, RStreamsError
 from rstreams.planner.topology import DEFAULT_SHUFFLE_QUEUES, Topology
@@ -107,7 +108,8 @@ class JoinedRun:
                 if not self.config.follow:
                     # Exit 0 means exact: the joined run goes on, so what is committed now
                     # is a part of the answer. Stopped early, a joining run fails as a
-                    # plain one does (exit 130) once its workers committed and left.
+                    # plain one does (exit 130 on SIGINT, 143 on SIGTERM) once its
+                    # workers committed and left.
                     raise KeyboardInterrupt
             elif not self._input_done() and not self.config.follow:
                 # Exit 0 means exact: tables read now would be a part of the answer.
@@ -128,6 +130,7 @@ class JoinedRun:
         return all(self.eoi.declared(sub.id) for sub in self.topology.subtopologies)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        interrupts.note(signum)  # (the command's exit code: 130 for SIGINT, 143 SIGTERM)
         self._stop = signal.Signals(signum).name
 
     def status(self, start: float) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rstreams import interrupts
 from rstreams.config import RunConfig, dead_letter_topic, default_workers
 from rstreams.errors import ConfigError, FencedError
 from rstreams.planner.describe import tree_data
@@ -329,6 +330,7 @@ class Supervisor:
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        interrupts.note(signum)  # (the command's exit code: 130 for SIGINT, 143 SIGTERM)
         self.stop_signal = signal.Signals(signum).name
 
     def _start(self) -> SupervisorStats:
