@@ -19,7 +19,6 @@ on close, the join, late records), the same records.
 
 from __future__ import annotations
 
-import itertools
 import runpy
 from collections import Counter
 from pathlib import Path
@@ -30,17 +29,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rstreams import Topology, run
-from rstreams.runtime.engine import EngineConfig, LocalEngine
+from rstreams.runtime.engine import EngineConfig
 from rstreams.runtime.queues import MemoryBroker
-from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver
-from rstreams.windowed import Windowed
+from tests.helpers.restarts import fold, label, run_with_restarts
 
 PATH = Path(__file__).resolve().parents[1] / "pipelines" / "ties.py"
 #: The same with the steps' late records merged: one task reads the four steps' shuffles.
 MERGED = PATH.with_name("ties_merged.py")
 TIES = runpy.run_path(str(PATH))
-JSON = get_serde("json")
 #: The durable runtime's. (At least once, producers of several source queues restarted
 #: after their last record forget the largest time they sent: windows that time passed
 #: still close, at the end of input, labelled so; the tables are equal but for the label.)
@@ -60,26 +57,6 @@ FINAL = (
 Sinks = dict[str, tuple[dict[Any, Any], Counter[tuple[Any, Any]]]]
 
 
-def label(key: Any) -> Any:
-    """A key with why its window closed (``Windowed`` equality leaves that out)."""
-    if isinstance(key, Windowed):
-        return (key.key, key.start, key.end, key.closed)
-    return key
-
-
-def fold(topic: str, records: list[tuple[Any, Any]]) -> tuple[dict[Any, Any], Counter]:
-    """The table (last value per key, a None deletes) and, for a final sink, every
-    record."""
-    table: dict[Any, Any] = {}
-    for k, v in records:
-        if v is None:
-            table.pop(label(k), None)
-        else:
-            table[label(k)] = v
-    every = Counter((label(k), v) for k, v in records) if topic in FINAL else Counter()
-    return table, every
-
-
 def topology(queues: int, source_queues: int, grace: int, merged: bool = False) -> Topology:
     return TIES["pipeline"](queues, source_queues, grace, merged).build()
 
@@ -89,7 +66,7 @@ def on_driver(t: Topology, lines: list[str]) -> Sinks:
         for line in lines:
             d.pipe("events", line.encode("utf-8"))
         d.end_of_input()
-        return {s: fold(s, [(r.key, r.value) for r in d.read(s)]) for s in t.sink_topics}
+        return {s: fold([(r.key, r.value) for r in d.read(s)], s in FINAL) for s in t.sink_topics}
 
 
 def on_engine(
@@ -98,30 +75,16 @@ def on_engine(
     """The lines dealt to the source queues ``chunk`` at a time (each queue in order),
     by a new engine per part (parts end at ``cuts``: a restart), ``batch`` records at
     a time."""
-    broker = MemoryBroker()
     config = EngineConfig(batch_size=batch, guarantee=GUARANTEE)
-    engine: LocalEngine | None = None
-    for lo, hi in itertools.pairwise([0, *cuts, len(lines)]):
-        if engine is not None:
-            engine.close()
-        engine = LocalEngine(t, broker, config)
+
+    def append(broker: MemoryBroker, lo: int, hi: int) -> None:
         for i in range(lo, hi):
             q = i // chunk % source_queues
             broker.append("events", q, [(0, None, lines[i].encode("utf-8"), ())])
-        engine.run_until_idle()
-    assert engine is not None
-    engine.end_of_input()
-    engine.close()
-    out: Sinks = {}
-    for s in t.sink_topics:
-        records = [
-            (JSON.deserialize(r.key), None if r.value is None else JSON.deserialize(r.value))
-            for q in range(broker.queue_count(s) or 0)
-            for r in broker.read(s, q, 0)
-        ]
-        # (each key's records are on one queue, in order: only their order per key counts)
-        out[s] = fold(s, records)
-    return out
+
+    runs = run_with_restarts(t, config, len(lines), cuts, append)
+    # (each key's records are on one queue, in order: only their order per key counts)
+    return {s: fold(records, s in FINAL) for s, records in runs.items()}
 
 
 @st.composite

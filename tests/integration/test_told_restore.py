@@ -16,7 +16,6 @@ every sink holds the same table and the same records.
 
 from __future__ import annotations
 
-import itertools
 import runpy
 from collections import Counter
 from pathlib import Path
@@ -27,37 +26,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rstreams import Topology, run
-from rstreams.runtime.engine import EngineConfig, LocalEngine
+from rstreams.runtime.engine import EngineConfig
 from rstreams.runtime.queues import MemoryBroker
-from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver
-from rstreams.windowed import Windowed
+from tests.helpers.restarts import fold, label, run_with_restarts
 
 PATH = Path(__file__).resolve().parents[1] / "pipelines" / "branches.py"
 BRANCHES = runpy.run_path(str(PATH))
-JSON = get_serde("json")
 GUARANTEES = ("exactly-once", "at-least-once")
 
 Sinks = dict[str, tuple[dict[Any, Any], Counter[tuple[Any, Any]]]]
-
-
-def label(key: Any) -> Any:
-    """A key with why its window closed (``Windowed`` equality leaves that out)."""
-    if isinstance(key, Windowed):
-        return (key.key, key.start, key.end, key.closed)
-    return key
-
-
-def fold(records: list[tuple[Any, Any]]) -> tuple[dict[Any, Any], Counter]:
-    """The table (last value per key) and every record (each sink's results are final:
-    windows emitting on close, late records)."""
-    table: dict[Any, Any] = {}
-    for k, v in records:
-        if v is None:
-            table.pop(label(k), None)
-        else:
-            table[label(k)] = v
-    return table, Counter((label(k), v) for k, v in records)
 
 
 def topology(queues: int = 2, grace: int = 0) -> Topology:
@@ -75,29 +53,14 @@ def on_driver(t: Topology, lines: list[str]) -> Sinks:
 def on_engine(t: Topology, lines: list[str], guarantee: str, batch: int, cuts: list[int]) -> Sinks:
     """The lines by a new engine per part (parts end at ``cuts``: a restart, the engine
     before it committed and closed), ``batch`` records at a time."""
-    broker = MemoryBroker()
     config = EngineConfig(batch_size=batch, guarantee=guarantee)
-    engine: LocalEngine | None = None
-    for lo, hi in itertools.pairwise([0, *cuts, len(lines)]):
-        if engine is not None:
-            engine.close()
-        engine = LocalEngine(t, broker, config)
-        rows = [(0, None, line.encode("utf-8"), ()) for line in lines[lo:hi]]
-        if rows:
-            broker.append("events", 0, rows)
-        engine.run_until_idle()
-    assert engine is not None
-    engine.end_of_input()
-    engine.close()
-    out: Sinks = {}
-    for s in t.sink_topics:
-        records = [
-            (JSON.deserialize(r.key), None if r.value is None else JSON.deserialize(r.value))
-            for q in range(broker.queue_count(s) or 0)
-            for r in broker.read(s, q, 0)
-        ]
-        out[s] = fold(records)
-    return out
+
+    def append(broker: MemoryBroker, lo: int, hi: int) -> None:
+        if hi > lo:
+            broker.append("events", 0, [(0, None, line.encode(), ()) for line in lines[lo:hi]])
+
+    runs = run_with_restarts(t, config, len(lines), cuts, append)
+    return {s: fold(records) for s, records in runs.items()}
 
 
 LINES: list[str] = BRANCHES["lines"]()["events"]
