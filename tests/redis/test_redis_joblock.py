@@ -101,17 +101,25 @@ CORPUS = ROOT / "examples" / "data" / "corpus.txt"
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 
 #: Run A: the word count over Redis with its ingest throttled (so that it is mid-ingest
-#: when paused); writes its table to argv[4] only if the run ends well.
+#: when paused); writes its table to argv[4] only if the run ends well. With argv[6]
+#: (a path), the throttle is lifted once that file exists: the test creates it when it
+#: no longer needs A mid-ingest, and A need not spend the rest of the 15 s on it.
 _OWNER = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     from rstreams.loader import load_topology
     from rstreams.runtime.engine.coordination.supervisor import Supervisor
     pipeline, corpus, url, out, data = sys.argv[1:6]
+    go = sys.argv[6] if len(sys.argv) > 6 else None
+
+    def unthrottle(status):
+        if go is not None and os.path.exists(go):
+            sup.ingest.max_rate = None
+
     sup = Supervisor(
         pipeline, load_topology(pipeline), {"sentences": corpus}, data_dir=data,
         workers=1, chunk_lines=100, broker=url, max_ingest_rate=2_000,
-        worker_args=["--commit-interval", "0.2"],
+        worker_args=["--commit-interval", "0.2"], progress=unthrottle,
     )
     try:
         sup.run()
@@ -138,10 +146,13 @@ def _corpus(tmp_path: Path) -> Path:
     return path  # (31,085 lines: about 15 s of ingest for run A)
 
 
-def _start_owner(tmp_path: Path, corpus: Path, url: str) -> subprocess.Popen[str]:
+def _start_owner(
+    tmp_path: Path, corpus: Path, url: str, go: Path | None = None
+) -> subprocess.Popen[str]:
+    """Run A; with ``go``, its ingest is throttled until that file exists (see _OWNER)."""
     return subprocess.Popen(
         [sys.executable, "-c", _OWNER, str(WORDCOUNT), str(corpus), url,
-         str(tmp_path / "a.json"), str(tmp_path / "a")],
+         str(tmp_path / "a.json"), str(tmp_path / "a"), *([str(go)] if go else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -235,7 +246,8 @@ def test_a_redis_pause_past_the_lease_never_gives_two_exact_looking_runs(
 
     url = own_redis.url
     corpus = _corpus(tmp_path)
-    a = _start_owner(tmp_path, corpus, url)
+    go = tmp_path / "go"
+    a = _start_owner(tmp_path, corpus, url, go)
     b = None
     try:
         _wait_ingesting(url, "wordcount", a)
@@ -245,8 +257,9 @@ def test_a_redis_pause_past_the_lease_never_gives_two_exact_looking_runs(
         finally:
             os.kill(own_redis.proc.pid, signal.SIGCONT)
         b = _run_b(tmp_path, corpus, url)
-        _, a_err = a.communicate(timeout=300)
         _, b_err = b.communicate(timeout=300)
+        go.touch()  # (B is done, refused or with the job: A need not be throttled on)
+        _, a_err = a.communicate(timeout=300)
     finally:
         _stop(a, b)
     assert [a.returncode, b.returncode].count(0) == 1, (a_err, b_err)
@@ -307,7 +320,8 @@ def test_joining_with_another_pipeline_is_refused_with_the_diff(
 ) -> None:
     corpus = _corpus(tmp_path)
     other = _variant(tmp_path, "other", old, new)
-    a = _start_owner(tmp_path, corpus, redis_url)
+    go = tmp_path / "go"
+    a = _start_owner(tmp_path, corpus, redis_url, go)
     try:
         _wait_recorded(redis_url, a)
         b = subprocess.run(
@@ -319,6 +333,7 @@ def test_joining_with_another_pipeline_is_refused_with_the_diff(
         assert f"pid {a.pid}" in b.stderr and shown in b.stderr, b.stderr
         assert "Traceback" not in b.stderr
         assert not (tmp_path / "b.jsonl").exists()
+        go.touch()  # (B was refused: A goes on, its ingest no longer throttled)
         _, a_err = a.communicate(timeout=300)
     finally:
         _stop(a)
@@ -343,7 +358,8 @@ def test_a_joining_run_stopped_early_fails_and_writes_nothing(
 
     corpus = _corpus(tmp_path)
     copy = _variant(tmp_path, "same", "def build", "def build")  # (another file, same code)
-    a = _start_owner(tmp_path, corpus, redis_url)
+    go = tmp_path / "go"
+    a = _start_owner(tmp_path, corpus, redis_url, go)
     b = None
     observer = RedisGroupMembership(client(redis_url), "wordcount", "wordcount", "observer")
     try:
@@ -360,6 +376,7 @@ def test_a_joining_run_stopped_early_fails_and_writes_nothing(
             time.sleep(0.05)
         b.send_signal(getattr(signal, sig))
         _, b_err = b.communicate(timeout=120)
+        go.touch()  # (B stopped: A goes on alone, its ingest no longer throttled)
         _, a_err = a.communicate(timeout=300)
     finally:
         _stop(a, b)
