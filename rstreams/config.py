@@ -274,6 +274,9 @@ class RunConfig:
             over ``worker``.
         max_restarts: restarts of dead workers in a row without a commit before the run
             gives up (0: never restart).
+        max_restart_backoff: the longest wait, in seconds, before a dead worker's
+            replacement starts (the wait starts at 0.1 s and doubles with each restart
+            in a row without a commit).
         allow_topology_change: run even when the topology changed in a way that loses
             or misreads the job's state.
         master: Spark master URL (Spark only).
@@ -371,6 +374,16 @@ class RunConfig:
         "with a backoff, and give up after N restarts in a row without progress (no "
         "commit); 0: never restart (default %(default)s)",
         check=at_least(0),
+        errors_say_flag=True,
+    )
+    max_restart_backoff: float = option(
+        5.0,
+        flag="--max-restart-backoff",
+        metavar="S",
+        help="durable runtime: the longest wait before a dead worker's replacement starts "
+        "(the wait starts at 0.1 s and doubles with each restart in a row without "
+        "progress; default %(default)s)",
+        check=above(0, " s"),
         errors_say_flag=True,
     )
     allow_topology_change: bool = option(

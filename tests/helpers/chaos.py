@@ -13,22 +13,13 @@ from typing import Any
 #: that had to wait (no live worker) before the run can end.
 SPREAD = 0.75
 
-#: The cap on a worker's restart backoff in the kill tests (the runtime's is 5 s:
-#: workerpool.RESTART_BACKOFF_MAX; it starts at 0.1 s and doubles after each restart in
-#: a row without progress). The kills come faster than a replacement can commit, so the
-#: backoff soon sits at its cap: at 5 s the kills due mid-input wait for a live worker
-#: and pile up after the input's end, one each 2.5 s, and the run mostly waits. At 1 s
-#: they land about where :class:`RandomKills` means them to, spread over the input. The
-#: restarts, their doubling backoff and the kills are still the runtime's own.
+#: ``--max-restart-backoff`` of the kill tests (the runtime's default is 5 s; a restart
+#: waits 0.1 s, doubling after each restart in a row without progress). The kills come
+#: faster than a replacement can commit, so the backoff soon sits at its cap: at 5 s the
+#: kills due mid-input wait for a live worker and pile up after the input's end, one
+#: each 2.5 s, and the run mostly waits. At 1 s they land about where
+#: :class:`RandomKills` means them to, spread over the input.
 BACKOFF_MAX = 1.0
-
-
-def quick_restarts(monkeypatch: Any) -> None:
-    """Cap the restart backoff of durable runs in this process at :data:`BACKOFF_MAX`
-    (``monkeypatch``: pytest's, which puts the runtime's cap back after the test)."""
-    from rstreams.runtime.engine.coordination import workerpool
-
-    monkeypatch.setattr(workerpool, "RESTART_BACKOFF_MAX", BACKOFF_MAX)
 
 
 class RandomKills:

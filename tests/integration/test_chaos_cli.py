@@ -72,20 +72,6 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-#: ``python -m rstreams`` (the same CLI, run the same way) with the supervisor's restart
-#: backoff capped at 1 s instead of 5 s (tests/helpers/chaos.py, BACKOFF_MAX): the kills
-#: come faster than a replacement commits, and at 5 s the run mostly waited for
-#: replacements (20 kills took about 38 s of a 48 s run; at 1 s, 13 s of 22 s).
-RSTREAMS_QUICK_RESTARTS = textwrap.dedent(
-    f"""
-    import runpy
-    from rstreams.runtime.engine.coordination import workerpool
-    workerpool.RESTART_BACKOFF_MAX = {BACKOFF_MAX}
-    runpy.run_module("rstreams", run_name="__main__", alter_sys=True)
-    """
-)
-
-
 def make_corpus(path: Path, mb: float) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     try:
@@ -102,9 +88,9 @@ def test_workers_killed_at_random_through_the_cli_give_the_exact_table(tmp_path)
     out = tmp_path / "counts.jsonl"
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-c", RSTREAMS_QUICK_RESTARTS, "run", str(WORDCOUNT),
-         "--input", str(corpus), "--workers", "2", "--data-dir", str(tmp_path / "data"),
-         "--output", str(out), "--max-restarts", "20"],
+        [sys.executable, "-m", "rstreams", "run", str(WORDCOUNT), "--input", str(corpus),
+         "--workers", "2", "--data-dir", str(tmp_path / "data"), "--output", str(out),
+         "--max-restarts", "20", "--max-restart-backoff", str(BACKOFF_MAX)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     rng = random.Random(11)

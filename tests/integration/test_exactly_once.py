@@ -15,7 +15,7 @@ import pytest
 from rstreams.loader import load_topology
 from rstreams.runtime.engine.coordination.supervisor import Supervisor
 from rstreams.serde import get_serde
-from tests.helpers.chaos import RandomKills, quick_restarts
+from tests.helpers.chaos import BACKOFF_MAX, RandomKills
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "examples" / "data" / "corpus.txt"
@@ -59,7 +59,6 @@ def random_kills_keep_counts_and_output_exact(
     monkeypatch.setenv(
         "RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,txn-applying:0.01,restore:0.05"
     )
-    quick_restarts(monkeypatch)
     pipeline = tmp_path / "eos.py"
     pipeline.write_text(textwrap.dedent(PIPELINE))
     text = CORPUS.read_text(encoding="utf-8")
@@ -69,7 +68,8 @@ def random_kills_keep_counts_and_output_exact(
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), {"lines": str(corpus)},
         data_dir=tmp_path / "data", workers=2, chunk_lines=200, progress=chaos,
-        max_restarts=10_000, max_ingest_rate=KILLS_INGEST_RATE, broker=broker,
+        max_restarts=10_000, max_restart_backoff=BACKOFF_MAX,
+        max_ingest_rate=KILLS_INGEST_RATE, broker=broker,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
     chaos.supervisor = sup

@@ -37,7 +37,7 @@ from rstreams.runtime.results import row_json
 from rstreams.serde import get_serde
 from rstreams.testing import TopologyTestDriver
 from rstreams.windowed import result_row
-from tests.helpers.chaos import RandomKills, quick_restarts
+from tests.helpers.chaos import BACKOFF_MAX, RandomKills
 
 COUNT = """
 from rstreams import StreamBuilder, TumblingWindow
@@ -348,7 +348,7 @@ def run_with_chaos(
     sup = Supervisor(
         str(pipeline), load_topology(str(pipeline)), inputs,
         data_dir=data, workers=2, chunk_lines=200, progress=chaos,
-        max_restarts=10_000, max_ingest_rate=1_500,
+        max_restarts=10_000, max_restart_backoff=BACKOFF_MAX, max_ingest_rate=1_500,
         worker_args=["--commit-interval", "0.1", "--session-timeout", "2"],
     )  # fmt: skip
     chaos.supervisor = sup
@@ -370,7 +370,6 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
     # Two workers, 8 queues, SIGKILLed at random and crashing at commit and restore:
     # restored tasks lose the watermarks they had read; the producers say them again.
     monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.05")
-    quick_restarts(monkeypatch)
     expected = timed_text(tmp_path / "lines.txt", 6000)
     pipeline = write(tmp_path, "c.py", COUNT)
     inputs = {"lines": str(tmp_path / "lines.txt")}
@@ -385,9 +384,8 @@ def test_killed_workers_give_the_same_windows_once_each(tmp_path, monkeypatch) -
 def test_killed_workers_give_every_match_once(tmp_path, monkeypatch) -> None:
     # A worker restores about 30 join tasks when it starts: at 5% a crash each, most
     # restarts would die before committing, and restarts without progress back off
-    # (up to 5 s each; 1 s here, quick_restarts). 1% still crashes about one start in four.
+    # (up to 5 s each by default; 1 s here, BACKOFF_MAX). 1% still crashes about one start in four.
     monkeypatch.setenv("RSTREAMS_FAULTS", "commit-start:0.02,txn-written:0.02,restore:0.01")
-    quick_restarts(monkeypatch)
     orders, payments, matches = orders_and_payments(tmp_path, 2000)
     pipeline = write(tmp_path, "j.py", JOIN)
     inputs = {"orders": str(orders), "payments": str(payments)}

@@ -92,6 +92,21 @@ def test_a_crash_loop_without_progress_gives_up_with_the_last_lines(tmp_path: Pa
         p.stop()
 
 
+def test_the_restart_backoff_stops_doubling_at_its_cap(tmp_path: Path) -> None:
+    body = """
+        import os, signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    p = pool(tmp_path, body, max_restarts=3, max_restart_backoff=0.15)
+    try:
+        p.start(1)
+        with pytest.raises(RStreamsError, match="giving up after 3 restart"):
+            check_until(p, lambda: False, "giving up")
+        assert p.restarts == 3 and p.backoff == 0.15  # 0.1, then 0.15 (not 0.2, 0.4)
+    finally:
+        p.stop()
+
+
 def test_a_worker_stopped_from_outside_is_replaced_and_named(tmp_path: Path, caplog) -> None:
     p = pool(tmp_path, UPPER)
     group = JobLayout.of(tmp_path / "data", "up").coordination

@@ -106,6 +106,7 @@ def test_dead_letter_topic_is_defined_once() -> None:
         ({"backend": "flink"}, "backend must be one of embedded, spark; got 'flink'"),
         ({"workers": 0}, "--workers must be >= 1; got 0"),
         ({"max_restarts": -1}, "--max-restarts must be >= 0; got -1"),
+        ({"max_restart_backoff": 0}, "--max-restart-backoff must be > 0 s; got 0"),
         ({"metrics_port": 70000}, "--metrics-port must be 0..65535"),
         ({"chunk_lines": 0}, "chunk_lines must be >= 1; got 0"),
     ],

@@ -13,9 +13,9 @@ stopped even when the log file can not be written (a full disk).
   exit report (see the exitreport module);
 - a worker that died otherwise (killed by a signal, an unexpected exception: exit code
   1, or exit code 0 after a signal the run did not send) is restarted after a backoff
-  (0.1 s doubling up to 5 s; it rejoins the group, the others take its tasks over
-  meanwhile), and the run gives up after ``max_restarts`` restarts in a row during
-  which the job committed nothing.
+  (0.1 s doubling up to ``max_restart_backoff``, 5 s by default; it rejoins the group,
+  the others take its tasks over meanwhile), and the run gives up after
+  ``max_restarts`` restarts in a row during which the job committed nothing.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from rstreams.runtime.layout import JobLayout
 
 log = logging.getLogger("rstreams.supervisor")
 
-#: Restarts wait this long, doubling after each restart without progress, up to the cap.
+#: Restarts wait this long, doubling after each restart without progress, up to the cap
+#: (RunConfig.max_restart_backoff).
 RESTART_BACKOFF = 0.1
-RESTART_BACKOFF_MAX = 5.0
 #: Lines of each worker's output the pool keeps (for the errors it reports).
 TAIL_LINES = 200
 #: Exit codes of a worker that a restart would meet again: they end the run.
@@ -103,6 +103,7 @@ class WorkerPool:
         self.layout = layout
         self.root = layout.root
         self.max_restarts = config.max_restarts
+        self.max_backoff = config.max_restart_backoff
         self.committed = committed
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         #: Restarts in a row without progress, and how each of those workers ended.
@@ -215,7 +216,7 @@ class WorkerPool:
         )  # fmt: skip
         self._respawn[slot] = now + self.backoff
         self.restarts += 1
-        self.backoff = min(self.backoff * 2, RESTART_BACKOFF_MAX)
+        self.backoff = min(self.backoff * 2, self.max_backoff)
 
     def _why_exited(self, slot: int, code: int) -> str:
         """How a worker the supervisor did not stop ended: a clean exit (0) is a worker
