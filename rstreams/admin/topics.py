@@ -11,20 +11,26 @@ from rstreams.admin.repair import check, repair
 from rstreams.brokeropts import refuse_broker
 from rstreams.errors import ConfigError
 
+#: The actions of the file log only: what they do, and why a Redis broker has no such.
+_FILE_LOG_ONLY = {
+    "check": (
+        check,
+        "it reads the file log's segment files; Redis keeps no such files (check the "
+        "server's own persistence with redis-check-aof)",
+    ),
+    "repair": (
+        repair,
+        "it cuts the file log's segment files; a Redis stream has none (rebuild the job "
+        "with `rstreams run ... --fresh`)",
+    ),
+}
+
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    if args.action == "check":
-        refuse_broker(
-            args, "topics check", "it reads the file log's segment files; Redis keeps no such "
-            "files (check the server's own persistence with redis-check-aof)",
-        )  # fmt: skip
-        return check(args)
-    if args.action == "repair":
-        refuse_broker(
-            args, "topics repair", "it cuts the file log's segment files; a Redis stream has "
-            "none (rebuild the job with `rstreams run ... --fresh`)",
-        )  # fmt: skip
-        return repair(args)
+    if args.action in _FILE_LOG_ONLY:
+        action, why = _FILE_LOG_ONLY[args.action]
+        refuse_broker(args, f"topics {args.action}", why)
+        return action(args)
     if args.action in ("create", "describe"):
         check_topic_name(args.name)
     broker = open_broker(
