@@ -28,6 +28,7 @@ from typing import Any
 
 from rstreams.errors import SerdeError
 from rstreams.runtime.engine.operators.producer import Producer
+from rstreams.runtime.engine.operators.watermarks import NO_TIME
 from rstreams.runtime.engine.tasks.faults import maybe_crash
 from rstreams.runtime.engine.tasks.restorer import REBUILD_ADVICE
 from rstreams.runtime.engine.tasks.transaction import (
@@ -145,10 +146,10 @@ class Committer:
         told = dict(told or {})
         if self.fence is not None:
             if tx is not None:
-                return self._commit_atomic(timestamp, outputs, offsets, (times, told), changed, tx)
+                return self._commit_atomic(timestamp, outputs, offsets, times, told, changed, tx)
             broker: Any = self.broker
             with broker.transaction() as own:  # a commit of its own, applied now
-                c = self._commit_atomic(timestamp, outputs, offsets, (times, told), changed, own)
+                c = self._commit_atomic(timestamp, outputs, offsets, times, told, changed, own)
             self._end_atomic(c)
             return Commit(None, 0, c.written)
         # Each append is encoded once, as the frame payload it becomes, marker included:
@@ -172,7 +173,8 @@ class Committer:
         timestamp: int,
         outputs: list[tuple[tuple[str, int], TxnColumns]],
         offsets: dict[str, int],
-        times: tuple[tuple[int, int], dict[str, int]],
+        times: tuple[int, int],
+        told: dict[str, int],
         stores: list[MeteredStore],
         tx: Any,
     ) -> Commit:
@@ -180,7 +182,7 @@ class Committer:
         (this task's fence joins it); the stores are written at :meth:`end`, once it is
         applied (local: rebuilt from the changelog if the process dies before)."""
         assert self.fence is not None and self.txn_queue is not None and tx is not None
-        txn = Transaction(self.task_id, self.seq, offsets, (), *times)
+        txn = Transaction(self.task_id, self.seq, offsets, (), times, told)
         tx.add_fence(*self.fence())
         for (topic, q), columns in outputs:
             tx.append_columns(topic, q, *columns)
@@ -303,3 +305,30 @@ class Committer:
     def _commit_offsets(self, offsets: dict[str, int]) -> None:
         self.broker.commit_many([(self.group, t, self.queue, pos) for t, pos in offsets.items()])
         self.committed = dict(offsets)
+
+
+class KeptTimes:
+    """At least once, the time a task told each told shuffle, kept with its offsets
+    (under :func:`~rstreams.runtime.engine.operators.watermarks.producer_time_group`, as
+    the offset of the topic's queue of the task's number): its next owner goes on from
+    there. (Exactly once keeps them in the task's transactions.)"""
+
+    def __init__(self, broker: Broker, group: str, queue: int, told: dict[str, int]) -> None:
+        """Raise ``told`` (per told topic, the time told so far) to what an earlier owner
+        kept."""
+        self.broker, self.group, self.queue = broker, group, queue
+        kept = broker.group_offsets(group)
+        for topic in told:
+            told[topic] = max(told[topic], kept.get((topic, queue), NO_TIME))
+        self.kept = dict(told)
+
+    def commit(self, told: dict[str, int]) -> None:
+        """Keep the times of ``told`` that moved since the last commit (one write)."""
+        moved = [
+            (self.group, topic, self.queue, time)
+            for topic, time in told.items()
+            if time > max(self.kept[topic], -1)
+        ]
+        if moved:
+            self.broker.commit_many(moved)
+            self.kept.update((topic, time) for _, topic, _, time in moved)

@@ -76,7 +76,7 @@ from rstreams.runtime.engine.operators.watermarks import (
     ingest_group,
     producer_time_group,
 )
-from rstreams.runtime.engine.tasks.commit import Commit, Committer
+from rstreams.runtime.engine.tasks.commit import Commit, Committer, KeptTimes
 from rstreams.runtime.engine.tasks.faults import maybe_crash
 from rstreams.runtime.engine.tasks.lifecycle import Lifecycle, TaskState
 from rstreams.runtime.engine.tasks.restorer import (
@@ -390,14 +390,11 @@ class Task:
             self.ctx.told_slack[topic] = slack
             self.ctx.told_time[topic] = self._restored_told.get(topic, self.ctx.out_time)
         #: At least once, a task that tells its time keeps it with its offsets, per topic.
-        self._kept_times: dict[str, int] | None = None
+        self._kept_times: KeptTimes | None = None
         if self.ctx.tell and not self.exactly_once:
-            kept = self.broker.group_offsets(producer_time_group(topology.job_id))
-            told = self.ctx.told_time
-            for t in told:
-                told[t] = max(told[t], kept.get((t, self.queue), NO_TIME))
-            self._kept_times = dict(told)
-            self.ctx.out_time = max(self.ctx.out_time, *told.values())
+            group = producer_time_group(topology.job_id)
+            self._kept_times = KeptTimes(self.broker, group, self.queue, self.ctx.told_time)
+            self.ctx.out_time = max(self.ctx.out_time, *self.ctx.told_time.values())
 
     # -- stream time ---------------------------------------------------------------------
 
@@ -662,13 +659,8 @@ class Task:
 
     def _commit_end(self, c: Commit) -> None:
         self.committer.end(c, self.stores.values(), self.positions)
-        kept = self._kept_times
-        if kept is not None:
-            for topic, time in self.ctx.told_time.items():
-                if time > max(kept[topic], -1):
-                    group = producer_time_group(self.topology.job_id)
-                    self.broker.commit(group, topic, self.queue, time)
-                    kept[topic] = time
+        if self._kept_times is not None:
+            self._kept_times.commit(self.ctx.told_time)
 
     def close(self) -> None:
         """Commit (unless the task failed), close the processors and the stores. A
